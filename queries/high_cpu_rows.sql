@@ -1,0 +1,20 @@
+-- high_cpu_rows.sql: a stateless filter.
+--
+-- Every row of data/metrics.csv whose CPU is strictly above 90 %, passed through as it
+-- arrives (no window, no state). Over the bundled data these are the 60 rows of host web-02
+-- between 09:05:00 and 09:05:59.
+--
+-- Run:   vigil run queries/high_cpu_rows.sql
+
+CREATE STREAM metrics (
+  ts      TIMESTAMP,
+  host    TEXT,
+  cpu     DOUBLE,
+  mem     DOUBLE,
+  disk_io DOUBLE,
+  WATERMARK FOR ts AS ts - INTERVAL '2' SECOND
+) WITH (connector = 'file', path = 'data/metrics.csv', format = 'csv');
+
+SELECT ts, host, cpu, mem, round(cpu - mem, 1) AS cpu_minus_mem
+FROM metrics
+WHERE cpu > 90;

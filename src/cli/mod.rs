@@ -1,0 +1,173 @@
+//! The `vigil` command line.
+
+mod output;
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::connectors::{OutputFormat, make_sink, sink::open_sink};
+use crate::engine::{Engine, Outcome, PreparedQuery, script_dir};
+use crate::error::{Error, Result};
+use crate::runtime::{self, RunReport, RunnableQuery};
+use crate::sql::parse_script;
+use output::SharedOutput;
+
+/// vigil: continuous SQL over streams of system metrics and events.
+#[derive(Debug, Parser)]
+#[command(name = "vigil", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run every statement of the given .sql files; exits when finite inputs
+    /// end and every window has fired.
+    Run(RunArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// Script files, run in order.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Result format (default: table on a terminal, csv otherwise).
+    #[arg(long, value_enum)]
+    format: Option<FormatArg>,
+    /// Write results here instead of stdout (queries without INSERT INTO).
+    #[arg(long, short)]
+    output: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum FormatArg {
+    Table,
+    Csv,
+    Jsonl,
+}
+
+impl From<FormatArg> for OutputFormat {
+    fn from(f: FormatArg) -> Self {
+        match f {
+            FormatArg::Table => OutputFormat::Table,
+            FormatArg::Csv => OutputFormat::Csv,
+            FormatArg::Jsonl => OutputFormat::Jsonl,
+        }
+    }
+}
+
+/// Parses the command line, runs it, and maps the outcome to an exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = match cli.command {
+        Command::Run(args) => runtime.block_on(run(args)),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: RunArgs) -> Result<()> {
+    let mut engine = Engine::new();
+    let mut queries = Vec::new();
+    for file in &args.files {
+        queries.extend(load_script(&mut engine, file)?);
+    }
+    if queries.is_empty() {
+        return Ok(());
+    }
+    let to_terminal = args.output.is_none() && std::io::stdout().is_terminal();
+    let format = args
+        .format
+        .map(OutputFormat::from)
+        .unwrap_or(if to_terminal {
+            OutputFormat::Table
+        } else {
+            OutputFormat::Csv
+        });
+    let output = match &args.output {
+        Some(path) => SharedOutput::file(path)?,
+        None => SharedOutput::stdout(),
+    };
+    let runnable = queries
+        .into_iter()
+        .map(|q| {
+            let sink = match &q.sink {
+                Some(config) => open_sink(config)?,
+                None => make_sink(format, Box::new(output.clone())),
+            };
+            Ok(RunnableQuery {
+                graph: q.graph,
+                sink,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let report = runtime::run(runnable).await?;
+    print_summary(&report);
+    Ok(())
+}
+
+/// Parses and executes one script; returns its queries, not yet running.
+fn load_script(engine: &mut Engine, file: &Path) -> Result<Vec<PreparedQuery>> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Error::io(format!("cannot read {}", file.display()), e))?;
+    let name = file.display();
+    let statements = parse_script(&text).map_err(|e| Error::Parse(format!("{name}: {e}")))?;
+    let base = script_dir(file);
+    let mut queries = Vec::new();
+    for statement in &statements {
+        let outcome = engine
+            .execute(statement, &base)
+            .map_err(|e| Error::Plan(format!("{name}:{}: {e}", statement.line)))?;
+        match outcome {
+            Outcome::Declared => {}
+            Outcome::Explain(text) => println!("{text}"),
+            Outcome::Query(query) => queries.push(*query),
+        }
+    }
+    Ok(queries)
+}
+
+fn print_summary(report: &RunReport) {
+    for (name, stats) in &report.streams {
+        eprintln!(
+            "vigil: stream {name}: rows={} bad={}",
+            stats.rows.load(Ordering::Relaxed),
+            stats.bad_rows.load(Ordering::Relaxed)
+        );
+        let samples = stats.bad_samples.lock().unwrap_or_else(|e| e.into_inner());
+        for bad in samples.iter() {
+            eprintln!(
+                "vigil: bad row: stream {name} line {}: {}",
+                bad.line, bad.reason
+            );
+        }
+    }
+    for (i, stats) in report.queries.iter().enumerate() {
+        eprintln!(
+            "vigil: query {}: out={} late={}",
+            i + 1,
+            stats.rows_out.load(Ordering::Relaxed),
+            stats.late_rows.load(Ordering::Relaxed)
+        );
+    }
+}

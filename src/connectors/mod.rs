@@ -1,0 +1,138 @@
+//! Sources and sinks: where rows enter the engine and where results leave it.
+//!
+//! A source turns a file or stdin into Arrow [`RecordBatch`]es that match a
+//! stream's declared schema; malformed rows are skipped, counted and reported
+//! with their line number, never silently lost. A sink writes result batches
+//! in one of the output formats.
+
+pub mod options;
+pub mod sink;
+pub mod source;
+pub mod timestamp;
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use datafusion::arrow::datatypes::SchemaRef;
+
+pub use options::parse_output_format;
+pub use sink::{Sink, make_sink, open_sink};
+pub use source::read_source;
+
+/// Where a source reads from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SourceLocation {
+    /// A file on disk, already resolved against the script's directory.
+    File(PathBuf),
+    /// The process's standard input.
+    Stdin,
+}
+
+/// The text format of a source's rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// CSV with a header row; columns are matched to the schema by name.
+    Csv,
+    /// One JSON object per line; fields are matched to the schema by name.
+    Jsonl,
+}
+
+/// How fast a file source replays its rows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Replay {
+    /// As fast as the engine can take them (the default).
+    Fast,
+    /// Paced by event time: a gap of `d` between two rows' event times is
+    /// replayed as a wall-clock pause of `d / speed`.
+    Realtime {
+        /// Speed-up factor; 1.0 is real time.
+        speed: f64,
+    },
+}
+
+/// Everything a source needs to read one stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceConfig {
+    /// The stream's name, used in messages.
+    pub stream: String,
+    /// The declared schema; every batch the source emits has exactly it.
+    pub schema: SchemaRef,
+    /// Where to read.
+    pub location: SourceLocation,
+    /// How rows are encoded.
+    pub format: Format,
+    /// Replay pacing.
+    pub replay: Replay,
+    /// Index in `schema` of the event-time column, used for realtime pacing.
+    pub event_time: Option<usize>,
+    /// Maximum rows per emitted batch.
+    pub batch_size: usize,
+    /// Where malformed rows are copied, if anywhere.
+    pub dead_letter: Option<PathBuf>,
+}
+
+/// A malformed input row that was skipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadRow {
+    /// 1-based line number in the input (the header is line 1 for CSV).
+    pub line: u64,
+    /// Why the row was rejected, e.g. "column cpu: cannot parse 'abc' as DOUBLE".
+    pub reason: String,
+}
+
+/// Counters a source updates while it runs; read for the run summary.
+#[derive(Debug, Default)]
+pub struct SourceStats {
+    /// Rows read and emitted.
+    pub rows: AtomicU64,
+    /// Rows skipped as malformed.
+    pub bad_rows: AtomicU64,
+    /// The first few bad rows, for the summary.
+    pub bad_samples: Mutex<Vec<BadRow>>,
+}
+
+/// How many bad rows are kept verbatim for the summary.
+pub const BAD_ROW_SAMPLES: usize = 10;
+
+impl SourceStats {
+    /// Records one malformed row.
+    pub fn record_bad(&self, row: BadRow) {
+        self.bad_rows.fetch_add(1, Ordering::Relaxed);
+        let mut samples = self.bad_samples.lock().unwrap_or_else(|e| e.into_inner());
+        if samples.len() < BAD_ROW_SAMPLES {
+            samples.push(row);
+        }
+    }
+}
+
+/// Output formats for results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// Aligned text tables, one per batch of results.
+    Table,
+    /// CSV with one header line.
+    Csv,
+    /// One JSON object per row.
+    Jsonl,
+}
+
+/// Where a sink writes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SinkTarget {
+    /// Standard output.
+    Stdout,
+    /// A file, created or truncated when the query starts.
+    File(PathBuf),
+}
+
+/// A sink declared with `CREATE SINK`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SinkConfig {
+    /// The sink's name.
+    pub name: String,
+    /// Where it writes.
+    pub target: SinkTarget,
+    /// How it writes.
+    pub format: OutputFormat,
+}

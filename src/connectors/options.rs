@@ -1,0 +1,457 @@
+//! Turning the `WITH (...)` options of `CREATE STREAM` / `CREATE SINK` into
+//! source and sink configurations.
+//!
+//! Keys arrive lower-cased. Unknown keys, repeated keys and bad values are
+//! [`Error::Plan`] errors that name the key and list what is accepted.
+
+use std::path::{Path, PathBuf};
+
+use datafusion::arrow::datatypes::SchemaRef;
+
+use super::{Format, OutputFormat, Replay, SinkConfig, SinkTarget, SourceConfig, SourceLocation};
+use crate::error::{Error, Result};
+
+/// Default number of rows per batch a source emits.
+pub const DEFAULT_BATCH_SIZE: usize = 8192;
+
+/// Largest accepted `batch_size`.
+pub const MAX_BATCH_SIZE: usize = 1 << 24;
+
+const SOURCE_KEYS: &[&str] = &[
+    "connector",
+    "path",
+    "format",
+    "replay",
+    "speed",
+    "batch_size",
+    "dead_letter",
+];
+
+const SINK_KEYS: &[&str] = &["connector", "path", "format"];
+
+/// Looks options up by key, rejecting unknown and repeated keys.
+struct Options<'a> {
+    what: String,
+    options: &'a [(String, String)],
+}
+
+impl<'a> Options<'a> {
+    fn new(what: String, options: &'a [(String, String)], accepted: &[&str]) -> Result<Self> {
+        for (i, (key, _)) in options.iter().enumerate() {
+            if !accepted.contains(&key.as_str()) {
+                return Err(Error::Plan(format!(
+                    "{what}: unknown option '{key}' (accepted: {})",
+                    accepted.join(", ")
+                )));
+            }
+            if options[..i].iter().any(|(k, _)| k == key) {
+                return Err(Error::Plan(format!(
+                    "{what}: option '{key}' is given more than once"
+                )));
+            }
+        }
+        Ok(Options { what, options })
+    }
+
+    fn get(&self, key: &str) -> Option<&'a str> {
+        self.options
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn bad_value(&self, key: &str, value: &str, accepted: &str) -> Error {
+        Error::Plan(format!(
+            "{}: bad value '{value}' for option '{key}' (accepted: {accepted})",
+            self.what
+        ))
+    }
+
+    /// A path option, resolved against `base_dir`; empty values are rejected.
+    fn path(&self, key: &str, base_dir: &Path) -> Result<Option<PathBuf>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) if v.trim().is_empty() => Err(self.bad_value(key, v, "a file path")),
+            Some(v) => Ok(Some(resolve(base_dir, v))),
+        }
+    }
+}
+
+/// Resolves a possibly relative path against `base_dir`.
+fn resolve(base_dir: &Path, path: &str) -> PathBuf {
+    let p = Path::new(path);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base_dir.join(p)
+    }
+}
+
+/// Parses a source format name: `csv`, or `jsonl` with aliases `json`, `ndjson`.
+fn parse_source_format(s: &str) -> Option<Format> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "csv" => Some(Format::Csv),
+        "jsonl" | "json" | "ndjson" => Some(Format::Jsonl),
+        _ => None,
+    }
+}
+
+/// The format implied by a path's extension, if any.
+fn format_from_extension(path: &Path) -> Option<&'static str> {
+    let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+    match ext.as_str() {
+        "csv" => Some("csv"),
+        "jsonl" | "json" | "ndjson" => Some("jsonl"),
+        _ => None,
+    }
+}
+
+/// Parses an output format name: `table`, `csv`, or `jsonl` (aliases `json`,
+/// `ndjson`), case-insensitively.
+pub fn parse_output_format(s: &str) -> Result<OutputFormat> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "table" => Ok(OutputFormat::Table),
+        "csv" => Ok(OutputFormat::Csv),
+        "jsonl" | "json" | "ndjson" => Ok(OutputFormat::Jsonl),
+        _ => Err(Error::Plan(format!(
+            "unknown output format '{s}' (accepted: table, csv, jsonl)"
+        ))),
+    }
+}
+
+impl SourceConfig {
+    /// Builds a source configuration from a `CREATE STREAM` statement's
+    /// `WITH` options.
+    ///
+    /// Accepted keys: `connector` (`file` | `stdin`, default `file`), `path`
+    /// (required for `file`, resolved against `base_dir`), `format` (`csv` |
+    /// `jsonl` | `json` | `ndjson`; default from the path's extension, else
+    /// csv), `replay` (`fast` | `realtime`), `speed` (positive number, default
+    /// 1), `batch_size` (positive integer, default 8192) and `dead_letter` (a
+    /// path, resolved against `base_dir`).
+    pub fn from_options(
+        stream: &str,
+        schema: SchemaRef,
+        event_time: Option<usize>,
+        options: &[(String, String)],
+        base_dir: &Path,
+    ) -> Result<SourceConfig> {
+        let opts = Options::new(format!("stream {stream}"), options, SOURCE_KEYS)?;
+
+        let connector = opts.get("connector").unwrap_or("file");
+        let path = opts.path("path", base_dir)?;
+        let location = match connector.trim().to_ascii_lowercase().as_str() {
+            "file" => match &path {
+                Some(p) => SourceLocation::File(p.clone()),
+                None => {
+                    return Err(Error::Plan(format!(
+                        "stream {stream}: connector 'file' needs a 'path' option"
+                    )));
+                }
+            },
+            "stdin" => {
+                if path.is_some() {
+                    return Err(Error::Plan(format!(
+                        "stream {stream}: option 'path' cannot be used with connector 'stdin'"
+                    )));
+                }
+                SourceLocation::Stdin
+            }
+            _ => return Err(opts.bad_value("connector", connector, "file, stdin")),
+        };
+
+        let format = match opts.get("format") {
+            Some(v) => parse_source_format(v)
+                .ok_or_else(|| opts.bad_value("format", v, "csv, jsonl, json, ndjson"))?,
+            None => path
+                .as_deref()
+                .and_then(format_from_extension)
+                .and_then(parse_source_format)
+                .unwrap_or(Format::Csv),
+        };
+
+        let speed = match opts.get("speed") {
+            None => 1.0,
+            Some(v) => match v.trim().parse::<f64>() {
+                Ok(x) if x.is_finite() && x > 0.0 => x,
+                _ => return Err(opts.bad_value("speed", v, "a positive number such as 1 or 10")),
+            },
+        };
+        let replay = match opts
+            .get("replay")
+            .map(|v| (v, v.trim().to_ascii_lowercase()))
+        {
+            None => Replay::Fast,
+            Some((_, ref l)) if l == "fast" => Replay::Fast,
+            Some((_, ref l)) if l == "realtime" => Replay::Realtime { speed },
+            Some((v, _)) => return Err(opts.bad_value("replay", v, "fast, realtime")),
+        };
+
+        let batch_size = match opts.get("batch_size") {
+            None => DEFAULT_BATCH_SIZE,
+            Some(v) => match v.trim().parse::<usize>() {
+                Ok(n) if (1..=MAX_BATCH_SIZE).contains(&n) => n,
+                _ => {
+                    return Err(opts.bad_value(
+                        "batch_size",
+                        v,
+                        &format!("an integer from 1 to {MAX_BATCH_SIZE}"),
+                    ));
+                }
+            },
+        };
+
+        let dead_letter = opts.path("dead_letter", base_dir)?;
+
+        if let Some(i) = event_time
+            && i >= schema.fields().len()
+        {
+            return Err(Error::Plan(format!(
+                "stream {stream}: event-time column index {i} is out of range"
+            )));
+        }
+
+        Ok(SourceConfig {
+            stream: stream.to_string(),
+            schema,
+            location,
+            format,
+            replay,
+            event_time,
+            batch_size,
+            dead_letter,
+        })
+    }
+}
+
+impl SinkConfig {
+    /// Builds a sink configuration from a `CREATE SINK` statement's `WITH`
+    /// options.
+    ///
+    /// Accepted keys: `connector` (`file` | `stdout`, default `file`), `path`
+    /// (required for `file`, resolved against `base_dir`) and `format`
+    /// (`csv` | `jsonl` | `table`, aliases `json`, `ndjson`; default from the
+    /// path's extension, else csv).
+    pub fn from_options(
+        name: &str,
+        options: &[(String, String)],
+        base_dir: &Path,
+    ) -> Result<SinkConfig> {
+        let opts = Options::new(format!("sink {name}"), options, SINK_KEYS)?;
+
+        let connector = opts.get("connector").unwrap_or("file");
+        let path = opts.path("path", base_dir)?;
+        let target = match connector.trim().to_ascii_lowercase().as_str() {
+            "file" => match &path {
+                Some(p) => SinkTarget::File(p.clone()),
+                None => {
+                    return Err(Error::Plan(format!(
+                        "sink {name}: connector 'file' needs a 'path' option"
+                    )));
+                }
+            },
+            "stdout" => {
+                if path.is_some() {
+                    return Err(Error::Plan(format!(
+                        "sink {name}: option 'path' cannot be used with connector 'stdout'"
+                    )));
+                }
+                SinkTarget::Stdout
+            }
+            _ => return Err(opts.bad_value("connector", connector, "file, stdout")),
+        };
+
+        let format = match opts.get("format") {
+            Some(v) => parse_output_format(v)
+                .map_err(|_| opts.bad_value("format", v, "csv, jsonl, table"))?,
+            None => match path.as_deref().and_then(format_from_extension) {
+                Some("jsonl") => OutputFormat::Jsonl,
+                _ => OutputFormat::Csv,
+            },
+        };
+
+        Ok(SinkConfig {
+            name: name.to_string(),
+            target,
+            format,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+
+    use super::*;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+            Field::new("cpu", DataType::Float64, true),
+        ]))
+    }
+
+    fn opts(kv: &[(&str, &str)]) -> Vec<(String, String)> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn source(kv: &[(&str, &str)]) -> Result<SourceConfig> {
+        SourceConfig::from_options("m", schema(), Some(0), &opts(kv), Path::new("/base"))
+    }
+
+    fn err(r: Result<impl std::fmt::Debug>) -> String {
+        r.unwrap_err().to_string()
+    }
+
+    #[test]
+    fn source_defaults() {
+        let c = source(&[("path", "data/m.csv")]).unwrap();
+        assert_eq!(c.stream, "m");
+        assert_eq!(
+            c.location,
+            SourceLocation::File(PathBuf::from("/base/data/m.csv"))
+        );
+        assert_eq!(c.format, Format::Csv);
+        assert_eq!(c.replay, Replay::Fast);
+        assert_eq!(c.batch_size, DEFAULT_BATCH_SIZE);
+        assert_eq!(c.dead_letter, None);
+        assert_eq!(c.event_time, Some(0));
+    }
+
+    #[test]
+    fn source_all_options() {
+        let c = source(&[
+            ("connector", "file"),
+            ("path", "/abs/m.txt"),
+            ("format", "NDJSON"),
+            ("replay", "realtime"),
+            ("speed", "10"),
+            ("batch_size", "100"),
+            ("dead_letter", "bad.txt"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.location,
+            SourceLocation::File(PathBuf::from("/abs/m.txt"))
+        );
+        assert_eq!(c.format, Format::Jsonl);
+        assert_eq!(c.replay, Replay::Realtime { speed: 10.0 });
+        assert_eq!(c.batch_size, 100);
+        assert_eq!(c.dead_letter, Some(PathBuf::from("/base/bad.txt")));
+    }
+
+    #[test]
+    fn source_format_from_extension() {
+        for (p, f) in [
+            ("a.jsonl", Format::Jsonl),
+            ("a.JSON", Format::Jsonl),
+            ("a.ndjson", Format::Jsonl),
+            ("a.csv", Format::Csv),
+            ("a.log", Format::Csv),
+            ("a", Format::Csv),
+        ] {
+            assert_eq!(source(&[("path", p)]).unwrap().format, f, "{p}");
+        }
+        assert_eq!(
+            source(&[("path", "a.jsonl"), ("format", "csv")])
+                .unwrap()
+                .format,
+            Format::Csv
+        );
+    }
+
+    #[test]
+    fn source_stdin() {
+        let c = source(&[("connector", "stdin"), ("format", "json")]).unwrap();
+        assert_eq!(c.location, SourceLocation::Stdin);
+        assert_eq!(c.format, Format::Jsonl);
+        let c = source(&[("connector", "stdin")]).unwrap();
+        assert_eq!(c.format, Format::Csv);
+        assert!(err(source(&[("connector", "stdin"), ("path", "x.csv")])).contains("'path'"));
+    }
+
+    #[test]
+    fn source_errors_name_key_and_accepted_values() {
+        let e = err(source(&[("path", "a.csv"), ("colour", "red")]));
+        assert!(e.contains("'colour'") && e.contains("batch_size"), "{e}");
+        let e = err(source(&[("path", "a.csv"), ("format", "xml")]));
+        assert!(e.contains("'format'") && e.contains("csv, jsonl"), "{e}");
+        let e = err(source(&[("connector", "kafka"), ("path", "a.csv")]));
+        assert!(
+            e.contains("'connector'") && e.contains("file, stdin"),
+            "{e}"
+        );
+        let e = err(source(&[("path", "a.csv"), ("replay", "slow")]));
+        assert!(
+            e.contains("'replay'") && e.contains("fast, realtime"),
+            "{e}"
+        );
+        for bad in ["0", "-1", "abc", "inf", "NaN"] {
+            let e = err(source(&[("path", "a.csv"), ("speed", bad)]));
+            assert!(e.contains("'speed'"), "{e}");
+        }
+        for bad in ["0", "-5", "1.5", "x", "99999999999"] {
+            let e = err(source(&[("path", "a.csv"), ("batch_size", bad)]));
+            assert!(e.contains("'batch_size'"), "{e}");
+        }
+        let e = err(source(&[]));
+        assert!(e.contains("'path'"), "{e}");
+        let e = err(source(&[("path", "")]));
+        assert!(e.contains("'path'"), "{e}");
+        let e = err(source(&[("path", "a.csv"), ("path", "b.csv")]));
+        assert!(e.contains("more than once"), "{e}");
+        assert!(matches!(source(&[]), Err(Error::Plan(_))));
+    }
+
+    #[test]
+    fn sink_options() {
+        let base = Path::new("/base");
+        let c = SinkConfig::from_options("out", &opts(&[("path", "o.csv")]), base).unwrap();
+        assert_eq!(c.name, "out");
+        assert_eq!(c.target, SinkTarget::File(PathBuf::from("/base/o.csv")));
+        assert_eq!(c.format, OutputFormat::Csv);
+        let c = SinkConfig::from_options("out", &opts(&[("path", "o.jsonl")]), base).unwrap();
+        assert_eq!(c.format, OutputFormat::Jsonl);
+        let c = SinkConfig::from_options(
+            "out",
+            &opts(&[("connector", "stdout"), ("format", "table")]),
+            base,
+        )
+        .unwrap();
+        assert_eq!(c.target, SinkTarget::Stdout);
+        assert_eq!(c.format, OutputFormat::Table);
+
+        let e = err(SinkConfig::from_options("out", &opts(&[]), base));
+        assert!(e.contains("'path'"), "{e}");
+        let e = err(SinkConfig::from_options(
+            "out",
+            &opts(&[("path", "o"), ("format", "xml")]),
+            base,
+        ));
+        assert!(e.contains("'format'") && e.contains("table"), "{e}");
+        let e = err(SinkConfig::from_options(
+            "out",
+            &opts(&[("path", "o"), ("speed", "1")]),
+            base,
+        ));
+        assert!(
+            e.contains("'speed'") && e.contains("connector, path, format"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn output_formats() {
+        assert_eq!(parse_output_format("table").unwrap(), OutputFormat::Table);
+        assert_eq!(parse_output_format("CSV").unwrap(), OutputFormat::Csv);
+        assert_eq!(parse_output_format("jsonl").unwrap(), OutputFormat::Jsonl);
+        assert_eq!(parse_output_format("json").unwrap(), OutputFormat::Jsonl);
+        assert_eq!(parse_output_format("ndjson").unwrap(), OutputFormat::Jsonl);
+        let e = err(parse_output_format("yaml"));
+        assert!(e.contains("yaml") && e.contains("table, csv, jsonl"), "{e}");
+    }
+}

@@ -1,0 +1,225 @@
+//! The engine: statements in, running queries out. The CLI is a thin layer
+//! over this, and so is anything that embeds vigil.
+
+use std::path::{Path, PathBuf};
+
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::sql::sqlparser::ast::Query;
+
+use crate::connectors::SinkConfig;
+use crate::error::{Error, Result};
+use crate::plan::catalog::stream_def;
+use crate::plan::{Catalog, SqlPlanner};
+use crate::planner::{QueryGraph, plan_incremental};
+use crate::sql::{CreateStream, Statement, StatementKind};
+
+/// A query planned and ready to run.
+pub struct PreparedQuery {
+    /// The logical plan it came from.
+    pub logical: LogicalPlan,
+    /// The operator graph to run.
+    pub graph: QueryGraph,
+    /// The sink named by `INSERT INTO`, if any; `None` means the default
+    /// output.
+    pub sink: Option<SinkConfig>,
+    /// Line of the statement in its script.
+    pub line: u64,
+}
+
+/// What executing one statement produced.
+pub enum Outcome {
+    /// A stream or sink was declared.
+    Declared,
+    /// `EXPLAIN` text.
+    Explain(String),
+    /// A continuous query, ready to run.
+    Query(Box<PreparedQuery>),
+}
+
+/// Holds the declared streams and sinks and plans queries against them.
+#[derive(Debug, Default)]
+pub struct Engine {
+    planner: SqlPlanner,
+    catalog: Catalog,
+}
+
+impl Engine {
+    /// An engine with no streams.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The declared streams and sinks.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Executes one statement; relative paths in it resolve against
+    /// `base_dir`.
+    pub fn execute(&mut self, statement: &Statement, base_dir: &Path) -> Result<Outcome> {
+        match &statement.kind {
+            StatementKind::CreateStream(create) => {
+                self.create_stream(create, base_dir)?;
+                Ok(Outcome::Declared)
+            }
+            StatementKind::CreateSink(create) => {
+                self.catalog.add_sink(create, base_dir)?;
+                Ok(Outcome::Declared)
+            }
+            StatementKind::Explain(query) => self.explain(query).map(Outcome::Explain),
+            StatementKind::Query { query, sink } => {
+                let sink = match sink {
+                    Some(name) => Some(
+                        self.catalog
+                            .sink(name)
+                            .cloned()
+                            .ok_or_else(|| Error::Plan(format!("unknown sink '{name}'")))?,
+                    ),
+                    None => None,
+                };
+                let (logical, graph) = self.plan(query)?;
+                Ok(Outcome::Query(Box::new(PreparedQuery {
+                    logical,
+                    graph,
+                    sink,
+                    line: statement.line,
+                })))
+            }
+        }
+    }
+
+    fn create_stream(&mut self, create: &CreateStream, base_dir: &Path) -> Result<()> {
+        let delay_ms = match create.watermark.as_ref().and_then(|w| w.delay.as_ref()) {
+            Some(expr) => self.planner.interval_ms(&self.catalog, expr)?,
+            None => 0,
+        };
+        if delay_ms < 0 {
+            return Err(Error::Plan(format!(
+                "stream '{}': the watermark delay must not be negative",
+                create.name
+            )));
+        }
+        self.catalog
+            .add_stream(stream_def(create, delay_ms, base_dir)?)
+    }
+
+    /// Plans a query into its logical plan and operator graph.
+    pub fn plan(&self, query: &Query) -> Result<(LogicalPlan, QueryGraph)> {
+        let logical = self.planner.plan_query(&self.catalog, query)?;
+        let graph = plan_incremental(&logical)?;
+        Ok((logical, graph))
+    }
+
+    /// The logical plan and the operator graph of a query, as text.
+    pub fn explain(&self, query: &Query) -> Result<String> {
+        let (logical, graph) = self.plan(query)?;
+        Ok(format!(
+            "logical plan:\n{}\n{}",
+            indent(&logical.display_indent().to_string()),
+            graph.describe()
+        ))
+    }
+}
+
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|l| format!("  {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The directory relative paths in a script resolve against.
+pub fn script_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::parse_script;
+
+    const STREAM: &str = "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE,
+        WATERMARK FOR ts AS ts - INTERVAL '2' SECOND) WITH (path = 'm.csv');";
+
+    fn engine() -> Engine {
+        let mut engine = Engine::new();
+        for s in parse_script(STREAM).unwrap() {
+            engine.execute(&s, Path::new(".")).unwrap();
+        }
+        engine
+    }
+
+    fn run(sql: &str) -> Result<Outcome> {
+        let statement = parse_script(sql).unwrap().remove(0);
+        engine().execute(&statement, Path::new("."))
+    }
+
+    fn err(sql: &str) -> String {
+        match run(sql) {
+            Ok(_) => panic!("{sql} should fail"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn watermark_delay_is_evaluated() {
+        let engine = engine();
+        let def = engine.catalog().stream("m").unwrap();
+        assert_eq!(def.delay_ms, 2000);
+        assert_eq!(def.event_time, Some(0));
+    }
+
+    #[test]
+    fn windowed_aggregate_fuses_stateless_ops_before_the_aggregate() {
+        let Ok(Outcome::Query(q)) = run(
+            "SELECT window_start, host, avg(cpu) FROM TUMBLE(m, ts, INTERVAL '10' SECOND)
+             WHERE cpu > 1 GROUP BY window_start, host",
+        ) else {
+            panic!("plans")
+        };
+        assert_eq!(q.graph.stages.len(), 2);
+        assert_eq!(q.graph.stages[0].len(), 3, "{}", q.graph.describe());
+        assert!(q.graph.describe().contains("window aggregate"));
+    }
+
+    #[test]
+    fn rules_reject_what_cannot_run_on_a_stream() {
+        assert!(err("SELECT host, count(*) FROM m GROUP BY host").contains("unbounded aggregate"));
+        assert!(err("SELECT count(*) FROM m").contains("unbounded aggregate"));
+        assert!(err("SELECT * FROM m ORDER BY ts").contains("ORDER BY"));
+        assert!(err("SELECT * FROM m a JOIN m b ON a.host = b.host").contains("join"));
+        assert!(
+            err("SELECT host, count(*) FROM TUMBLE(m, ts, INTERVAL '1' SECOND) GROUP BY host")
+                .contains("GROUP BY window_start or window_end")
+        );
+    }
+
+    #[test]
+    fn planning_errors_name_the_problem() {
+        assert!(err("SELECT nosuch FROM m").contains("nosuch"));
+        assert!(err("SELECT * FROM nope").contains("unknown stream 'nope'"));
+        assert!(
+            err("SELECT * FROM TUMBLE(m, host, INTERVAL '1' SECOND)").contains("not a TIMESTAMP")
+        );
+        assert!(err("SELECT * FROM TUMBLE(m, ts, INTERVAL '1' MONTH)").contains("fixed-length"));
+        assert!(err("INSERT INTO nosink SELECT * FROM m").contains("unknown sink 'nosink'"));
+    }
+
+    #[test]
+    fn explain_shows_both_plans() {
+        let Ok(Outcome::Explain(text)) = run(
+            "EXPLAIN SELECT window_end, max(cpu) FROM TUMBLE(m, ts, INTERVAL '1' MINUTE) GROUP BY window_end",
+        ) else {
+            panic!("explains")
+        };
+        assert!(
+            text.contains("WindowAssign: tumble(60000 ms) on ts"),
+            "{text}"
+        );
+        assert!(text.contains("Watermark: ts - 2000 ms"), "{text}");
+        assert!(text.contains("operator graph (micro-batch)"), "{text}");
+    }
+}

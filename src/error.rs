@@ -1,0 +1,55 @@
+//! One error type for the whole engine, so front ends can print any failure
+//! as a single clear line.
+
+use datafusion::error::DataFusionError;
+
+/// Everything that can go wrong between reading SQL and writing results.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The SQL text could not be parsed; the message already carries the
+    /// position and a caret under the offending text.
+    #[error("{0}")]
+    Parse(String),
+    /// The statement parsed but cannot be planned (unknown stream or column,
+    /// type error, bad option).
+    #[error("{0}")]
+    Plan(String),
+    /// The query is valid SQL but cannot run on an unbounded stream.
+    #[error("cannot run on a stream ({rule}): {message}")]
+    Unbounded {
+        /// Short name of the rule that rejected the query.
+        rule: &'static str,
+        /// What the user can do instead.
+        message: String,
+    },
+    /// A source or sink failed (missing file, unreadable header, write error).
+    #[error("{0}")]
+    Connector(String),
+    /// An error from DataFusion while planning or evaluating.
+    #[error("{0}")]
+    DataFusion(#[from] DataFusionError),
+    /// An error from Arrow while building or writing batches.
+    #[error("{0}")]
+    Arrow(#[from] datafusion::arrow::error::ArrowError),
+    /// An I/O error with the path or context it concerns.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being read or written.
+        context: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+/// Result alias used across the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// An I/O error with a description of what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}

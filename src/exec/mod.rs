@@ -1,0 +1,118 @@
+//! Push-based streaming operators over Arrow `RecordBatch`es.
+//!
+//! An operator receives [`Message`]s (batches of rows, and watermarks that
+//! say how far event time has advanced) and pushes what it produces into an
+//! output vector. Stateless operators evaluate DataFusion `PhysicalExpr`s;
+//! the window aggregate keeps per-(window, key) state in DataFusion
+//! `GroupsAccumulator`s. Operators never block and never spawn: the runtime
+//! decides which of them share a task.
+
+mod filter;
+mod limit;
+mod project;
+mod watermark;
+mod window_aggregate;
+mod window_assign;
+
+use std::sync::atomic::AtomicU64;
+
+use datafusion::arrow::record_batch::RecordBatch;
+
+pub use filter::FilterOp;
+pub use limit::LimitOp;
+pub use project::ProjectOp;
+pub use watermark::WatermarkOp;
+pub use window_aggregate::{AggregateSpec, WindowAggregateOp, WindowColumn};
+pub use window_assign::WindowAssignOp;
+
+use crate::error::Result;
+
+/// What flows between operators.
+#[derive(Debug, Clone)]
+pub enum Message {
+    /// Rows.
+    Batch(RecordBatch),
+    /// Event time has reached this many milliseconds since the epoch: no
+    /// row with a smaller event time will be accepted into an open window.
+    /// `i64::MAX` marks the end of a finite input.
+    Watermark(i64),
+}
+
+/// The watermark that marks the end of input: every open window fires.
+pub const END_OF_INPUT: i64 = i64::MAX;
+
+/// Counters one query's operators update, read for the run summary.
+#[derive(Debug, Default)]
+pub struct QueryStats {
+    /// Result rows produced.
+    pub rows_out: AtomicU64,
+    /// Rows dropped because every window they belong to had closed.
+    pub late_rows: AtomicU64,
+}
+
+/// A streaming operator.
+///
+/// Contract: `on_batch` and `on_watermark` are called in arrival order;
+/// whatever the operator emits is pushed to `out` in the order downstream
+/// must see it. An operator forwards every watermark it receives (after
+/// emitting the results the watermark completes), so watermarks reach the
+/// sink. Errors end the query.
+pub trait Operator: Send {
+    /// A one-line description for `EXPLAIN`.
+    fn describe(&self) -> String;
+
+    /// Processes a batch of rows.
+    fn on_batch(&mut self, batch: RecordBatch, out: &mut Vec<Message>) -> Result<()>;
+
+    /// Processes a watermark; the default forwards it.
+    fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
+        out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+
+    /// True once the operator will never emit again (a satisfied `LIMIT`),
+    /// so the runtime can stop feeding it.
+    fn finished(&self) -> bool {
+        false
+    }
+}
+
+/// Operators fused into one task: each message runs through all of them.
+pub struct Chain {
+    ops: Vec<Box<dyn Operator>>,
+}
+
+impl Chain {
+    /// Fuses `ops`, first to last.
+    pub fn new(ops: Vec<Box<dyn Operator>>) -> Self {
+        Self { ops }
+    }
+
+    /// The fused operators.
+    pub fn ops(&self) -> &[Box<dyn Operator>] {
+        &self.ops
+    }
+
+    /// Runs one message through every operator and returns what comes out
+    /// of the last.
+    pub fn process(&mut self, message: Message) -> Result<Vec<Message>> {
+        let mut current = vec![message];
+        for op in &mut self.ops {
+            let mut next = Vec::with_capacity(current.len());
+            for message in current {
+                match message {
+                    Message::Batch(batch) if batch.num_rows() == 0 => {}
+                    Message::Batch(batch) => op.on_batch(batch, &mut next)?,
+                    Message::Watermark(w) => op.on_watermark(w, &mut next)?,
+                }
+            }
+            current = next;
+        }
+        Ok(current)
+    }
+
+    /// True once any operator will never emit again.
+    pub fn finished(&self) -> bool {
+        self.ops.iter().any(|op| op.finished())
+    }
+}

@@ -1,0 +1,18 @@
+//! vigil: continuous SQL over unbounded streams of system metrics and events.
+//!
+//! The data path reads top to bottom, one module per stage:
+//! [`sql`] (parser) -> [`plan`] (logical plan) -> [`planner`] (incremental
+//! planner) -> [`exec`] (Arrow operators) -> [`runtime`] (tasks, channels,
+//! watermarks), with [`connectors`] (sources, sinks) and the front end
+//! ([`cli`]) at the edges. [`engine`] ties them together for embedding.
+
+pub mod cli;
+pub mod connectors;
+pub mod engine;
+pub mod error;
+pub mod exec;
+pub mod functions;
+pub mod plan;
+pub mod planner;
+pub mod runtime;
+pub mod sql;

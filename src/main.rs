@@ -1,0 +1,5 @@
+//! The `vigil` binary.
+
+fn main() -> std::process::ExitCode {
+    vigil::cli::main()
+}

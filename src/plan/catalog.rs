@@ -1,0 +1,165 @@
+//! The streams and sinks a script has declared.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::logical_expr::TableSource;
+use datafusion::sql::sqlparser::ast::DataType as SqlType;
+
+use crate::connectors::{SinkConfig, SourceConfig};
+use crate::error::{Error, Result};
+use crate::sql::{CreateSink, CreateStream};
+
+/// The Arrow type of every event-time and window column.
+pub const TIME_TYPE: DataType = DataType::Timestamp(TimeUnit::Millisecond, None);
+
+/// A declared stream: its schema, event time and where its rows come from.
+#[derive(Debug, Clone)]
+pub struct StreamDef {
+    /// Stream name.
+    pub name: String,
+    /// Declared columns.
+    pub schema: SchemaRef,
+    /// Index of the event-time column: the `WATERMARK FOR` column, else the
+    /// first TIMESTAMP column.
+    pub event_time: Option<usize>,
+    /// Bounded out-of-orderness declared by the watermark, in milliseconds.
+    pub delay_ms: i64,
+    /// How to read it.
+    pub source: SourceConfig,
+}
+
+/// Streams and sinks by name.
+#[derive(Debug, Default, Clone)]
+pub struct Catalog {
+    streams: BTreeMap<String, Arc<StreamDef>>,
+    sinks: BTreeMap<String, SinkConfig>,
+}
+
+impl Catalog {
+    /// Looks up a stream.
+    pub fn stream(&self, name: &str) -> Option<&Arc<StreamDef>> {
+        self.streams.get(name)
+    }
+
+    /// All streams, by name.
+    pub fn streams(&self) -> impl Iterator<Item = &Arc<StreamDef>> {
+        self.streams.values()
+    }
+
+    /// Looks up a sink.
+    pub fn sink(&self, name: &str) -> Option<&SinkConfig> {
+        self.sinks.get(name)
+    }
+
+    /// Adds a stream; its delay has been evaluated by the caller.
+    pub fn add_stream(&mut self, def: StreamDef) -> Result<()> {
+        if self.streams.contains_key(&def.name) {
+            return Err(Error::Plan(format!("stream '{}' already exists", def.name)));
+        }
+        self.streams.insert(def.name.clone(), Arc::new(def));
+        Ok(())
+    }
+
+    /// Adds a sink from its statement.
+    pub fn add_sink(&mut self, create: &CreateSink, base_dir: &Path) -> Result<()> {
+        if self.sinks.contains_key(&create.name) {
+            return Err(Error::Plan(format!(
+                "sink '{}' already exists",
+                create.name
+            )));
+        }
+        let config = SinkConfig::from_options(&create.name, &create.options, base_dir)?;
+        self.sinks.insert(create.name.clone(), config);
+        Ok(())
+    }
+}
+
+/// Builds a stream definition from its statement; `delay_ms` comes from the
+/// already evaluated watermark interval.
+pub fn stream_def(create: &CreateStream, delay_ms: i64, base_dir: &Path) -> Result<StreamDef> {
+    let mut fields = Vec::with_capacity(create.columns.len());
+    for column in &create.columns {
+        if fields.iter().any(|f: &Field| f.name() == &column.name) {
+            return Err(Error::Plan(format!(
+                "stream '{}': column '{}' is declared twice",
+                create.name, column.name
+            )));
+        }
+        let data_type = arrow_type(&column.data_type).ok_or_else(|| {
+            Error::Plan(format!(
+                "stream '{}': column '{}' has unsupported type {} (use TIMESTAMP, TEXT, DOUBLE, BIGINT or BOOLEAN)",
+                create.name, column.name, column.data_type
+            ))
+        })?;
+        fields.push(Field::new(&column.name, data_type, true));
+    }
+    let schema = Arc::new(Schema::new(fields));
+    let event_time = event_time_column(create, &schema)?;
+    let source = SourceConfig::from_options(
+        &create.name,
+        schema.clone(),
+        event_time,
+        &create.options,
+        base_dir,
+    )?;
+    Ok(StreamDef {
+        name: create.name.clone(),
+        schema,
+        event_time,
+        delay_ms,
+        source,
+    })
+}
+
+fn event_time_column(create: &CreateStream, schema: &Schema) -> Result<Option<usize>> {
+    let Some(watermark) = &create.watermark else {
+        return Ok(schema
+            .fields()
+            .iter()
+            .position(|f| f.data_type() == &TIME_TYPE));
+    };
+    let index = schema.index_of(&watermark.column).map_err(|_| {
+        Error::Plan(format!(
+            "stream '{}': WATERMARK FOR names unknown column '{}'",
+            create.name, watermark.column
+        ))
+    })?;
+    if schema.field(index).data_type() != &TIME_TYPE {
+        return Err(Error::Plan(format!(
+            "stream '{}': WATERMARK column '{}' must be a TIMESTAMP",
+            create.name, watermark.column
+        )));
+    }
+    Ok(Some(index))
+}
+
+/// Maps a declared SQL type onto the Arrow type vigil stores it as.
+pub fn arrow_type(sql: &SqlType) -> Option<DataType> {
+    let name = sql.to_string().to_ascii_uppercase();
+    let base = name.split('(').next().unwrap_or("").trim();
+    Some(match base {
+        "TIMESTAMP" | "DATETIME" => TIME_TYPE,
+        "TEXT" | "VARCHAR" | "STRING" | "CHAR" | "CHARACTER VARYING" => DataType::Utf8,
+        "DOUBLE" | "DOUBLE PRECISION" | "FLOAT" | "FLOAT8" | "REAL" | "FLOAT4" => DataType::Float64,
+        "BIGINT" | "INT" | "INTEGER" | "SMALLINT" | "INT8" | "INT4" => DataType::Int64,
+        "BOOLEAN" | "BOOL" => DataType::Boolean,
+        _ => return None,
+    })
+}
+
+/// A stream as DataFusion's SQL planner sees it: a schema, and the
+/// definition the incremental planner reads back from the scan.
+#[derive(Debug)]
+pub struct StreamSource {
+    /// The stream behind the scan.
+    pub def: Arc<StreamDef>,
+}
+
+impl TableSource for StreamSource {
+    fn schema(&self) -> SchemaRef {
+        self.def.schema.clone()
+    }
+}

@@ -1,0 +1,232 @@
+//! The logical plan: SQL to DataFusion `LogicalPlan`, with vigil's own
+//! extension nodes for what DataFusion lacks (watermarks, windows).
+//!
+//! [`SqlPlanner`] is DataFusion's SQL planner with a context provider that
+//! knows the declared streams, and a relation planner that turns
+//! `TUMBLE(stream, ts, size)` in `FROM` into
+//! `WindowAssign <- Watermark <- TableScan(stream)`.
+
+pub mod catalog;
+mod relation;
+pub mod watermark_node;
+pub mod window_node;
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::{DFSchema, ScalarValue, TableReference};
+use datafusion::config::ConfigOptions;
+use datafusion::error::DataFusionError;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::context::SessionState;
+use datafusion::logical_expr::planner::{ContextProvider, ExprPlanner, RelationPlanner};
+use datafusion::logical_expr::{
+    AggregateUDF, Expr, HigherOrderUDF, LogicalPlan, ScalarUDF, TableSource, WindowUDF,
+};
+use datafusion::optimizer::simplify_expressions::SimplifyExpressions;
+use datafusion::optimizer::{Optimizer, OptimizerContext};
+use datafusion::sql::planner::{ParserOptions, PlannerContext, SqlToRel};
+use datafusion::sql::sqlparser::ast;
+
+pub use catalog::{Catalog, StreamDef, StreamSource};
+pub use watermark_node::WatermarkNode;
+pub use window_node::{WINDOW_END, WINDOW_START, WindowNode, WindowSpec};
+
+use crate::error::{Error, Result};
+
+/// Plans SQL against a catalog of streams.
+pub struct SqlPlanner {
+    state: SessionState,
+    relation_planners: Vec<Arc<dyn RelationPlanner>>,
+}
+
+impl Default for SqlPlanner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for SqlPlanner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SqlPlanner")
+    }
+}
+
+impl SqlPlanner {
+    /// A planner with DataFusion's built-in functions.
+    pub fn new() -> Self {
+        let mut state = SessionStateBuilder::new().with_default_features().build();
+        crate::functions::register(&mut state).expect("vigil's functions register");
+        Self {
+            state,
+            relation_planners: vec![Arc::new(relation::WindowRelationPlanner)],
+        }
+    }
+
+    /// Plans a query into an analysed (type-coerced) logical plan.
+    pub fn plan_query(&self, catalog: &Catalog, query: &ast::Query) -> Result<LogicalPlan> {
+        let provider = Provider {
+            planner: self,
+            catalog,
+        };
+        let sql = SqlToRel::new_with_options(&provider, parser_options());
+        let statement = ast::Statement::Query(Box::new(query.clone()));
+        let plan = sql.sql_statement_to_plan(statement).map_err(plan_error)?;
+        let plan = self
+            .state
+            .analyzer()
+            .execute_and_check(plan, self.state.config_options(), |_, _| {})
+            .map_err(plan_error)?;
+        self.simplify(plan)
+    }
+
+    /// Runs DataFusion's expression simplifier: some functions (`coalesce`,
+    /// `nvl`, ...) are only executable in their simplified form. The other
+    /// optimizer rules are left out on purpose: they assume bounded inputs.
+    fn simplify(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
+        let optimizer = Optimizer::with_rules(vec![Arc::new(SimplifyExpressions::new())]);
+        let context = OptimizerContext::new().with_max_passes(1);
+        optimizer
+            .optimize(plan, &context, |_, _| {})
+            .map_err(plan_error)
+    }
+
+    /// Evaluates a constant interval such as `INTERVAL '2' SECOND` to
+    /// milliseconds. Months are rejected: their length varies.
+    pub fn interval_ms(&self, catalog: &Catalog, expr: &ast::Expr) -> Result<i64> {
+        let provider = Provider {
+            planner: self,
+            catalog,
+        };
+        let sql = SqlToRel::new_with_options(&provider, parser_options());
+        let planned = sql
+            .sql_to_expr(expr.clone(), &DFSchema::empty(), &mut PlannerContext::new())
+            .map_err(plan_error)?;
+        literal_interval_ms(&planned)
+            .ok_or_else(|| Error::Plan(format!("expected a fixed-length interval, got {expr}")))
+    }
+}
+
+/// Reads a literal interval as milliseconds; `None` if it is not a literal
+/// interval of fixed length.
+pub fn literal_interval_ms(expr: &Expr) -> Option<i64> {
+    let Expr::Literal(value, _) = expr else {
+        return None;
+    };
+    match value {
+        ScalarValue::IntervalMonthDayNano(Some(v)) if v.months == 0 => {
+            Some(v.days as i64 * 86_400_000 + v.nanoseconds / 1_000_000)
+        }
+        ScalarValue::IntervalDayTime(Some(v)) => {
+            Some(v.days as i64 * 86_400_000 + v.milliseconds as i64)
+        }
+        _ => None,
+    }
+}
+
+fn parser_options() -> ParserOptions {
+    ParserOptions {
+        map_string_types_to_utf8view: false,
+        ..ParserOptions::new()
+    }
+}
+
+/// Rewrites DataFusion's planning errors into vigil's words where theirs
+/// would confuse (streams are not tables in a `datafusion.public` schema).
+fn plan_error(err: DataFusionError) -> Error {
+    let text = err.strip_backtrace();
+    let text = text
+        .trim_start_matches("Error during planning: ")
+        .replace("datafusion.public.", "");
+    Error::Plan(text)
+}
+
+struct Provider<'a> {
+    planner: &'a SqlPlanner,
+    catalog: &'a Catalog,
+}
+
+impl ContextProvider for Provider<'_> {
+    fn get_table_source(
+        &self,
+        name: TableReference,
+    ) -> datafusion::error::Result<Arc<dyn TableSource>> {
+        let def = self
+            .catalog
+            .stream(name.table())
+            .ok_or_else(|| DataFusionError::Plan(format!("unknown stream '{}'", name.table())))?;
+        Ok(Arc::new(StreamSource { def: def.clone() }))
+    }
+
+    fn get_expr_planners(&self) -> &[Arc<dyn ExprPlanner>] {
+        self.planner.state.expr_planners()
+    }
+
+    fn get_relation_planners(&self) -> &[Arc<dyn RelationPlanner>] {
+        &self.planner.relation_planners
+    }
+
+    fn get_function_meta(&self, name: &str) -> Option<Arc<ScalarUDF>> {
+        self.planner.state.scalar_functions().get(name).cloned()
+    }
+
+    fn get_higher_order_meta(&self, name: &str) -> Option<Arc<HigherOrderUDF>> {
+        self.planner
+            .state
+            .higher_order_functions()
+            .get(name)
+            .cloned()
+    }
+
+    fn get_aggregate_meta(&self, name: &str) -> Option<Arc<AggregateUDF>> {
+        self.planner.state.aggregate_functions().get(name).cloned()
+    }
+
+    fn get_window_meta(&self, name: &str) -> Option<Arc<WindowUDF>> {
+        self.planner.state.window_functions().get(name).cloned()
+    }
+
+    fn get_variable_type(&self, _variable_names: &[String]) -> Option<DataType> {
+        None
+    }
+
+    fn options(&self) -> &ConfigOptions {
+        self.planner.state.config_options()
+    }
+
+    fn udf_names(&self) -> Vec<String> {
+        self.planner
+            .state
+            .scalar_functions()
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    fn higher_order_function_names(&self) -> Vec<String> {
+        self.planner
+            .state
+            .higher_order_functions()
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    fn udaf_names(&self) -> Vec<String> {
+        self.planner
+            .state
+            .aggregate_functions()
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    fn udwf_names(&self) -> Vec<String> {
+        self.planner
+            .state
+            .window_functions()
+            .keys()
+            .cloned()
+            .collect()
+    }
+}

@@ -1,0 +1,143 @@
+//! The runtime: tokio tasks joined by bounded channels.
+//!
+//! Each stream used by a run gets one source task, which reads it once and
+//! fans its batches out to every query over it. Each query is a line of
+//! tasks (one per fused operator chain) ending in a sink task. Channels are
+//! bounded, so a slow sink slows the source instead of buffering without
+//! limit. At the end of a finite input the source sends the final
+//! watermark, every window fires, and the tasks end in order.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::sync::mpsc::{self, Receiver, Sender};
+use tokio::task::JoinHandle;
+
+use crate::connectors::{Sink, SourceConfig, SourceStats, read_source};
+use crate::error::{Error, Result};
+use crate::exec::{Chain, END_OF_INPUT, Message, QueryStats};
+use crate::planner::QueryGraph;
+
+/// Messages buffered between two tasks before the sender waits.
+pub const CHANNEL_CAPACITY: usize = 16;
+
+/// A planned query and where its results go.
+pub struct RunnableQuery {
+    /// The operator graph.
+    pub graph: QueryGraph,
+    /// The sink receiving its results.
+    pub sink: Box<dyn Sink>,
+}
+
+/// What a finished run counted.
+#[derive(Debug, Default)]
+pub struct RunReport {
+    /// Per stream read: its name and counters.
+    pub streams: Vec<(String, Arc<SourceStats>)>,
+    /// Per query, in the order given.
+    pub queries: Vec<Arc<QueryStats>>,
+}
+
+/// Runs `queries` until their inputs end; returns the counters, or the
+/// first error any task met.
+pub async fn run(queries: Vec<RunnableQuery>) -> Result<RunReport> {
+    let mut report = RunReport::default();
+    let mut sources: BTreeMap<String, (SourceConfig, Vec<Sender<Message>>)> = BTreeMap::new();
+    let mut tasks: Vec<JoinHandle<Result<()>>> = Vec::new();
+    for query in queries {
+        report.queries.push(query.graph.stats.clone());
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        let stream = &query.graph.stream;
+        sources
+            .entry(stream.name.clone())
+            .or_insert_with(|| (stream.source.clone(), Vec::new()))
+            .1
+            .push(tx);
+        let stats = query.graph.stats.clone();
+        let mut input = rx;
+        for stage in query.graph.stages {
+            let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+            tasks.push(tokio::spawn(run_stage(Chain::new(stage), input, tx)));
+            input = rx;
+        }
+        tasks.push(tokio::task::spawn_blocking(move || {
+            run_sink(query.sink, input, &stats)
+        }));
+    }
+    for (name, (config, subscribers)) in sources {
+        let stats = Arc::new(SourceStats::default());
+        report.streams.push((name, stats.clone()));
+        tasks.push(tokio::task::spawn_blocking(move || {
+            run_source(&config, &stats, subscribers)
+        }));
+    }
+    let mut first_error = None;
+    for task in tasks {
+        let outcome = task
+            .await
+            .unwrap_or_else(|e| Err(Error::Connector(format!("a task failed: {e}"))));
+        if let Err(e) = outcome {
+            first_error.get_or_insert(e);
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(report),
+    }
+}
+
+fn run_source(
+    config: &SourceConfig,
+    stats: &SourceStats,
+    subscribers: Vec<Sender<Message>>,
+) -> Result<()> {
+    let mut emit = |batch| {
+        let mut alive = false;
+        for tx in &subscribers {
+            alive |= tx
+                .blocking_send(Message::Batch(Clone::clone(&batch)))
+                .is_ok();
+        }
+        alive
+    };
+    read_source(config, stats, &mut emit)?;
+    for tx in &subscribers {
+        let _ = tx.blocking_send(Message::Watermark(END_OF_INPUT));
+    }
+    Ok(())
+}
+
+async fn run_stage(
+    mut chain: Chain,
+    mut input: Receiver<Message>,
+    output: Sender<Message>,
+) -> Result<()> {
+    while let Some(message) = input.recv().await {
+        for out in chain.process(message)? {
+            if output.send(out).await.is_err() {
+                return Ok(());
+            }
+        }
+        if chain.finished() {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+fn run_sink(
+    mut sink: Box<dyn Sink>,
+    mut input: Receiver<Message>,
+    stats: &QueryStats,
+) -> Result<()> {
+    while let Some(message) = input.blocking_recv() {
+        if let Message::Batch(batch) = message {
+            stats
+                .rows_out
+                .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+            sink.write(&batch)?;
+        }
+    }
+    sink.finish()
+}

@@ -1,0 +1,368 @@
+//! The parser: vigil's statements on top of sqlparser, the way DataFusion's
+//! `DFParser` wraps it.
+//!
+//! Standard SQL (`SELECT`, `INSERT INTO`, `EXPLAIN`) is parsed by sqlparser;
+//! `CREATE STREAM` (with its `WATERMARK FOR` clause) and `CREATE SINK` are
+//! parsed here from the same token stream. Every error carries the line and
+//! column of the offending token and renders it with a caret.
+
+mod error;
+
+use datafusion::sql::sqlparser::ast::{
+    self, DataType, Expr, Ident, ObjectName, Query, TableObject, Value,
+};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::parser::{Parser, ParserError};
+use datafusion::sql::sqlparser::tokenizer::{Location, Token, Tokenizer};
+
+use crate::error::{Error, Result};
+pub use error::render_error;
+
+/// One statement of a script, with where it starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Statement {
+    /// What the statement says.
+    pub kind: StatementKind,
+    /// 1-based line of its first token.
+    pub line: u64,
+    /// 1-based column of its first token.
+    pub column: u64,
+}
+
+/// The statements vigil understands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StatementKind {
+    /// `CREATE STREAM name (...) [WITH (...)]`.
+    CreateStream(Box<CreateStream>),
+    /// `CREATE SINK name WITH (...)`.
+    CreateSink(CreateSink),
+    /// A continuous query, optionally routed with `INSERT INTO sink`.
+    Query {
+        /// The query.
+        query: Box<Query>,
+        /// The sink named by `INSERT INTO`, if any.
+        sink: Option<String>,
+    },
+    /// `EXPLAIN <query>`.
+    Explain(Box<Query>),
+}
+
+/// `CREATE STREAM`: a named, typed, unbounded input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateStream {
+    /// Stream name, normalised like DataFusion table names.
+    pub name: String,
+    /// Declared columns in order.
+    pub columns: Vec<ColumnDef>,
+    /// The `WATERMARK FOR` clause, if any.
+    pub watermark: Option<WatermarkDef>,
+    /// `WITH (key = 'value')` options; keys lower-cased.
+    pub options: Vec<(String, String)>,
+}
+
+/// One declared column.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ColumnDef {
+    /// Column name (unquoted names are lower-cased, quoted ones kept).
+    pub name: String,
+    /// Declared SQL type.
+    pub data_type: DataType,
+    /// Where the column was declared, for error messages.
+    pub location: Location,
+}
+
+/// `WATERMARK FOR col AS col - INTERVAL '...'`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatermarkDef {
+    /// The event-time column.
+    pub column: String,
+    /// The delay expression (`INTERVAL '2' SECOND`); `None` means no delay.
+    pub delay: Option<Expr>,
+    /// Where the clause starts.
+    pub location: Location,
+}
+
+/// `CREATE SINK name WITH (...)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateSink {
+    /// Sink name.
+    pub name: String,
+    /// `WITH` options; keys lower-cased.
+    pub options: Vec<(String, String)>,
+}
+
+/// Parses a whole script of `;`-separated statements.
+pub fn parse_script(sql: &str) -> Result<Vec<Statement>> {
+    ScriptParser::new(sql)?.parse_all()
+}
+
+/// Normalises an identifier the way DataFusion does: unquoted names are
+/// lower-cased, quoted names are kept as written.
+pub fn normalize_ident(ident: &Ident) -> String {
+    match ident.quote_style {
+        Some(_) => ident.value.clone(),
+        None => ident.value.to_ascii_lowercase(),
+    }
+}
+
+struct ScriptParser<'a> {
+    sql: &'a str,
+    parser: Parser<'a>,
+}
+
+const DIALECT: GenericDialect = GenericDialect {};
+
+impl<'a> ScriptParser<'a> {
+    fn new(sql: &'a str) -> Result<Self> {
+        let tokens = Tokenizer::new(&DIALECT, sql)
+            .tokenize_with_location()
+            .map_err(|e| Error::Parse(render_error(sql, &e.message, e.location)))?;
+        let parser = Parser::new(&DIALECT).with_tokens_with_locations(tokens);
+        Ok(Self { sql, parser })
+    }
+
+    fn parse_all(mut self) -> Result<Vec<Statement>> {
+        let mut statements = Vec::new();
+        loop {
+            while self.parser.consume_token(&Token::SemiColon) {}
+            let start = self.parser.peek_token();
+            if start.token == Token::EOF {
+                return Ok(statements);
+            }
+            let kind = self.parse_statement()?;
+            statements.push(Statement {
+                kind,
+                line: start.span.start.line,
+                column: start.span.start.column,
+            });
+            let next = self.parser.peek_token();
+            if !matches!(next.token, Token::SemiColon | Token::EOF) {
+                return Err(self.error_at(
+                    &format!("Expected: end of statement (;), found: {}", next.token),
+                    next.span.start,
+                ));
+            }
+        }
+    }
+
+    fn parse_statement(&mut self) -> Result<StatementKind> {
+        if self.peek_words(&["CREATE", "STREAM"]) {
+            self.parser.next_token();
+            self.parser.next_token();
+            return self
+                .parse_create_stream()
+                .map(|s| StatementKind::CreateStream(Box::new(s)));
+        }
+        if self.peek_words(&["CREATE", "SINK"]) {
+            self.parser.next_token();
+            self.parser.next_token();
+            return self.parse_create_sink().map(StatementKind::CreateSink);
+        }
+        let start = self.parser.peek_token().span.start;
+        let statement = self.parser.parse_statement().map_err(|e| self.wrap(e))?;
+        self.classify(statement, start)
+    }
+
+    /// Maps a standard statement onto the ones vigil runs.
+    fn classify(&self, statement: ast::Statement, start: Location) -> Result<StatementKind> {
+        match statement {
+            ast::Statement::Query(query) => Ok(StatementKind::Query { query, sink: None }),
+            ast::Statement::Insert(insert) => {
+                let TableObject::TableName(name) = &insert.table else {
+                    return Err(self.error_at("INSERT INTO needs a sink name", start));
+                };
+                let Some(source) = insert.source else {
+                    return Err(self.error_at("INSERT INTO needs a SELECT", start));
+                };
+                Ok(StatementKind::Query {
+                    query: source,
+                    sink: Some(object_name(name)),
+                })
+            }
+            ast::Statement::Explain { statement, .. } => match *statement {
+                ast::Statement::Query(query) => Ok(StatementKind::Explain(query)),
+                _ => Err(self.error_at("EXPLAIN takes a query", start)),
+            },
+            other => Err(self.error_at(
+                &format!(
+                    "unsupported statement: {}",
+                    other
+                        .to_string()
+                        .split_whitespace()
+                        .take(3)
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ),
+                start,
+            )),
+        }
+    }
+
+    fn parse_create_stream(&mut self) -> Result<CreateStream> {
+        let name = self.parse_name()?;
+        self.expect(Token::LParen)?;
+        let mut columns = Vec::new();
+        let mut watermark = None;
+        loop {
+            let at = self.parser.peek_token().span.start;
+            if self.peek_words(&["WATERMARK"]) {
+                if watermark.is_some() {
+                    return Err(self.error_at("a stream has at most one WATERMARK clause", at));
+                }
+                watermark = Some(self.parse_watermark()?);
+            } else {
+                let ident = self.parser.parse_identifier().map_err(|e| self.wrap(e))?;
+                let data_type = self.parser.parse_data_type().map_err(|e| self.wrap(e))?;
+                columns.push(ColumnDef {
+                    name: normalize_ident(&ident),
+                    data_type,
+                    location: at,
+                });
+            }
+            if self.parser.consume_token(&Token::Comma) {
+                continue;
+            }
+            self.expect(Token::RParen)?;
+            break;
+        }
+        let options = self.parse_with_options()?;
+        Ok(CreateStream {
+            name,
+            columns,
+            watermark,
+            options,
+        })
+    }
+
+    fn parse_watermark(&mut self) -> Result<WatermarkDef> {
+        let location = self.parser.next_token().span.start; // WATERMARK
+        if !self.parser.parse_keyword(Keyword::FOR) {
+            return Err(self.unexpected("FOR"));
+        }
+        let column = normalize_ident(&self.parser.parse_identifier().map_err(|e| self.wrap(e))?);
+        if !self.parser.parse_keyword(Keyword::AS) {
+            return Err(self.unexpected("AS"));
+        }
+        let expr_at = self.parser.peek_token().span.start;
+        let expr = self.parser.parse_expr().map_err(|e| self.wrap(e))?;
+        let delay = match expr {
+            Expr::Identifier(ref id) if normalize_ident(id) == column => None,
+            Expr::BinaryOp {
+                left,
+                op: ast::BinaryOperator::Minus,
+                right,
+            } if matches!(&*left, Expr::Identifier(id) if normalize_ident(id) == column) => {
+                Some(*right)
+            }
+            _ => {
+                return Err(self.error_at(
+                    &format!(
+                        "WATERMARK expression must be `{column}` or `{column} - INTERVAL '...'`"
+                    ),
+                    expr_at,
+                ));
+            }
+        };
+        Ok(WatermarkDef {
+            column,
+            delay,
+            location,
+        })
+    }
+
+    fn parse_create_sink(&mut self) -> Result<CreateSink> {
+        let name = self.parse_name()?;
+        let options = self.parse_with_options()?;
+        if options.is_empty() {
+            return Err(self.unexpected("WITH (connector = ...)"));
+        }
+        Ok(CreateSink { name, options })
+    }
+
+    fn parse_with_options(&mut self) -> Result<Vec<(String, String)>> {
+        if !self.parser.parse_keyword(Keyword::WITH) {
+            return Ok(Vec::new());
+        }
+        self.expect(Token::LParen)?;
+        let mut options = Vec::new();
+        loop {
+            let key = self.parser.parse_identifier().map_err(|e| self.wrap(e))?;
+            self.expect(Token::Eq)?;
+            let at = self.parser.peek_token().span.start;
+            let value = self.parser.parse_value().map_err(|e| self.wrap(e))?;
+            let value = match value.value {
+                Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s,
+                Value::Number(n, _) => n.to_string(),
+                Value::Boolean(b) => b.to_string(),
+                other => {
+                    return Err(
+                        self.error_at(&format!("option value {other} must be a string"), at)
+                    );
+                }
+            };
+            options.push((key.value.to_ascii_lowercase(), value));
+            if !self.parser.consume_token(&Token::Comma) {
+                break;
+            }
+        }
+        self.expect(Token::RParen)?;
+        Ok(options)
+    }
+
+    fn parse_name(&mut self) -> Result<String> {
+        let ident = self.parser.parse_identifier().map_err(|e| self.wrap(e))?;
+        Ok(normalize_ident(&ident))
+    }
+
+    fn peek_words(&self, words: &[&str]) -> bool {
+        words.iter().enumerate().all(|(i, word)| {
+            matches!(&self.parser.peek_nth_token(i).token,
+                Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word))
+        })
+    }
+
+    fn expect(&mut self, token: Token) -> Result<()> {
+        self.parser
+            .expect_token(&token)
+            .map(|_| ())
+            .map_err(|e| self.wrap(e))
+    }
+
+    fn unexpected(&self, expected: &str) -> Error {
+        let found = self.parser.peek_token();
+        self.error_at(
+            &format!("Expected: {expected}, found: {}", found.token),
+            found.span.start,
+        )
+    }
+
+    fn error_at(&self, message: &str, at: Location) -> Error {
+        Error::Parse(render_error(self.sql, message, at))
+    }
+
+    /// sqlparser puts the position inside its message; pull it out so every
+    /// parse error is rendered the same way.
+    fn wrap(&self, err: ParserError) -> Error {
+        let text = match err {
+            ParserError::TokenizerError(m) | ParserError::ParserError(m) => m,
+            ParserError::RecursionLimitExceeded => "statement nests too deeply".to_string(),
+        };
+        match error::split_location(&text) {
+            Some((message, at)) => self.error_at(message, at),
+            None => self.error_at(&text, self.parser.peek_token().span.start),
+        }
+    }
+}
+
+fn object_name(name: &ObjectName) -> String {
+    name.0
+        .iter()
+        .filter_map(|part| part.as_ident())
+        .map(normalize_ident)
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+#[cfg(test)]
+mod tests;

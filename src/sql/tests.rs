@@ -1,0 +1,96 @@
+use super::*;
+
+fn one(sql: &str) -> StatementKind {
+    let mut statements = parse_script(sql).expect("parses");
+    assert_eq!(statements.len(), 1);
+    statements.remove(0).kind
+}
+
+fn error(sql: &str) -> String {
+    parse_script(sql).expect_err("must fail").to_string()
+}
+
+#[test]
+fn create_stream_with_watermark_and_options() {
+    let StatementKind::CreateStream(s) = one(
+        "CREATE STREAM Metrics (ts TIMESTAMP, \"Host\" TEXT, cpu DOUBLE,
+           WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)
+         WITH (connector = 'file', PATH = 'm.csv', batch_size = 10);",
+    ) else {
+        panic!("not a stream")
+    };
+    assert_eq!(s.name, "metrics");
+    let names: Vec<_> = s.columns.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["ts", "Host", "cpu"]);
+    let w = s.watermark.expect("watermark");
+    assert_eq!(w.column, "ts");
+    assert_eq!(w.delay.expect("delay").to_string(), "INTERVAL '2' SECOND");
+    assert_eq!(
+        s.options,
+        [
+            ("connector".to_string(), "file".to_string()),
+            ("path".to_string(), "m.csv".to_string()),
+            ("batch_size".to_string(), "10".to_string())
+        ]
+    );
+}
+
+#[test]
+fn watermark_without_delay() {
+    let StatementKind::CreateStream(s) = one(
+        "CREATE STREAM s (\"timestamp\" TIMESTAMP, WATERMARK FOR \"timestamp\" AS \"timestamp\")",
+    ) else {
+        panic!("not a stream")
+    };
+    let w = s.watermark.expect("watermark");
+    assert_eq!(w.column, "timestamp");
+    assert!(w.delay.is_none());
+}
+
+#[test]
+fn watermark_on_other_column_is_rejected() {
+    let e = error(
+        "CREATE STREAM s (ts TIMESTAMP, t2 TIMESTAMP, WATERMARK FOR ts AS t2 - INTERVAL '1' SECOND)",
+    );
+    assert!(e.contains("WATERMARK expression must be"), "{e}");
+    assert!(e.contains("line 1, column 66"), "{e}");
+}
+
+#[test]
+fn sink_insert_and_explain() {
+    let statements = parse_script(
+        "CREATE SINK out WITH (connector = 'file', path = 'o.csv');
+         INSERT INTO out SELECT * FROM s;
+         EXPLAIN SELECT 1;",
+    )
+    .expect("parses");
+    assert!(matches!(&statements[0].kind, StatementKind::CreateSink(s) if s.name == "out"));
+    assert!(
+        matches!(&statements[1].kind, StatementKind::Query { sink: Some(n), .. } if n == "out")
+    );
+    assert!(matches!(&statements[2].kind, StatementKind::Explain(_)));
+    assert_eq!(statements[1].line, 2);
+}
+
+#[test]
+fn errors_carry_line_column_and_caret() {
+    let e = error("CREATE STREAM s (ts TIMESTAMP);\nSELEC host FROM s;");
+    assert!(e.contains("at line 2, column 1"), "{e}");
+    assert!(e.contains(" 2 | SELEC host FROM s;\n   | ^"), "{e}");
+    let e = error("SELECT a FROM s WHERE;");
+    assert!(e.contains("line 1, column 22"), "{e}");
+    let e = error("SELECT 'unterminated FROM s;");
+    assert!(e.contains("line 1, column"), "{e}");
+}
+
+#[test]
+fn unsupported_statements_are_named() {
+    let e = error("DROP TABLE x;");
+    assert!(e.contains("unsupported statement: DROP TABLE x"), "{e}");
+}
+
+#[test]
+fn statements_need_separators() {
+    let e = error("SELECT 1 SELECT 2");
+    assert!(e.contains("line 1, column 10"), "{e}");
+}

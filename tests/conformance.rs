@@ -1,0 +1,422 @@
+//! Conformance suite: runs every `tests/cases/*.case` file against the real
+//! `vigil` binary and reports every failing case at the end.
+//!
+//! # Case file format
+//!
+//! ```text
+//! # free comment lines at the top describe the case
+//! --- file metrics.csv
+//! ts,host,cpu
+//! 1000,a,1.5
+//! --- sql
+//! CREATE STREAM ...;
+//! SELECT ...;
+//! --- output
+//! header,line
+//! row,values
+//! --- stderr
+//! vigil: query 1: out=3 late=1
+//! --- expect-file out.csv
+//! header,line
+//! row,values
+//! --- error
+//! substring expected on stderr when the run must fail
+//! ```
+//!
+//! Everything before the first `--- ` line is a free comment. A section runs
+//! until the next line starting with `--- `; trailing blank lines of a
+//! section are dropped.
+//!
+//! - `--- file NAME` (any number): written into a fresh temp dir (with a
+//!   trailing newline).
+//! - `--- sql` (exactly one): written there as `case.sql`. The harness runs
+//!   `vigil run case.sql --format csv` with the temp dir as cwd, stdin empty.
+//! - `--- args` (optional): replaces `--format csv`; whitespace-separated.
+//! - `--- output` (optional): the expected stdout as CSV. The header line must
+//!   match exactly; data rows are compared as a multiset. A field that parses
+//!   as a number on both sides matches within 1e-6 relative (or 1e-9
+//!   absolute) tolerance; an empty field is NULL and matches only an empty
+//!   field. An output section with no data rows also accepts empty stdout.
+//! - `--- expect-file NAME` (any number): after the run, file NAME in the temp
+//!   dir must exist and match, with the same comparison as `--- output`.
+//! - `--- stderr` (optional): each non-empty line must occur in stderr.
+//! - `--- error` (optional): the run must exit non-zero and each non-empty
+//!   line must occur in stderr. Without it the exit code must be 0.
+//!
+//! A run must never panic (`panicked at` on stderr fails the case) and is
+//! killed after [`TIMEOUT`]. Set `VIGIL_CASE=substring` to run only the cases
+//! whose file name contains the substring.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest a single case may run before it is killed and failed.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One parsed `.case` file.
+#[derive(Debug, Default, PartialEq)]
+struct Case {
+    files: Vec<(String, String)>,
+    sql: String,
+    args: Option<Vec<String>>,
+    output: Option<String>,
+    stderr: Vec<String>,
+    error: Option<Vec<String>>,
+    expect_files: Vec<(String, String)>,
+}
+
+/// Parses the text of a case file.
+fn parse_case(text: &str) -> Result<Case, String> {
+    let mut case = Case::default();
+    let mut sql = None;
+    // (section header, body lines)
+    let mut sections: Vec<(String, Vec<&str>)> = Vec::new();
+    for line in text.lines() {
+        if let Some(header) = line.strip_prefix("--- ") {
+            sections.push((header.trim().to_string(), Vec::new()));
+        } else if let Some((_, body)) = sections.last_mut() {
+            body.push(line);
+        } // else: leading comment
+    }
+    for (header, mut body) in sections {
+        while body.last().is_some_and(|l| l.trim().is_empty()) {
+            body.pop();
+        }
+        let text = body.join("\n");
+        let lines = || -> Vec<String> {
+            body.iter()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| l.to_string())
+                .collect()
+        };
+        let (kind, name) = match header.split_once(char::is_whitespace) {
+            Some((k, n)) => (k, Some(n.trim().to_string())),
+            None => (header.as_str(), None),
+        };
+        match (kind, name) {
+            ("file", Some(name)) => case.files.push((name, text)),
+            ("expect-file", Some(name)) => case.expect_files.push((name, text)),
+            ("sql", None) if sql.is_none() => sql = Some(text),
+            ("sql", None) => return Err("more than one `--- sql` section".into()),
+            ("args", None) => case.args = Some(text.split_whitespace().map(String::from).collect()),
+            ("output", None) => case.output = Some(text),
+            ("stderr", None) => case.stderr = lines(),
+            ("error", None) => case.error = Some(lines()),
+            _ => return Err(format!("unknown section `--- {header}`")),
+        }
+    }
+    case.sql = sql.ok_or("missing `--- sql` section")?;
+    Ok(case)
+}
+
+/// Splits one CSV line into fields (RFC 4180 quoting, no embedded newlines).
+fn split_csv(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut in_quotes = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if in_quotes && chars.peek() == Some(&'"') => {
+                chars.next();
+                fields.last_mut().unwrap().push('"');
+            }
+            '"' => in_quotes = !in_quotes,
+            ',' if !in_quotes => fields.push(String::new()),
+            c => fields.last_mut().unwrap().push(c),
+        }
+    }
+    fields
+}
+
+/// True when two CSV fields are equal: textually, or as numbers within
+/// 1e-6 relative / 1e-9 absolute tolerance. Empty (NULL) matches only empty.
+fn fields_match(expected: &str, actual: &str) -> bool {
+    if expected == actual {
+        return true;
+    }
+    match (expected.trim().parse::<f64>(), actual.trim().parse::<f64>()) {
+        (Ok(e), Ok(a)) if e.is_finite() && a.is_finite() => {
+            let diff = (e - a).abs();
+            diff <= 1e-9 || diff <= 1e-6 * e.abs().max(a.abs())
+        }
+        _ => false,
+    }
+}
+
+fn rows_match(expected: &[String], actual: &[String]) -> bool {
+    expected.len() == actual.len() && expected.iter().zip(actual).all(|(e, a)| fields_match(e, a))
+}
+
+/// Compares CSV text: exact header line, then data rows as a multiset.
+/// Returns a description of every difference.
+fn compare_csv(expected: &str, actual: &str) -> Result<(), String> {
+    let exp: Vec<&str> = expected.lines().collect();
+    let act: Vec<&str> = actual.lines().collect();
+    if exp.len() <= 1 && act.is_empty() {
+        return Ok(()); // no data rows expected; an engine may omit the header
+    }
+    let mut problems = Vec::new();
+    match (exp.first(), act.first()) {
+        (Some(e), Some(a)) if e == a => {}
+        (e, a) => problems.push(format!(
+            "header differs: expected {:?}, actual {:?}",
+            e.unwrap_or(&"<none>"),
+            a.unwrap_or(&"<none>")
+        )),
+    }
+    let exp_rows: Vec<Vec<String>> = exp.iter().skip(1).map(|l| split_csv(l)).collect();
+    let mut act_rows: Vec<Option<Vec<String>>> =
+        act.iter().skip(1).map(|l| Some(split_csv(l))).collect();
+    for (i, row) in exp_rows.iter().enumerate() {
+        let found = act_rows
+            .iter_mut()
+            .find(|a| a.as_ref().is_some_and(|a| rows_match(row, a)));
+        match found {
+            Some(slot) => *slot = None,
+            None => problems.push(format!("missing row: {}", exp[i + 1])),
+        }
+    }
+    for (i, row) in act_rows.iter().enumerate() {
+        if row.is_some() {
+            problems.push(format!("unexpected row: {}", act[i + 1]));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+struct RunResult {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    timed_out: bool,
+}
+
+/// Runs the binary in `dir`, capturing output, killing it after [`TIMEOUT`].
+fn run_vigil(dir: &Path, args: &[String]) -> RunResult {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .arg("run")
+        .arg("case.sql")
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn vigil");
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = pipe.read_to_end(&mut buf);
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let start = Instant::now();
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait vigil") {
+            break status;
+        }
+        if start.elapsed() > TIMEOUT {
+            timed_out = true;
+            let _ = child.kill();
+            break child.wait().expect("wait vigil");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    RunResult {
+        code: status.code(),
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+        timed_out,
+    }
+}
+
+/// Runs one case; `Err` carries the full failure report.
+fn run_case(name: &str, text: &str) -> Result<(), String> {
+    let case = parse_case(text).map_err(|e| format!("=== {name}: bad case file: {e}"))?;
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (file, content) in &case.files {
+        let path = dir.path().join(file);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("create dir");
+        }
+        std::fs::write(&path, format!("{content}\n")).expect("write case file");
+    }
+    std::fs::write(dir.path().join("case.sql"), format!("{}\n", case.sql)).expect("write sql");
+    let default_args = vec!["--format".to_string(), "csv".to_string()];
+    let run = run_vigil(dir.path(), case.args.as_ref().unwrap_or(&default_args));
+
+    let mut problems = Vec::new();
+    if run.timed_out {
+        problems.push(format!("killed after {TIMEOUT:?}"));
+    }
+    if run.stderr.contains("panicked at") {
+        problems.push("the binary panicked".to_string());
+    }
+    match (&case.error, run.code) {
+        (None, Some(0)) => {}
+        (None, code) => problems.push(format!("expected exit code 0, got {code:?}")),
+        (Some(_), Some(c)) if c != 0 => {}
+        (Some(_), code) => problems.push(format!("expected a non-zero exit code, got {code:?}")),
+    }
+    let wanted = case.error.iter().flatten().chain(&case.stderr);
+    for needle in wanted {
+        if !run.stderr.contains(needle.as_str()) {
+            problems.push(format!("stderr lacks {needle:?}"));
+        }
+    }
+    if let Some(Err(diff)) = case.output.as_ref().map(|e| compare_csv(e, &run.stdout)) {
+        problems.push(format!("stdout differs:\n{}", indent(&diff)));
+    }
+    for (file, expected) in &case.expect_files {
+        match std::fs::read_to_string(dir.path().join(file)) {
+            Ok(actual) => {
+                if let Err(diff) = compare_csv(expected, &actual) {
+                    problems.push(format!(
+                        "file {file} differs:\n{}\n  expected {file}:\n{}\n  actual {file}:\n{}",
+                        indent(&diff),
+                        indent(expected),
+                        indent(&actual)
+                    ));
+                }
+            }
+            Err(e) => problems.push(format!("file {file} not readable: {e}")),
+        }
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let mut report = format!("=== {name}: FAILED (exit code {:?})\n", run.code);
+    for p in &problems {
+        report.push_str(&format!("- {p}\n"));
+    }
+    if let Some(expected) = &case.output {
+        report.push_str(&format!("  expected stdout:\n{}\n", indent(expected)));
+    }
+    report.push_str(&format!("  actual stdout:\n{}\n", indent(&run.stdout)));
+    report.push_str(&format!("  stderr:\n{}\n", indent(&run.stderr)));
+    Err(report)
+}
+
+fn indent(text: &str) -> String {
+    if text.is_empty() {
+        return "    <empty>".to_string();
+    }
+    text.lines()
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn case_files() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cases");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "case"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn conformance_suite() {
+    let filter = std::env::var("VIGIL_CASE").ok();
+    let mut ran = 0;
+    let mut failures = Vec::new();
+    for path in case_files() {
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
+            continue;
+        }
+        ran += 1;
+        let text = std::fs::read_to_string(&path).expect("read case");
+        if let Err(report) = run_case(&name, &text) {
+            failures.push((name, report));
+        }
+    }
+    assert!(ran > 0, "no conformance case matched VIGIL_CASE={filter:?}");
+    if !failures.is_empty() {
+        for (_, report) in &failures {
+            eprintln!("{report}");
+        }
+        let names: Vec<&str> = failures.iter().map(|(n, _)| n.as_str()).collect();
+        panic!(
+            "{} of {ran} conformance cases failed: {}",
+            failures.len(),
+            names.join(", ")
+        );
+    }
+}
+
+#[test]
+fn fields_match_numbers_and_nulls() {
+    assert!(fields_match("a", "a"));
+    assert!(!fields_match("a", "A"));
+    assert!(fields_match("2", "2.0"));
+    assert!(fields_match("2.138089935", "2.138089935299395"));
+    assert!(fields_match("1000000", "1000000.5"));
+    assert!(!fields_match("1.5", "1.6"));
+    assert!(fields_match("0", "0.0000000001"));
+    assert!(!fields_match("0", "0.001"));
+    assert!(fields_match("", ""));
+    assert!(!fields_match("", "0"));
+    assert!(!fields_match("0", ""));
+    assert!(!fields_match("NaN", "0"));
+    assert!(!fields_match(
+        "1970-01-01T00:00:10",
+        "1970-01-01T00:00:10.500"
+    ));
+}
+
+#[test]
+fn compare_csv_is_a_multiset_with_exact_header() {
+    let expected = "h,n\na,1\nb,2\nb,2";
+    assert!(compare_csv(expected, "h,n\nb,2.0\na,1\nb,2\n").is_ok());
+    // Multiplicity matters.
+    let err = compare_csv(expected, "h,n\na,1\nb,2\n").unwrap_err();
+    assert!(err.contains("missing row: b,2"), "{err}");
+    let err = compare_csv(expected, "h,n\na,1\nb,2\nb,2\nb,2\n").unwrap_err();
+    assert!(err.contains("unexpected row: b,2"), "{err}");
+    // Header is exact.
+    let err = compare_csv("h,n\na,1", "h,N\na,1\n").unwrap_err();
+    assert!(err.contains("header differs"), "{err}");
+    // NULL is an empty field and is not 0; field counts must agree.
+    assert!(compare_csv("h,n\na,", "h,n\na,\n").is_ok());
+    assert!(compare_csv("h,n\na,", "h,n\na,0\n").is_err());
+    assert!(compare_csv("h,n\na,1", "h,n\na,1,\n").is_err());
+    // Quoted fields.
+    assert!(compare_csv("h,n\n\"x,y\",1", "h,n\n\"x,y\",1.0\n").is_ok());
+    // No data rows expected: empty output or a lone header both pass.
+    assert!(compare_csv("h,n", "").is_ok());
+    assert!(compare_csv("h,n", "h,n\n").is_ok());
+    assert!(compare_csv("", "").is_ok());
+    assert!(compare_csv("h,n", "h,n\na,1\n").is_err());
+}
+
+#[test]
+fn parse_case_sections() {
+    let text = "# comment\n--- file m.csv\nts,host\n1000,a\n\n--- sql\nSELECT 1;\n--- args\n--format csv\n--- output\nh\n1\n--- stderr\nrows=1\n\n--- expect-file o.csv\nh\n--- error\nboom\n";
+    let case = parse_case(text).unwrap();
+    assert_eq!(
+        case.files,
+        vec![("m.csv".to_string(), "ts,host\n1000,a".to_string())]
+    );
+    assert_eq!(case.sql, "SELECT 1;");
+    assert_eq!(case.args, Some(vec!["--format".into(), "csv".into()]));
+    assert_eq!(case.output.as_deref(), Some("h\n1"));
+    assert_eq!(case.stderr, vec!["rows=1".to_string()]);
+    assert_eq!(case.expect_files, vec![("o.csv".into(), "h".into())]);
+    assert_eq!(case.error, Some(vec!["boom".to_string()]));
+    assert!(parse_case("--- file a\nx\n").is_err());
+    assert!(parse_case("--- sql\nA\n--- sql\nB\n").is_err());
+    assert!(parse_case("--- sqll\nA\n").is_err());
+}

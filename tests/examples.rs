@@ -1,0 +1,701 @@
+//! Documentation and example checks.
+//!
+//! - Every ```` ```sql ```` block of `grammar/README.md` parses with
+//!   `vigil::sql::parse_script`.
+//! - Every `queries/*.sql` runs with the real binary and produces output.
+//! - Replays of the real NAB machine-temperature series (which goes back in time at data
+//!   row 10149) give the figures computed independently by `tests/nab_expected.py`.
+//! - The flagship example matches aggregates recomputed here from `queries/data/metrics.csv`.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long one `vigil run` may take before the test gives up (debug build, 2 cores).
+const RUN_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Relative tolerance for floats, as in the semantics reference.
+const REL_TOL: f64 = 1e-6;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+// ---------------------------------------------------------------------------------------
+// helpers
+// ---------------------------------------------------------------------------------------
+
+/// Runs the `vigil` binary with `args`, stdin closed, killing it after `RUN_TIMEOUT`.
+fn run_vigil(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn vigil");
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let out_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = out.read_to_end(&mut buf);
+        buf
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = err.read_to_end(&mut buf);
+        buf
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for vigil") {
+            break status;
+        }
+        if started.elapsed() > RUN_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("vigil {args:?} did not finish within {RUN_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out_reader.join().expect("stdout reader"),
+        stderr: err_reader.join().expect("stderr reader"),
+    }
+}
+
+/// Fails with the command, status and both streams unless the run succeeded cleanly.
+fn assert_clean_run(what: &str, output: &Output) {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && !stderr.contains("error:"),
+        "{what}: status {:?}\n--- stderr ---\n{stderr}\n--- stdout (first 2000 chars) ---\n{}",
+        output.status.code(),
+        stdout.chars().take(2000).collect::<String>()
+    );
+}
+
+/// Parsed CSV output: a header and rows of strings.
+struct Table {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn parse(text: &str) -> Table {
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(true)
+            .from_reader(text.as_bytes());
+        let header = reader
+            .headers()
+            .expect("CSV header")
+            .iter()
+            .map(str::to_string)
+            .collect();
+        let rows = reader
+            .records()
+            .map(|r| r.expect("CSV row").iter().map(str::to_string).collect())
+            .collect();
+        Table { header, rows }
+    }
+
+    fn col(&self, name: &str) -> usize {
+        self.header
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("no column {name:?} in output header {:?}", self.header))
+    }
+
+    /// Rows sorted by the given column (ISO timestamps sort as strings).
+    fn sorted_by(mut self, name: &str) -> Table {
+        let i = self.col(name);
+        self.rows.sort_by(|a, b| a[i].cmp(&b[i]));
+        self
+    }
+}
+
+fn close(actual: f64, expected: f64) -> bool {
+    actual == expected || (actual - expected).abs() <= REL_TOL * actual.abs().max(expected.abs())
+}
+
+fn num(s: &str, what: &str) -> f64 {
+    s.parse::<f64>()
+        .unwrap_or_else(|e| panic!("{what}: {s:?} is not a number: {e}"))
+}
+
+fn assert_close(actual: &str, expected: f64, what: &str) {
+    let a = num(actual, what);
+    assert!(
+        close(a, expected),
+        "{what}: got {a}, expected {expected} (relative tolerance {REL_TOL})"
+    );
+}
+
+/// Quotes a path as an SQL string literal.
+fn sql_string(path: &Path) -> String {
+    format!("'{}'", path.display().to_string().replace('\'', "''"))
+}
+
+/// Copies a directory tree (regular files and directories only).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create dir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("dir entry");
+        let kind = entry.file_type().expect("file type");
+        let target = to.join(entry.file_name());
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), &target).expect("copy file");
+        }
+    }
+}
+
+/// Counts the statements of a script: `;` outside strings, quoted identifiers and comments.
+fn count_statements(sql: &str) -> usize {
+    let mut count = 0;
+    let mut chars = sql.chars().peekable();
+    let mut pending = false; // some text since the last `;`
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' => {
+                pending = true;
+                // A doubled quote inside re-enters the loop as a new quoted run: fine for
+                // counting purposes.
+                for d in chars.by_ref() {
+                    if d == c {
+                        break;
+                    }
+                }
+            }
+            '-' if chars.peek() == Some(&'-') => {
+                for d in chars.by_ref() {
+                    if d == '\n' {
+                        break;
+                    }
+                }
+            }
+            ';' => {
+                count += 1;
+                pending = false;
+            }
+            c if c.is_whitespace() => {}
+            _ => pending = true,
+        }
+    }
+    assert!(!pending, "script has text after its last `;`:\n{sql}");
+    count
+}
+
+// ---------------------------------------------------------------------------------------
+// (a) grammar/README.md examples parse
+// ---------------------------------------------------------------------------------------
+
+/// Every ```` ```sql ```` block of the file, with the 1-based line of its first SQL line.
+fn sql_blocks(markdown: &str) -> Vec<(usize, String)> {
+    let mut blocks = Vec::new();
+    let mut current: Option<(usize, String)> = None;
+    for (i, line) in markdown.lines().enumerate() {
+        let trimmed = line.trim();
+        match current.as_mut() {
+            None if trimmed == "```sql" => current = Some((i + 2, String::new())),
+            None => {}
+            Some(_) if trimmed == "```" => blocks.push(current.take().expect("open block")),
+            Some((_, text)) => {
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+    }
+    assert!(
+        current.is_none(),
+        "unterminated ```sql block in grammar/README.md"
+    );
+    blocks
+}
+
+#[test]
+fn grammar_readme_sql_blocks_parse() {
+    let path = repo().join("grammar/README.md");
+    let markdown = std::fs::read_to_string(&path).expect("read grammar/README.md");
+    let blocks = sql_blocks(&markdown);
+    assert!(
+        blocks.len() >= 8,
+        "expected many ```sql examples, found {}",
+        blocks.len()
+    );
+
+    // Every construct vigil adds has at least one example.
+    for construct in [
+        "CREATE STREAM",
+        "WATERMARK FOR",
+        "WITH (",
+        "CREATE SINK",
+        "INSERT INTO",
+        "TUMBLE(",
+        "window_start",
+        "EXPLAIN",
+        "connector = 'stdin'",
+        "connector = 'stdout'",
+    ] {
+        assert!(
+            blocks.iter().any(|(_, sql)| sql.contains(construct)),
+            "grammar/README.md has no ```sql example containing {construct:?}"
+        );
+    }
+
+    let mut failures = Vec::new();
+    for (line, sql) in &blocks {
+        let expected = count_statements(sql);
+        match vigil::sql::parse_script(sql) {
+            Ok(statements) if statements.len() == expected => {}
+            Ok(statements) => failures.push(format!(
+                "grammar/README.md line {line}: parsed {} statements, expected {expected}",
+                statements.len()
+            )),
+            Err(e) => failures.push(format!("grammar/README.md line {line}: {e}")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} ```sql blocks failed:\n{}",
+        failures.len(),
+        blocks.len(),
+        failures.join("\n")
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// (b) every queries/*.sql runs
+// ---------------------------------------------------------------------------------------
+
+/// Examples that write to a file sink instead of stdout: (file, sink path relative to the
+/// example). They run in a temporary copy of `queries/`, so nothing lands in the repository.
+const FILE_SINK_EXAMPLES: &[(&str, &str)] = &[("cpu_alerts_file_sink.sql", "out/cpu_alerts.csv")];
+
+/// Examples the documentation promises.
+const REQUIRED_EXAMPLES: &[&str] = &[
+    "tumble_avg_per_host.sql",
+    "nab_machine_temperature.sql",
+    "high_cpu_rows.sql",
+    "cpu_alerts_file_sink.sql",
+    "cpu_alerts_stdout_sink.sql",
+];
+
+#[test]
+fn every_example_query_runs() {
+    let queries = repo().join("queries");
+    let mut names: Vec<String> = std::fs::read_dir(&queries)
+        .expect("read queries/")
+        .map(|e| {
+            e.expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|n| n.ends_with(".sql"))
+        .collect();
+    names.sort();
+    for required in REQUIRED_EXAMPLES {
+        assert!(
+            names.iter().any(|n| n == required),
+            "queries/{required} is missing"
+        );
+    }
+
+    // Run from a scratch copy: relative paths (data and sinks) resolve against the
+    // directory of the .sql file, so file sinks write into the scratch directory.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    copy_tree(&queries.join("data"), &scratch.path().join("data"));
+    std::fs::create_dir_all(scratch.path().join("out")).expect("create out/");
+
+    let mut failures = Vec::new();
+    for name in &names {
+        let text = std::fs::read_to_string(queries.join(name)).expect("read example");
+        let header_ok =
+            text.starts_with("--") && text.contains(&format!("vigil run queries/{name}"));
+        if !header_ok {
+            failures.push(format!(
+                "queries/{name}: must start with a comment that says `vigil run queries/{name}`"
+            ));
+        }
+        let copy = scratch.path().join(name);
+        std::fs::write(&copy, &text).expect("write example copy");
+
+        let output = run_vigil(&["run", copy.to_str().expect("utf-8 path"), "--format", "csv"]);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if !output.status.success() || stderr.contains("error:") {
+            failures.push(format!(
+                "queries/{name}: status {:?}\n{stderr}",
+                output.status.code()
+            ));
+            continue;
+        }
+        match FILE_SINK_EXAMPLES.iter().find(|(n, _)| *n == name.as_str()) {
+            Some((_, sink)) => {
+                let written =
+                    std::fs::read_to_string(scratch.path().join(sink)).unwrap_or_default();
+                if written.trim().is_empty() {
+                    failures.push(format!(
+                        "queries/{name}: file sink {sink} is missing or empty"
+                    ));
+                }
+            }
+            None if stdout.trim().is_empty() => {
+                failures.push(format!("queries/{name}: empty stdout; stderr:\n{stderr}"));
+            }
+            None => {}
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} examples failed:\n{}",
+        failures.len(),
+        names.len(),
+        failures.join("\n")
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// (c) NAB replay against independently computed figures
+// ---------------------------------------------------------------------------------------
+
+/// One expected output window: start, end, count, avg, min, max, median.
+type Window = (&'static str, &'static str, u64, f64, f64, f64, f64);
+
+/// Runs a TUMBLE of `size` over the NAB machine-temperature file, delay 0, and returns
+/// the CSV output sorted by window_start, with stderr.
+fn nab_tumble(size: &str) -> (Table, String) {
+    let data = repo().join("queries/data/nab/machine_temperature_system_failure.csv");
+    let sql = format!(
+        "CREATE STREAM machine_temperature (\n\
+         \x20 \"timestamp\" TIMESTAMP,\n\
+         \x20 \"value\" DOUBLE,\n\
+         \x20 WATERMARK FOR \"timestamp\" AS \"timestamp\"\n\
+         ) WITH (connector = 'file', path = {path}, format = 'csv');\n\
+         \n\
+         SELECT window_start, window_end, count(*) AS n, avg(\"value\") AS avg_v,\n\
+         \x20      min(\"value\") AS min_v, max(\"value\") AS max_v, median(\"value\") AS median_v\n\
+         FROM TUMBLE(machine_temperature, \"timestamp\", {size})\n\
+         GROUP BY window_start, window_end;\n",
+        path = sql_string(&data),
+    );
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let script = scratch.path().join("nab.sql");
+    std::fs::write(&script, sql).expect("write script");
+    let output = run_vigil(&[
+        "run",
+        script.to_str().expect("utf-8 path"),
+        "--format",
+        "csv",
+    ]);
+    assert_clean_run(&format!("NAB TUMBLE {size}"), &output);
+    let table = Table::parse(&String::from_utf8_lossy(&output.stdout)).sorted_by("window_start");
+    (table, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+fn check_window(table: &Table, expected: &Window) {
+    let (start, end, n, avg, min, max, median) = *expected;
+    let ws = table.col("window_start");
+    let row = table
+        .rows
+        .iter()
+        .find(|r| r[ws] == start)
+        .unwrap_or_else(|| panic!("no output window starting at {start}"));
+    let what = |c: &str| format!("window {start} {c}");
+    assert_eq!(row[table.col("window_end")], end, "{}", what("window_end"));
+    assert_eq!(row[table.col("n")], n.to_string(), "{}", what("count"));
+    assert_close(&row[table.col("avg_v")], avg, &what("avg"));
+    assert_close(&row[table.col("min_v")], min, &what("min"));
+    assert_close(&row[table.col("max_v")], max, &what("max"));
+    assert_close(&row[table.col("median_v")], median, &what("median"));
+}
+
+fn total_count(table: &Table) -> u64 {
+    let n = table.col("n");
+    table.rows.iter().map(|r| num(&r[n], "count") as u64).sum()
+}
+
+fn assert_stderr_has(stderr: &str, needle: &str) {
+    assert!(
+        stderr.contains(needle),
+        "stderr lacks {needle:?}:\n{stderr}"
+    );
+}
+
+// Figures from `python3 tests/nab_expected.py` (see that file):
+//
+// == hourly (size 3600 s)
+// rows=22695 late=0 windows=1891 rows_in_windows=22695
+// first: 2013-12-02T21:00:00 n=9 avg=78.01159600333332 min=73.96732207 max=80.35342468 median=78.71041827
+// last:  2014-02-19T15:00:00 n=6 avg=97.57444492833334 min=96.90386085 max=98.18541493 median=97.58253665999999
+// probe: 2014-01-07T02:00:00 n=24 avg=93.93972404041666 min=92.78472036 max=95.33282414 median=93.929059975
+// probe: 2014-01-07T03:00:00 n=12 avg=90.16660447666668 min=87.35805304 max=92.90193837 median=89.85138723
+const NAB_HOURLY_WINDOWS: usize = 1891;
+const NAB_ROWS: u64 = 22695;
+const NAB_HOURLY: &[Window] = &[
+    (
+        "2013-12-02T21:00:00",
+        "2013-12-02T22:00:00",
+        9,
+        78.01159600333332,
+        73.96732207,
+        80.35342468,
+        78.71041827,
+    ),
+    (
+        "2014-02-19T15:00:00",
+        "2014-02-19T16:00:00",
+        6,
+        97.57444492833334,
+        96.90386085,
+        98.18541493,
+        97.58253665999999,
+    ),
+    // The replayed hour: 12 readings, then the same 12 timestamps again, all on time.
+    (
+        "2014-01-07T02:00:00",
+        "2014-01-07T03:00:00",
+        24,
+        93.93972404041666,
+        92.78472036,
+        95.33282414,
+        93.929059975,
+    ),
+    (
+        "2014-01-07T03:00:00",
+        "2014-01-07T04:00:00",
+        12,
+        90.16660447666668,
+        87.35805304,
+        92.90193837,
+        89.85138723,
+    ),
+];
+
+#[test]
+fn nab_hourly_replay_matches_independent_computation() {
+    let (table, stderr) = nab_tumble("INTERVAL '1' HOUR");
+    assert_eq!(
+        table.rows.len(),
+        NAB_HOURLY_WINDOWS,
+        "number of hourly windows"
+    );
+    assert_eq!(total_count(&table), NAB_ROWS, "readings counted in windows");
+    let ws = table.col("window_start");
+    assert_eq!(table.rows[0][ws], NAB_HOURLY[0].0, "first window");
+    assert_eq!(
+        table.rows[table.rows.len() - 1][ws],
+        NAB_HOURLY[1].0,
+        "last window"
+    );
+    for expected in NAB_HOURLY {
+        check_window(&table, expected);
+    }
+    assert_stderr_has(
+        &stderr,
+        "vigil: stream machine_temperature: rows=22695 bad=0",
+    );
+    assert_stderr_has(&stderr, "vigil: query 1: out=1891 late=0");
+}
+
+// == 10 minutes (size 600 s)
+// rows=22695 late=10 windows=11342 rows_in_windows=22685
+// first: 2013-12-02T21:10:00 n=1 avg=73.96732207 min=73.96732207 max=73.96732207 median=73.96732207
+// last:  2014-02-19T15:20:00 n=2 avg=97.480356485 min=96.90386085 max=98.05685212 median=97.480356485
+// probe: 2014-01-07T02:00:00 n=2 avg=94.56106787499999 min=94.42340604 max=94.69872971 median=94.56106787499999
+// probe: 2014-01-07T02:40:00 n=2 avg=93.58042931 min=93.19298719 max=93.96787143 median=93.58042931
+// probe: 2014-01-07T02:50:00 n=4 avg=93.29103449 min=92.85599879 max=93.65604154 median=93.32604881500001
+const NAB_10MIN_WINDOWS: usize = 11342;
+const NAB_10MIN_LATE: u64 = 10;
+const NAB_10MIN: &[Window] = &[
+    (
+        "2013-12-02T21:10:00",
+        "2013-12-02T21:20:00",
+        1,
+        73.96732207,
+        73.96732207,
+        73.96732207,
+        73.96732207,
+    ),
+    (
+        "2014-02-19T15:20:00",
+        "2014-02-19T15:30:00",
+        2,
+        97.480356485,
+        96.90386085,
+        98.05685212,
+        97.480356485,
+    ),
+    // Closed (watermark 02:55) when its replayed rows 02:00 and 02:05 arrive: they are late.
+    (
+        "2014-01-07T02:00:00",
+        "2014-01-07T02:10:00",
+        2,
+        94.56106787499999,
+        94.42340604,
+        94.69872971,
+        94.56106787499999,
+    ),
+    (
+        "2014-01-07T02:40:00",
+        "2014-01-07T02:50:00",
+        2,
+        93.58042931,
+        93.19298719,
+        93.96787143,
+        93.58042931,
+    ),
+    // Still open (ends 03:00 > 02:55): the replayed 02:50 and 02:55 are counted, twice.
+    (
+        "2014-01-07T02:50:00",
+        "2014-01-07T03:00:00",
+        4,
+        93.29103449,
+        92.85599879,
+        93.65604154,
+        93.32604881500001,
+    ),
+];
+
+#[test]
+fn nab_ten_minute_replay_counts_late_rows() {
+    let (table, stderr) = nab_tumble("INTERVAL '10' MINUTE");
+    assert_eq!(
+        table.rows.len(),
+        NAB_10MIN_WINDOWS,
+        "number of 10-minute windows"
+    );
+    assert_eq!(
+        total_count(&table),
+        NAB_ROWS - NAB_10MIN_LATE,
+        "readings counted in windows (late rows excluded)"
+    );
+    let ws = table.col("window_start");
+    assert_eq!(table.rows[0][ws], NAB_10MIN[0].0, "first window");
+    assert_eq!(
+        table.rows[table.rows.len() - 1][ws],
+        NAB_10MIN[1].0,
+        "last window"
+    );
+    for expected in NAB_10MIN {
+        check_window(&table, expected);
+    }
+    assert_stderr_has(
+        &stderr,
+        "vigil: stream machine_temperature: rows=22695 bad=0",
+    );
+    assert_stderr_has(&stderr, "vigil: query 1: out=11342 late=10");
+}
+
+// ---------------------------------------------------------------------------------------
+// (d) the flagship example against aggregates recomputed from the CSV
+// ---------------------------------------------------------------------------------------
+
+/// `2024-05-06T09:05:41Z` -> seconds since midnight (the bundled file covers one morning).
+fn seconds_of_day(ts: &str) -> u64 {
+    assert!(
+        ts.starts_with("2024-05-06T") && ts.ends_with('Z') && ts.len() == 20,
+        "unexpected timestamp {ts:?} in metrics.csv"
+    );
+    let part = |r: std::ops::Range<usize>| ts[r].parse::<u64>().expect("time field");
+    part(11..13) * 3600 + part(14..16) * 60 + part(17..19)
+}
+
+fn iso_of_day(secs: u64) -> String {
+    format!(
+        "2024-05-06T{:02}:{:02}:{:02}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+#[test]
+fn flagship_tumble_avg_per_host_matches_the_data() {
+    // Expected: every (10-second window, host) of the file; no row is late because the
+    // file is at most 2 s out of order and the stream declares a 2-second delay.
+    let text =
+        std::fs::read_to_string(repo().join("queries/data/metrics.csv")).expect("read metrics.csv");
+    let data = Table::parse(&text);
+    let (ts, host, cpu) = (data.col("ts"), data.col("host"), data.col("cpu"));
+    let mut expected: BTreeMap<(String, String), (f64, f64, u64)> = BTreeMap::new();
+    for row in &data.rows {
+        let start = seconds_of_day(&row[ts]) / 10 * 10;
+        let value = num(&row[cpu], "cpu");
+        let entry = expected
+            .entry((iso_of_day(start), row[host].clone()))
+            .or_insert((0.0, f64::NEG_INFINITY, 0));
+        entry.0 += value;
+        entry.1 = entry.1.max(value);
+        entry.2 += 1;
+    }
+    assert_eq!(data.rows.len(), 3000);
+    assert_eq!(expected.len(), 300);
+
+    let output = run_vigil(&[
+        "run",
+        repo()
+            .join("queries/tumble_avg_per_host.sql")
+            .to_str()
+            .expect("utf-8 path"),
+        "--format",
+        "csv",
+    ]);
+    assert_clean_run("queries/tumble_avg_per_host.sql", &output);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_stderr_has(&stderr, "vigil: stream metrics: rows=3000 bad=0");
+    assert_stderr_has(&stderr, "vigil: query 1: out=300 late=0");
+
+    let table = Table::parse(&String::from_utf8_lossy(&output.stdout));
+    assert_eq!(
+        table.rows.len(),
+        expected.len(),
+        "one row per (window, host)"
+    );
+    let (ws, we, h) = (
+        table.col("window_start"),
+        table.col("window_end"),
+        table.col("host"),
+    );
+    let (avg, max, n) = (
+        table.col("avg_cpu"),
+        table.col("max_cpu"),
+        table.col("samples"),
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for row in &table.rows {
+        let key = (row[ws].clone(), row[h].clone());
+        let &(sum, peak, count) = expected
+            .get(&key)
+            .unwrap_or_else(|| panic!("unexpected output row {row:?}"));
+        assert!(seen.insert(key.clone()), "duplicate output row for {key:?}");
+        let start = seconds_of_day(&format!("{}Z", row[ws]));
+        assert_eq!(row[we], iso_of_day(start + 10), "window_end of {key:?}");
+        assert_eq!(row[n], count.to_string(), "samples of {key:?}");
+        assert_close(
+            &row[avg],
+            sum / count as f64,
+            &format!("avg_cpu of {key:?}"),
+        );
+        assert_close(&row[max], peak, &format!("max_cpu of {key:?}"));
+    }
+
+    // The incident: only web-02 peaks above 90, in the six windows of 09:05.
+    let spikes: Vec<&str> = table
+        .rows
+        .iter()
+        .filter(|r| num(&r[max], "max_cpu") > 90.0)
+        .map(|r| {
+            assert_eq!(r[h], "web-02", "only web-02 spikes");
+            r[ws].as_str()
+        })
+        .collect();
+    assert_eq!(spikes.len(), 6, "windows with max_cpu > 90: {spikes:?}");
+    assert!(spikes.iter().all(|s| s.starts_with("2024-05-06T09:05:")));
+}

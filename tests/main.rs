@@ -1,0 +1,5 @@
+//! All integration tests live in one binary so DataFusion is linked once.
+
+mod cli;
+mod conformance;
+mod examples;
