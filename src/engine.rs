@@ -198,6 +198,35 @@ mod tests {
     }
 
     #[test]
+    fn hop_and_session_windows_need_their_aggregate() {
+        let hop = "HOP(m, ts, INTERVAL '5' SECOND, INTERVAL '15' SECOND)";
+        assert!(err(&format!("SELECT * FROM {hop}")).contains("window without aggregate"));
+        assert!(
+            err(&format!(
+                "SELECT count(*) FROM {hop} WHERE window_start > ts GROUP BY window_end"
+            ))
+            .contains("window columns before the aggregate")
+        );
+        assert!(
+            err("SELECT host FROM SESSION(m, ts, INTERVAL '1' MINUTE)")
+                .contains("window without aggregate")
+        );
+        assert!(
+            err("SELECT * FROM HOP(m, ts, INTERVAL '20' SECOND, INTERVAL '10' SECOND)")
+                .contains("must not exceed")
+        );
+        let Ok(Outcome::Explain(text)) = run(&format!(
+            "EXPLAIN SELECT window_end, host, avg(cpu) FROM {hop} GROUP BY window_end, host"
+        )) else {
+            panic!("explains")
+        };
+        assert!(
+            text.contains("hop(slide 5000 ms, size 15000 ms, panes of 5000 ms)"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn planning_errors_name_the_problem() {
         assert!(err("SELECT nosuch FROM m").contains("nosuch"));
         assert!(err("SELECT * FROM nope").contains("unknown stream 'nope'"));

@@ -10,6 +10,7 @@
 mod filter;
 mod limit;
 mod project;
+mod session;
 mod watermark;
 mod window_aggregate;
 mod window_assign;
@@ -21,8 +22,11 @@ use datafusion::arrow::record_batch::RecordBatch;
 pub use filter::FilterOp;
 pub use limit::LimitOp;
 pub use project::ProjectOp;
+pub use session::{SessionAggregateOp, SessionAggregateSpec, SessionAssignOp};
 pub use watermark::WatermarkOp;
-pub use window_aggregate::{AggregateSpec, WindowAggregateOp, WindowColumn};
+pub use window_aggregate::{
+    AggregateSpec, GroupSlot, WindowAggregateOp, WindowAggregateSpec, WindowGrid, WindowInput,
+};
 pub use window_assign::WindowAssignOp;
 
 use crate::error::Result;

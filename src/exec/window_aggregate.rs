@@ -1,7 +1,9 @@
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, UInt32Array};
+use datafusion::arrow::array::{
+    ArrayRef, AsArray, BooleanArray, TimestampMillisecondArray, UInt32Array,
+};
 use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::{SchemaRef, TimestampMillisecondType};
 use datafusion::arrow::record_batch::RecordBatch;
@@ -13,15 +15,40 @@ use datafusion::physical_plan::aggregates::order::GroupOrdering;
 
 use super::{Message, Operator};
 use crate::error::Result;
+use crate::plan::WindowSpec;
 
-/// Which grouping column carries the window, and how to get its end.
+/// What one grouping column of the output holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WindowColumn {
-    /// Index among the grouping expressions.
-    pub group_index: usize,
-    /// Added to the column's value to get the window end: the window size
-    /// when grouping by `window_start`, 0 when by `window_end`.
-    pub end_offset_ms: i64,
+pub enum GroupSlot {
+    /// The i-th key expression.
+    Key(usize),
+    /// The window's start.
+    WindowStart,
+    /// The window's end.
+    WindowEnd,
+}
+
+/// How rows map to windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowGrid {
+    /// Rows carry their pane (from a window-assign operator); each window is
+    /// the merge of the panes it spans.
+    Panes(WindowSpec),
+    /// Rows carry their exact window, e.g. the results of a windowed
+    /// aggregate grouped again by window (cascading windows).
+    Exact {
+        /// Window length in milliseconds.
+        size_ms: i64,
+    },
+}
+
+/// Where each row's pane (or window) is read from.
+#[derive(Debug, Clone)]
+pub struct WindowInput {
+    /// Evaluates to the pane's (or window's) start or end per row.
+    pub expr: Arc<dyn PhysicalExpr>,
+    /// True if `expr` gives the end rather than the start.
+    pub is_end: bool,
 }
 
 /// One aggregate of the query, lowered to physical form.
@@ -33,89 +60,347 @@ pub struct AggregateSpec {
     pub filter: Option<Arc<dyn PhysicalExpr>>,
 }
 
-/// Grouped aggregation per event-time window.
-///
-/// State is kept per open window: DataFusion's `GroupValues` maps each key
-/// to a dense group id and one `GroupsAccumulator` per aggregate holds the
-/// partial results, so rows are folded in as they arrive and never buffered.
-/// When the watermark reaches a window's end, the window's groups are
-/// evaluated, emitted and dropped.
-pub struct WindowAggregateOp {
-    group_exprs: Vec<Arc<dyn PhysicalExpr>>,
-    group_schema: SchemaRef,
-    aggregates: Vec<AggregateSpec>,
-    window: WindowColumn,
-    open: BTreeMap<i64, WindowState>,
-    schema: SchemaRef,
+/// The planner's description of a windowed aggregate.
+#[derive(Debug, Clone)]
+pub struct WindowAggregateSpec {
+    /// Grouping expressions other than the window columns.
+    pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// Output fields of `keys`.
+    pub key_schema: SchemaRef,
+    /// The output's grouping columns, in order.
+    pub layout: Vec<GroupSlot>,
+    /// Where rows say which pane or window they are in.
+    pub window: WindowInput,
+    /// How panes make windows.
+    pub grid: WindowGrid,
+    /// The aggregates, in output order after the grouping columns.
+    pub aggregates: Vec<AggregateSpec>,
+    /// Output schema: grouping columns, then aggregates.
+    pub schema: SchemaRef,
 }
 
-struct WindowState {
-    groups: Box<dyn GroupValues>,
+/// Grouped aggregation per event-time window.
+///
+/// Rows are folded, as they arrive, into the pane they fall in: DataFusion's
+/// `GroupValues` maps each key to a dense group id and one
+/// `GroupsAccumulator` per aggregate holds the partial results, so no row is
+/// buffered and no row is aggregated more than once. When the watermark
+/// passes a window's end, the window's panes are merged (for a tumbling
+/// window the single pane is evaluated directly), emitted, and the panes no
+/// later window needs are dropped. A pane read by an earlier window keeps
+/// that part of its state as Arrow arrays (`GroupsAccumulator::state`), the
+/// same form a checkpoint takes.
+pub struct WindowAggregateOp {
+    spec: WindowAggregateSpec,
+    panes: BTreeMap<i64, Pane>,
+    /// Starts of windows that hold rows and have not fired.
+    pending: BTreeSet<i64>,
+    watermark: i64,
+}
+
+/// Keyed partial aggregates: a key-to-group-id map (or one group when there
+/// are no keys) and one accumulator per aggregate.
+pub(super) struct Groups {
+    keys: Option<Box<dyn GroupValues>>,
+    rows_seen: bool,
     accumulators: Vec<Box<dyn GroupsAccumulator>>,
-    group_ids: Vec<usize>,
+    ids: Vec<usize>,
+}
+
+/// Key columns, aggregate values and the number of groups.
+pub(super) type Evaluated = (Vec<ArrayRef>, Vec<ArrayRef>, usize);
+
+/// A pane's state: rows since it was last read, and the frozen state of
+/// rows before that.
+struct Pane {
+    live: Groups,
+    frozen: Vec<Frozen>,
+}
+
+/// Partial aggregates as Arrow arrays: key columns and, per aggregate, its
+/// state columns.
+pub(super) struct Frozen {
+    keys: Vec<ArrayRef>,
+    states: Vec<Vec<ArrayRef>>,
+    rows: usize,
 }
 
 impl WindowAggregateOp {
-    /// Groups by `group_exprs` (whose output fields are `group_schema`),
-    /// computes `aggregates`, and emits rows of `schema` (groups, then
-    /// aggregates) when windows close.
-    pub fn new(
-        group_exprs: Vec<Arc<dyn PhysicalExpr>>,
-        group_schema: SchemaRef,
-        aggregates: Vec<AggregateSpec>,
-        window: WindowColumn,
-        schema: SchemaRef,
-    ) -> Self {
+    /// A windowed aggregate as the planner describes it.
+    pub fn new(spec: WindowAggregateSpec) -> Self {
         Self {
-            group_exprs,
-            group_schema,
-            aggregates,
-            window,
-            open: BTreeMap::new(),
-            schema,
+            spec,
+            panes: BTreeMap::new(),
+            pending: BTreeSet::new(),
+            watermark: i64::MIN,
         }
     }
 
-    fn new_window(&self) -> Result<WindowState> {
-        let groups = new_group_values(self.group_schema.clone(), &GroupOrdering::None)?;
+    fn new_groups(&self) -> Result<Groups> {
+        let keys = if self.spec.key_schema.fields().is_empty() {
+            None
+        } else {
+            Some(new_group_values(
+                self.spec.key_schema.clone(),
+                &GroupOrdering::None,
+            )?)
+        };
         let accumulators = self
+            .spec
             .aggregates
             .iter()
             .map(|a| new_accumulator(&a.function))
             .collect::<Result<_>>()?;
-        Ok(WindowState {
-            groups,
+        Ok(Groups {
+            keys,
+            rows_seen: false,
             accumulators,
-            group_ids: Vec::new(),
+            ids: Vec::new(),
         })
     }
 
-    /// Rows of the batch split by window end; one slice covers the common
-    /// case of a batch inside a single window without copying.
-    fn rows_by_window(&self, groups: &[ArrayRef]) -> Vec<(i64, Option<UInt32Array>)> {
-        let column = groups[self.window.group_index].as_primitive::<TimestampMillisecondType>();
-        let values = column.values();
-        let offset = self.window.end_offset_ms;
-        if values.iter().all(|v| *v == values[0]) {
-            return vec![(values[0] + offset, None)];
+    fn pane_ms(&self) -> i64 {
+        match self.spec.grid {
+            WindowGrid::Panes(spec) => spec.pane_ms(),
+            WindowGrid::Exact { size_ms } => size_ms,
         }
-        let mut by_end: HashMap<i64, Vec<u32>> = HashMap::new();
-        for (row, v) in values.iter().enumerate() {
-            by_end.entry(v + offset).or_default().push(row as u32);
-        }
-        by_end
-            .into_iter()
-            .map(|(end, rows)| (end, Some(UInt32Array::from(rows))))
-            .collect()
     }
 
-    fn emit(&self, mut state: WindowState) -> Result<RecordBatch> {
-        let mut columns = state.groups.emit(EmitTo::All)?;
-        for acc in &mut state.accumulators {
-            columns.push(acc.evaluate(EmitTo::All)?);
+    fn size_ms(&self) -> i64 {
+        match self.spec.grid {
+            WindowGrid::Panes(spec) => spec.size_ms(),
+            WindowGrid::Exact { size_ms } => size_ms,
         }
-        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
     }
+
+    /// Starts of the windows a pane belongs to.
+    fn windows_of(&self, pane: i64) -> Vec<i64> {
+        match self.spec.grid {
+            WindowGrid::Panes(spec) => spec.windows_of_pane(pane).collect(),
+            WindowGrid::Exact { .. } => vec![pane],
+        }
+    }
+
+    /// The pane of each row, split into per-pane row lists; a batch inside
+    /// one pane (the common case) is passed whole.
+    fn rows_by_pane(&self, batch: &RecordBatch) -> Result<Vec<(i64, Option<UInt32Array>)>> {
+        let column = self
+            .spec
+            .window
+            .expr
+            .evaluate(batch)?
+            .into_array(batch.num_rows())?;
+        let values = column.as_primitive::<TimestampMillisecondType>().values();
+        let back = if self.spec.window.is_end {
+            self.pane_ms()
+        } else {
+            0
+        };
+        if values.iter().all(|v| *v == values[0]) {
+            return Ok(vec![(values[0] - back, None)]);
+        }
+        let mut by_pane: HashMap<i64, Vec<u32>> = HashMap::new();
+        for (row, v) in values.iter().enumerate() {
+            by_pane.entry(v - back).or_default().push(row as u32);
+        }
+        Ok(by_pane
+            .into_iter()
+            .map(|(pane, rows)| (pane, Some(UInt32Array::from(rows))))
+            .collect())
+    }
+
+    /// The span of pane starts a window reads: all panes inside it, or for
+    /// exact windows only its own.
+    fn pane_span(&self, start: i64) -> std::ops::Range<i64> {
+        match self.spec.grid {
+            WindowGrid::Panes(spec) => start..start + spec.size_ms(),
+            WindowGrid::Exact { .. } => start..start + 1,
+        }
+    }
+
+    fn fire(&mut self, start: i64) -> Result<Option<RecordBatch>> {
+        let end = start + self.size_ms();
+        let span = self.pane_span(start);
+        let mut in_window = self.panes.range(span.clone());
+        let Some((&first, pane)) = in_window.next() else {
+            return Ok(None);
+        };
+        // A window of one pane that no later window reads (always so for a
+        // tumbling window) is evaluated in place, without a merge.
+        let alone =
+            in_window.next().is_none() && pane.frozen.is_empty() && self.pane_done_by(first, start);
+        let (keys, values, rows) = if alone {
+            let pane = self.panes.get_mut(&first).expect("found above");
+            pane.live.evaluate()?
+        } else {
+            self.merge_panes(span)?
+        };
+        self.panes
+            .retain(|&pane, _| !done_by(self.spec.grid, pane, start));
+        if rows == 0 {
+            return Ok(None);
+        }
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.spec.schema.fields().len());
+        for slot in &self.spec.layout {
+            columns.push(match *slot {
+                GroupSlot::Key(i) => keys[i].clone(),
+                GroupSlot::WindowStart => constant_time(start, rows),
+                GroupSlot::WindowEnd => constant_time(end, rows),
+            });
+        }
+        columns.extend(values);
+        Ok(Some(RecordBatch::try_new(
+            self.spec.schema.clone(),
+            columns,
+        )?))
+    }
+
+    fn pane_done_by(&self, pane: i64, start: i64) -> bool {
+        done_by(self.spec.grid, pane, start)
+    }
+
+    /// Merges the state of every pane in `span`.
+    fn merge_panes(&mut self, span: std::ops::Range<i64>) -> Result<Evaluated> {
+        let mut merged = self.new_groups()?;
+        let mut fresh = Vec::new();
+        for _ in self.panes.range(span.clone()) {
+            fresh.push(self.new_groups()?);
+        }
+        for ((_, pane), fresh) in self.panes.range_mut(span).zip(fresh) {
+            pane.freeze(fresh)?;
+            for frozen in &pane.frozen {
+                merged.merge(frozen)?;
+            }
+        }
+        merged.evaluate()
+    }
+}
+
+/// True if no window after the one starting at `start` reads `pane`.
+fn done_by(grid: WindowGrid, pane: i64, start: i64) -> bool {
+    match grid {
+        WindowGrid::Panes(spec) => spec.last_window_start(pane) <= start,
+        WindowGrid::Exact { .. } => pane <= start,
+    }
+}
+
+impl Groups {
+    /// Empty groups for `aggregates`, keyed by `keys` if given.
+    pub(super) fn new(
+        keys: Option<Box<dyn GroupValues>>,
+        aggregates: &[AggregateSpec],
+    ) -> Result<Self> {
+        let accumulators = aggregates
+            .iter()
+            .map(|a| new_accumulator(&a.function))
+            .collect::<Result<_>>()?;
+        Ok(Groups {
+            keys,
+            rows_seen: false,
+            accumulators,
+            ids: Vec::new(),
+        })
+    }
+
+    fn intern(&mut self, keys: &[ArrayRef], rows: usize) -> Result<usize> {
+        self.rows_seen |= rows > 0;
+        match &mut self.keys {
+            Some(values) => {
+                values.intern(keys, &mut self.ids)?;
+                Ok(values.len())
+            }
+            None => {
+                self.ids.clear();
+                self.ids.resize(rows, 0);
+                Ok(1)
+            }
+        }
+    }
+
+    /// Folds `rows` rows into the groups of `keys`.
+    pub(super) fn update(
+        &mut self,
+        keys: &[ArrayRef],
+        rows: usize,
+        args: &[Vec<ArrayRef>],
+        filters: &[Option<BooleanArray>],
+    ) -> Result<()> {
+        let total = self.intern(keys, rows)?;
+        for ((acc, values), filter) in self.accumulators.iter_mut().zip(args).zip(filters) {
+            acc.update_batch(values, &self.ids, filter.as_ref(), total)?;
+        }
+        Ok(())
+    }
+
+    /// Folds frozen partial aggregates into these groups.
+    pub(super) fn merge(&mut self, frozen: &Frozen) -> Result<()> {
+        if frozen.rows == 0 {
+            return Ok(());
+        }
+        let total = self.intern(&frozen.keys, frozen.rows)?;
+        for (acc, state) in self.accumulators.iter_mut().zip(&frozen.states) {
+            acc.merge_batch(state, &self.ids, total)?;
+        }
+        Ok(())
+    }
+
+    fn is_empty(&self) -> bool {
+        !self.rows_seen
+    }
+
+    /// Key columns, final aggregate values and the number of groups,
+    /// emptying the groups.
+    pub(super) fn evaluate(&mut self) -> Result<Evaluated> {
+        if self.is_empty() {
+            return Ok((Vec::new(), Vec::new(), 0));
+        }
+        let (keys, rows) = match &mut self.keys {
+            Some(values) => {
+                let rows = values.len();
+                (values.emit(EmitTo::All)?, rows)
+            }
+            None => (Vec::new(), 1),
+        };
+        let values = self
+            .accumulators
+            .iter_mut()
+            .map(|a| a.evaluate(EmitTo::All))
+            .collect::<datafusion::error::Result<_>>()?;
+        Ok((keys, values, rows))
+    }
+
+    /// Key columns and intermediate states, emptying the groups.
+    pub(super) fn freeze(&mut self) -> Result<Frozen> {
+        let rows = match &self.keys {
+            Some(values) => values.len(),
+            None => usize::from(self.rows_seen),
+        };
+        let keys = match &mut self.keys {
+            Some(values) => values.emit(EmitTo::All)?,
+            None => Vec::new(),
+        };
+        let states = self
+            .accumulators
+            .iter_mut()
+            .map(|a| a.state(EmitTo::All))
+            .collect::<datafusion::error::Result<_>>()?;
+        Ok(Frozen { keys, states, rows })
+    }
+}
+
+impl Pane {
+    /// Moves the live state into the frozen list, replacing it with `fresh`.
+    fn freeze(&mut self, fresh: Groups) -> Result<()> {
+        let mut live = std::mem::replace(&mut self.live, fresh);
+        if !live.is_empty() {
+            self.frozen.push(live.freeze()?);
+        }
+        Ok(())
+    }
+}
+
+fn constant_time(value: i64, rows: usize) -> ArrayRef {
+    Arc::new(TimestampMillisecondArray::from(vec![value; rows]))
 }
 
 fn new_accumulator(function: &Arc<AggregateFunctionExpr>) -> Result<Box<dyn GroupsAccumulator>> {
@@ -128,7 +413,11 @@ fn new_accumulator(function: &Arc<AggregateFunctionExpr>) -> Result<Box<dyn Grou
     })))
 }
 
-fn evaluate(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+/// Evaluates every expression over the batch.
+pub(super) fn evaluate_all(
+    exprs: &[Arc<dyn PhysicalExpr>],
+    batch: &RecordBatch,
+) -> Result<Vec<ArrayRef>> {
     Ok(exprs
         .iter()
         .map(|e| e.evaluate(batch)?.into_array(batch.num_rows()))
@@ -147,62 +436,93 @@ fn pick(arrays: &[ArrayRef], rows: Option<&UInt32Array>) -> Result<Vec<ArrayRef>
 
 impl Operator for WindowAggregateOp {
     fn describe(&self) -> String {
-        let groups: Vec<String> = self.group_exprs.iter().map(|e| e.to_string()).collect();
-        let aggs: Vec<&str> = self.aggregates.iter().map(|a| a.function.name()).collect();
+        let keys: Vec<String> = self.spec.keys.iter().map(|e| e.to_string()).collect();
+        let aggs: Vec<&str> = self
+            .spec
+            .aggregates
+            .iter()
+            .map(|a| a.function.name())
+            .collect();
+        let grid = match self.spec.grid {
+            WindowGrid::Panes(spec) => spec.to_string(),
+            WindowGrid::Exact { size_ms } => format!("windows of {size_ms} ms from input"),
+        };
         format!(
-            "window aggregate group by [{}] compute [{}]",
-            groups.join(", "),
+            "window aggregate {grid} group by [{}] compute [{}]",
+            keys.join(", "),
             aggs.join(", ")
         )
     }
 
     fn on_batch(&mut self, batch: RecordBatch, _out: &mut Vec<Message>) -> Result<()> {
-        let groups = evaluate(&self.group_exprs, &batch)?;
+        let keys = evaluate_all(&self.spec.keys, &batch)?;
         let args: Vec<Vec<ArrayRef>> = self
+            .spec
             .aggregates
             .iter()
-            .map(|a| evaluate(&a.function.expressions(), &batch))
+            .map(|a| evaluate_all(&a.function.expressions(), &batch))
             .collect::<Result<_>>()?;
         let filters: Vec<Option<ArrayRef>> = self
+            .spec
             .aggregates
             .iter()
             .map(|a| {
                 a.filter
                     .as_ref()
-                    .map(|f| Ok(f.evaluate(&batch)?.into_array(batch.num_rows())?))
+                    .map(|f| evaluate_all(std::slice::from_ref(f), &batch).map(|mut v| v.remove(0)))
                     .transpose()
             })
             .collect::<Result<_>>()?;
-        for (end, rows) in self.rows_by_window(&groups) {
-            if !self.open.contains_key(&end) {
-                let state = self.new_window()?;
-                self.open.insert(end, state);
+        for (pane, rows) in self.rows_by_pane(&batch)? {
+            if !self.panes.contains_key(&pane) {
+                let live = self.new_groups()?;
+                self.panes.insert(
+                    pane,
+                    Pane {
+                        live,
+                        frozen: Vec::new(),
+                    },
+                );
             }
-            let state = self.open.get_mut(&end).expect("inserted above");
-            let keys = pick(&groups, rows.as_ref())?;
-            state.groups.intern(&keys, &mut state.group_ids)?;
-            let total = state.groups.len();
-            for (i, acc) in state.accumulators.iter_mut().enumerate() {
-                let values = pick(&args[i], rows.as_ref())?;
-                let filter = match &filters[i] {
-                    Some(f) => Some(pick(std::slice::from_ref(f), rows.as_ref())?.remove(0)),
-                    None => None,
-                };
-                let filter: Option<&BooleanArray> = filter.as_ref().map(|f| f.as_boolean());
-                acc.update_batch(&values, &state.group_ids, filter, total)?;
+            let size = self.size_ms();
+            for window in self.windows_of(pane) {
+                if window + size > self.watermark {
+                    self.pending.insert(window);
+                }
             }
+            let rows = rows.as_ref();
+            let pane_keys = pick(&keys, rows)?;
+            let pane_args: Vec<Vec<ArrayRef>> =
+                args.iter().map(|a| pick(a, rows)).collect::<Result<_>>()?;
+            let pane_filters: Vec<Option<BooleanArray>> = filters
+                .iter()
+                .map(|f| {
+                    f.as_ref()
+                        .map(|f| {
+                            Ok(pick(std::slice::from_ref(f), rows)?
+                                .remove(0)
+                                .as_boolean()
+                                .clone())
+                        })
+                        .transpose()
+                })
+                .collect::<Result<_>>()?;
+            let pane_rows = rows.map_or(batch.num_rows(), |r| r.len());
+            let live = &mut self.panes.get_mut(&pane).expect("inserted above").live;
+            live.update(&pane_keys, pane_rows, &pane_args, &pane_filters)?;
         }
         Ok(())
     }
 
     fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
-        while let Some((&end, _)) = self.open.first_key_value() {
-            if end > watermark {
+        self.watermark = self.watermark.max(watermark);
+        let size = self.size_ms();
+        while let Some(&start) = self.pending.first() {
+            if start.saturating_add(size) > watermark {
                 break;
             }
-            let state = self.open.remove(&end).expect("present");
-            let batch = self.emit(state)?;
-            if batch.num_rows() > 0 {
+            self.pending.remove(&start);
+            if let Some(batch) = self.fire(start)? {
                 out.push(Message::Batch(batch));
             }
         }

@@ -1,3 +1,4 @@
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -12,8 +13,9 @@ use crate::plan::WindowSpec;
 
 /// Adds `window_start` and `window_end` to each row and drops late rows.
 ///
-/// A row is late when its window has already closed at its arrival, i.e.
-/// `window_end <= watermark`, where the watermark is computed row by row
+/// The two columns hold the row's pane, which for a tumbling window is its
+/// window. A row is late when every window holding it has closed at its
+/// arrival, i.e. the last one's `window_end <= watermark`, where the watermark is computed row by row
 /// (largest event time so far minus the delay). Computing it per row rather
 /// than per batch makes the result independent of how input is cut into
 /// batches.
@@ -22,6 +24,8 @@ pub struct WindowAssignOp {
     spec: WindowSpec,
     delay_ms: i64,
     max_seen: i64,
+    /// `WindowSpec::closed_windows` at the last watermark sent.
+    closed: i64,
     schema: SchemaRef,
     stats: Arc<QueryStats>,
 }
@@ -41,6 +45,7 @@ impl WindowAssignOp {
             spec,
             delay_ms,
             max_seen: i64::MIN,
+            closed: i64::MIN,
             schema,
             stats,
         }
@@ -52,44 +57,105 @@ impl Operator for WindowAssignOp {
         format!("window {} on column {}", self.spec, self.time_column)
     }
 
+    /// Rows are judged one at a time against the watermark at their
+    /// arrival; where that watermark closes a window part-way through the
+    /// batch, the batch is cut there and the watermark sent between the two
+    /// parts, so windows fire exactly as if rows came one by one.
     fn on_batch(&mut self, batch: RecordBatch, out: &mut Vec<Message>) -> Result<()> {
         let times = batch
             .column(self.time_column)
             .as_primitive::<TimestampMillisecondType>();
         let size = self.spec.size_ms();
         let mut keep = Vec::with_capacity(times.len());
-        let mut starts = Vec::with_capacity(times.len());
-        for t in times.iter() {
+        let mut panes = Vec::with_capacity(times.len());
+        let mut segment_start = 0;
+        let mut late = 0;
+        for (row, t) in times.iter().enumerate() {
             let Some(t) = t else {
                 keep.push(false);
+                late += 1;
                 continue;
             };
             self.max_seen = self.max_seen.max(t);
-            let start = self.spec.start_of(t);
-            let on_time = start + size > self.max_seen.saturating_sub(self.delay_ms);
+            let watermark = self.max_seen.saturating_sub(self.delay_ms);
+            let closed = self.spec.closed_windows(watermark);
+            if closed > self.closed {
+                // The first row only starts the clock: nothing has closed.
+                let started = self.closed != i64::MIN;
+                self.closed = closed;
+                if started {
+                    let segment = Segment {
+                        rows: segment_start..row,
+                        keep: &keep[segment_start..row],
+                        panes: std::mem::take(&mut panes),
+                    };
+                    self.emit(&batch, segment, out)?;
+                    out.push(Message::Watermark(watermark));
+                    segment_start = row;
+                }
+            }
+            let on_time = self.spec.last_window_start(t) + size > watermark;
             keep.push(on_time);
             if on_time {
-                starts.push(start);
+                panes.push(self.spec.pane_start(t));
+            } else {
+                late += 1;
             }
         }
-        let late = times.len() - starts.len();
-        let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
         if late > 0 {
-            self.stats
-                .late_rows
-                .fetch_add(late as u64, Ordering::Relaxed);
-            let mask = BooleanArray::from(keep);
+            self.stats.late_rows.fetch_add(late, Ordering::Relaxed);
+        }
+        let segment = Segment {
+            rows: segment_start..times.len(),
+            keep: &keep[segment_start..],
+            panes,
+        };
+        self.emit(&batch, segment, out)
+    }
+
+    fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
+        self.closed = self.closed.max(self.spec.closed_windows(watermark));
+        out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+}
+
+/// A run of consecutive input rows between two watermarks.
+struct Segment<'a> {
+    rows: Range<usize>,
+    keep: &'a [bool],
+    /// Pane start of each kept row.
+    panes: Vec<i64>,
+}
+
+impl WindowAssignOp {
+    /// Sends the segment's on-time rows with their pane columns.
+    fn emit(
+        &self,
+        batch: &RecordBatch,
+        segment: Segment<'_>,
+        out: &mut Vec<Message>,
+    ) -> Result<()> {
+        if segment.panes.is_empty() {
+            return Ok(());
+        }
+        let slice = batch.slice(segment.rows.start, segment.rows.len());
+        let mut columns: Vec<ArrayRef> = slice.columns().to_vec();
+        if segment.panes.len() < segment.rows.len() {
+            let mask = BooleanArray::from(segment.keep.to_vec());
             columns = columns
                 .iter()
                 .map(|c| filter(c, &mask))
                 .collect::<std::result::Result<_, _>>()?;
         }
-        if starts.is_empty() {
-            return Ok(());
-        }
-        let ends: TimestampMillisecondArray =
-            starts.iter().map(|s| s + size).collect::<Vec<_>>().into();
-        columns.push(Arc::new(TimestampMillisecondArray::from(starts)));
+        let pane = self.spec.pane_ms();
+        let ends: TimestampMillisecondArray = segment
+            .panes
+            .iter()
+            .map(|s| s + pane)
+            .collect::<Vec<_>>()
+            .into();
+        columns.push(Arc::new(TimestampMillisecondArray::from(segment.panes)));
         columns.push(Arc::new(ends));
         out.push(Message::Batch(RecordBatch::try_new(
             self.schema.clone(),
@@ -103,6 +169,7 @@ impl Operator for WindowAssignOp {
 mod tests {
     use super::*;
     use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::compute::concat_batches;
     use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 
     fn input(times: &[i64]) -> RecordBatch {
@@ -124,10 +191,7 @@ mod tests {
                 false,
             )));
         }
-        let spec = WindowSpec::Tumble {
-            size_ms: 10_000,
-            offset_ms: 0,
-        };
+        let spec = WindowSpec::tumble(10_000, 0);
         WindowAssignOp::new(0, spec, 2_000, Arc::new(Schema::new(fields)), stats)
     }
 
@@ -148,10 +212,18 @@ mod tests {
         // 19_000 is in [10,20), closed at 23_000: late. 21_000 is on time.
         assert_eq!(whole.late_rows.load(Ordering::Relaxed), 2);
         assert_eq!(split.late_rows.load(Ordering::Relaxed), 2);
-        let Message::Batch(batch) = &out[0] else {
-            panic!("a batch")
-        };
+        let batches: Vec<&RecordBatch> = out
+            .iter()
+            .filter_map(|m| match m {
+                Message::Batch(b) => Some(b),
+                Message::Watermark(_) => None,
+            })
+            .collect();
+        let batch = concat_batches(&batches[0].schema(), batches).unwrap();
         let starts = batch.column(2).as_primitive::<TimestampMillisecondType>();
         assert_eq!(starts.values().to_vec(), vec![0, 20_000, 20_000]);
+        // The watermark 23_000 closes [0,10) and [10,20) after the row at 25_000.
+        assert!(matches!(out[1], Message::Watermark(23_000)), "{out:?}");
+        assert_eq!(out.len(), 3, "{out:?}");
     }
 }

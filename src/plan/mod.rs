@@ -30,7 +30,7 @@ use datafusion::sql::sqlparser::ast;
 
 pub use catalog::{Catalog, StreamDef, StreamSource};
 pub use watermark_node::WatermarkNode;
-pub use window_node::{WINDOW_END, WINDOW_START, WindowNode, WindowSpec};
+pub use window_node::{WINDOW_END, WINDOW_START, Window, WindowNode, WindowSpec};
 
 use crate::error::{Error, Result};
 
@@ -134,11 +134,27 @@ fn parser_options() -> ParserOptions {
 /// Rewrites DataFusion's planning errors into vigil's words where theirs
 /// would confuse (streams are not tables in a `datafusion.public` schema).
 fn plan_error(err: DataFusionError) -> Error {
-    let text = err.strip_backtrace();
-    let text = text
-        .trim_start_matches("Error during planning: ")
-        .replace("datafusion.public.", "");
-    Error::Plan(text)
+    Error::Plan(one_line(&err.strip_backtrace()))
+}
+
+/// DataFusion's messages can span lines (candidate signatures, "caused by"
+/// chains, a request to file a bug); the user needs the one line that says
+/// what is wrong with their query.
+fn one_line(text: &str) -> String {
+    const NO_MATCH: &str = "No function matches the given name and argument types";
+    let line = if let Some(start) = text.find(NO_MATCH) {
+        let rest = &text[start..];
+        rest.find("You might")
+            .map_or(rest, |end| &rest[..end])
+            .trim()
+    } else if text.contains("\ncaused by\n") {
+        text.lines().last().unwrap_or(text)
+    } else {
+        text.lines().next().unwrap_or(text)
+    };
+    line.trim_start_matches("Error during planning: ")
+        .trim_start_matches("Arrow error: ")
+        .replace("datafusion.public.", "")
 }
 
 struct Provider<'a> {
@@ -228,5 +244,28 @@ impl ContextProvider for Provider<'_> {
             .keys()
             .cloned()
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn datafusion_errors_become_one_line() {
+        let no_match = "Internal error: Function 'sum' failed to match any signature, errors: x.\nThis issue was likely caused by a bug. No function matches the given name and argument types 'sum(Utf8)'. You might need to add explicit type casts.\n\tCandidate functions:\n\tsum(Int64)";
+        assert_eq!(
+            one_line(no_match),
+            "No function matches the given name and argument types 'sum(Utf8)'."
+        );
+        let chain = "Optimizer rule 'simplify_expressions' failed\ncaused by\nArrow error: Cast error: Cannot cast string 'abc' to value of Float64 type";
+        assert_eq!(
+            one_line(chain),
+            "Cast error: Cannot cast string 'abc' to value of Float64 type"
+        );
+        assert_eq!(
+            one_line("Error during planning: table 'datafusion.public.x' not found"),
+            "table 'x' not found"
+        );
     }
 }

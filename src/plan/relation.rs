@@ -1,4 +1,6 @@
-//! Plans `TUMBLE(stream, time_column, size [, offset])` in `FROM`.
+//! Plans the window table functions in `FROM`:
+//! `TUMBLE(stream, time_column, size [, offset])` and
+//! `HOP(stream, time_column, slide, size [, offset])`.
 
 use std::sync::Arc;
 
@@ -13,7 +15,7 @@ use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, FunctionArg, FunctionArgE
 use super::catalog::{StreamSource, TIME_TYPE};
 use super::literal_interval_ms;
 use super::watermark_node::WatermarkNode;
-use super::window_node::{WindowNode, WindowSpec};
+use super::window_node::{Window, WindowNode, WindowSpec};
 
 /// Turns window table functions into window nodes over a watermarked scan.
 #[derive(Debug)]
@@ -34,12 +36,19 @@ impl RelationPlanner for WindowRelationPlanner {
         else {
             return Ok(RelationPlanning::Original(Box::new(relation)));
         };
-        let function = name.to_string().to_ascii_lowercase();
-        if function != "tumble" {
-            return Ok(RelationPlanning::Original(Box::new(relation)));
-        }
-        let args: Vec<SqlExpr> = args.args.iter().map(unnamed_arg).collect::<Result<_>>()?;
-        let plan = plan_tumble(&args, context)?;
+        let function = name.to_string().to_ascii_uppercase();
+        let kind = match function.as_str() {
+            "TUMBLE" => WindowKind::Tumble,
+            "HOP" => WindowKind::Hop,
+            "SESSION" => WindowKind::Session,
+            _ => return Ok(RelationPlanning::Original(Box::new(relation))),
+        };
+        let args: Vec<SqlExpr> = args
+            .args
+            .iter()
+            .map(|a| unnamed_arg(a, kind))
+            .collect::<Result<_>>()?;
+        let plan = plan_window(kind, &args, context)?;
         Ok(RelationPlanning::Planned(Box::new(PlannedRelation::new(
             plan,
             alias.clone(),
@@ -47,32 +56,93 @@ impl RelationPlanner for WindowRelationPlanner {
     }
 }
 
-fn unnamed_arg(arg: &FunctionArg) -> Result<SqlExpr> {
-    match arg {
-        FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Ok(e.clone()),
-        other => plan_err!("TUMBLE takes positional arguments, got {other}"),
+/// The window table functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WindowKind {
+    Tumble,
+    Hop,
+    Session,
+}
+
+impl WindowKind {
+    fn name(self) -> &'static str {
+        match self {
+            WindowKind::Tumble => "TUMBLE",
+            WindowKind::Hop => "HOP",
+            WindowKind::Session => "SESSION",
+        }
+    }
+
+    fn signature(self) -> &'static str {
+        match self {
+            WindowKind::Tumble => "TUMBLE(stream, time_column, size [, offset])",
+            WindowKind::Hop => "HOP(stream, time_column, slide, size [, offset])",
+            WindowKind::Session => "SESSION(stream, time_column, gap)",
+        }
+    }
+
+    /// Interval arguments after the time column, without the offset.
+    fn intervals(self) -> usize {
+        match self {
+            WindowKind::Tumble | WindowKind::Session => 1,
+            WindowKind::Hop => 2,
+        }
+    }
+
+    /// Whether an offset may follow the intervals.
+    fn takes_offset(self) -> bool {
+        self != WindowKind::Session
     }
 }
 
-fn plan_tumble(args: &[SqlExpr], context: &mut dyn RelationPlannerContext) -> Result<LogicalPlan> {
-    if !(3..=4).contains(&args.len()) {
+fn unnamed_arg(arg: &FunctionArg, kind: WindowKind) -> Result<SqlExpr> {
+    match arg {
+        FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Ok(e.clone()),
+        other => plan_err!("{} takes positional arguments, got {other}", kind.name()),
+    }
+}
+
+fn plan_window(
+    kind: WindowKind,
+    args: &[SqlExpr],
+    context: &mut dyn RelationPlannerContext,
+) -> Result<LogicalPlan> {
+    let intervals = kind.intervals();
+    let most = 2 + intervals + usize::from(kind.takes_offset());
+    if !(2 + intervals..=most).contains(&args.len()) {
         return plan_err!(
-            "TUMBLE takes (stream, time_column, size [, offset]), got {} arguments",
+            "{} takes {}, got {} arguments",
+            kind.name(),
+            kind.signature(),
             args.len()
         );
     }
     let scan = watermarked_scan(&args[0], context)?;
     let time_column = time_column(&args[1], &scan, context)?;
-    let size_ms = interval_arg(&args[2], "size", context)?;
-    if size_ms <= 0 {
-        return plan_err!("TUMBLE size must be positive, got {}", args[2]);
+    let mut lengths = Vec::with_capacity(intervals);
+    for arg in &args[2..2 + intervals] {
+        let ms = interval_arg(arg, kind, context)?;
+        if ms <= 0 {
+            return plan_err!("{} window lengths must be positive, got {arg}", kind.name());
+        }
+        lengths.push(ms);
     }
-    let offset_ms = match args.get(3) {
-        Some(arg) => interval_arg(arg, "offset", context)?.rem_euclid(size_ms),
+    let offset_ms = match args.get(2 + intervals) {
+        Some(arg) => interval_arg(arg, kind, context)?,
         None => 0,
     };
-    let spec = WindowSpec::Tumble { size_ms, offset_ms };
-    let node = WindowNode::try_new(scan, time_column, spec)?;
+    let window = match kind {
+        WindowKind::Tumble => Window::Aligned(WindowSpec::tumble(lengths[0], offset_ms)),
+        WindowKind::Session => Window::Session { gap_ms: lengths[0] },
+        WindowKind::Hop => {
+            let (slide, size) = (lengths[0], lengths[1]);
+            if slide > size {
+                return plan_err!("HOP slide ({slide} ms) must not exceed its size ({size} ms)");
+            }
+            Window::Aligned(WindowSpec::hop(slide, size, offset_ms))
+        }
+    };
+    let node = WindowNode::try_new(scan, time_column, window)?;
     Ok(LogicalPlan::Extension(Extension {
         node: Arc::new(node),
     }))
@@ -85,13 +155,13 @@ fn watermarked_scan(
 ) -> Result<LogicalPlan> {
     let name = match arg {
         SqlExpr::Identifier(id) => context.normalize_ident(id.clone()),
-        other => return plan_err!("TUMBLE's first argument must be a stream name, got {other}"),
+        other => return plan_err!("a window's first argument must be a stream name, got {other}"),
     };
     let source = context
         .context_provider()
         .get_table_source(TableReference::bare(name.as_str()))?;
     let Some(stream) = source.as_ref().downcast_ref::<StreamSource>() else {
-        return plan_err!("TUMBLE needs a stream, '{name}' is not one");
+        return plan_err!("a window needs a stream, '{name}' is not one");
     };
     let Some(time_column) = stream.def.event_time else {
         return plan_err!("stream '{name}' has no TIMESTAMP column to window on");
@@ -124,18 +194,18 @@ fn time_column(
         .expect("watermarked_scan returns a Watermark node");
     let name = match arg {
         SqlExpr::Identifier(id) => context.normalize_ident(id.clone()),
-        other => return plan_err!("TUMBLE's second argument must be a column name, got {other}"),
+        other => return plan_err!("a window's second argument must be a column name, got {other}"),
     };
     let schema = scan.schema();
     let Some(index) = schema.index_of_column_by_name(None, &name) else {
-        return plan_err!("TUMBLE: unknown column '{name}'");
+        return plan_err!("window: unknown column '{name}'");
     };
     if schema.field(index).data_type() != &TIME_TYPE {
-        return plan_err!("TUMBLE: column '{name}' is not a TIMESTAMP");
+        return plan_err!("window: column '{name}' is not a TIMESTAMP");
     }
     if index != watermark.time_column {
         return plan_err!(
-            "TUMBLE: '{name}' is not the stream's event-time column '{}' (declared with WATERMARK FOR)",
+            "window: '{name}' is not the stream's event-time column '{}' (declared with WATERMARK FOR)",
             watermark.time_column_name()
         );
     }
@@ -144,12 +214,15 @@ fn time_column(
 
 fn interval_arg(
     arg: &SqlExpr,
-    what: &str,
+    kind: WindowKind,
     context: &mut dyn RelationPlannerContext,
 ) -> Result<i64> {
     let expr = context.sql_to_expr(arg.clone(), &DFSchema::empty())?;
     match literal_interval_ms(&expr) {
         Some(ms) => Ok(ms),
-        None => plan_err!("TUMBLE {what} must be a fixed-length INTERVAL, got {arg}"),
+        None => plan_err!(
+            "{} lengths must be fixed-length INTERVALs, got {arg}",
+            kind.name()
+        ),
     }
 }

@@ -23,10 +23,11 @@ use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 
 use crate::error::{Error, Result};
 use crate::exec::{
-    AggregateSpec, FilterOp, LimitOp, Operator, ProjectOp, QueryStats, WatermarkOp,
-    WindowAggregateOp, WindowAssignOp, WindowColumn,
+    AggregateSpec, FilterOp, GroupSlot, LimitOp, Operator, ProjectOp, QueryStats,
+    SessionAggregateOp, SessionAggregateSpec, SessionAssignOp, WatermarkOp, WindowAggregateOp,
+    WindowAggregateSpec, WindowAssignOp, WindowGrid, WindowInput,
 };
-use crate::plan::{StreamDef, StreamSource, WatermarkNode, WindowNode};
+use crate::plan::{StreamDef, StreamSource, WatermarkNode, Window, WindowNode};
 
 /// How rows move through a query's operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +81,9 @@ pub fn plan_incremental(plan: &LogicalPlan) -> Result<QueryGraph> {
         planning: PhysicalPlanningContext::default(),
     };
     let built = builder.build(plan)?;
+    if built.window.is_some_and(|w| w.holds_panes()) {
+        return Err(window_without_aggregate());
+    }
     let schema = Arc::new(plan.schema().as_arrow().clone());
     let mut stages: Vec<Vec<Box<dyn Operator>>> = vec![Vec::new()];
     for (op, stateful) in built.ops {
@@ -107,17 +111,74 @@ struct Built {
     window: Option<WindowColumns>,
 }
 
+/// Where the window columns are in the current schema, and what they hold.
 #[derive(Debug, Clone, Copy)]
 struct WindowColumns {
-    start: usize,
-    end: usize,
-    size_ms: i64,
+    start: Option<usize>,
+    end: Option<usize>,
+    kind: Windowing,
+}
+
+/// How the rows' window columns become windows.
+#[derive(Debug, Clone, Copy)]
+enum Windowing {
+    /// Panes or exact windows on a fixed grid.
+    Grid(WindowGrid),
+    /// Each row's own session, merged per key by the aggregate.
+    Session { gap_ms: i64 },
+}
+
+impl WindowColumns {
+    /// True while the columns hold something other than the final windows
+    /// (a hopping window's panes, a row's own session): nothing may read
+    /// them until the aggregate turns them into windows.
+    fn holds_panes(&self) -> bool {
+        match self.kind {
+            Windowing::Grid(WindowGrid::Panes(spec)) => !spec.is_tumbling(),
+            Windowing::Grid(WindowGrid::Exact { .. }) => false,
+            Windowing::Session { .. } => true,
+        }
+    }
+
+    fn slot(&self, index: usize) -> Option<GroupSlot> {
+        if Some(index) == self.start {
+            Some(GroupSlot::WindowStart)
+        } else if Some(index) == self.end {
+            Some(GroupSlot::WindowEnd)
+        } else {
+            None
+        }
+    }
+
+    /// Rejects an expression that reads pane columns as if they were windows.
+    fn check_reads(&self, expr: &Expr, schema: &DFSchema) -> Result<()> {
+        let reads_window = expr
+            .column_refs()
+            .iter()
+            .any(|c| index_of(c, schema).and_then(|i| self.slot(i)).is_some());
+        if self.holds_panes() && reads_window {
+            return Err(unbounded(
+                "window columns before the aggregate",
+                format!(
+                    "{expr} reads window_start/window_end of a HOP before the aggregate; use them in GROUP BY and after it"
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 struct Builder {
     stats: Arc<QueryStats>,
     props: ExecutionProps,
     planning: PhysicalPlanningContext,
+}
+
+fn window_without_aggregate() -> Error {
+    unbounded(
+        "window without aggregate",
+        "HOP and SESSION windows are only known to an aggregate; use them with one that groups by window_start or window_end",
+    )
 }
 
 fn unbounded(rule: &'static str, message: impl Into<String>) -> Error {
@@ -134,21 +195,36 @@ impl Builder {
             LogicalPlan::Extension(ext) => self.extension(ext.node.as_ref()),
             LogicalPlan::Filter(filter) => {
                 let mut built = self.build(&filter.input)?;
+                if let Some(window) = built.window {
+                    window.check_reads(&filter.predicate, filter.input.schema())?;
+                }
                 let predicate = self.physical(&filter.predicate, filter.input.schema())?;
                 built.ops.push((Box::new(FilterOp::new(predicate)), false));
                 Ok(built)
             }
             LogicalPlan::Projection(projection) => {
                 let mut built = self.build(&projection.input)?;
+                if let Some(window) = built.window {
+                    for e in projection
+                        .expr
+                        .iter()
+                        .filter(|e| column_index(e, projection.input.schema()).is_none())
+                    {
+                        window.check_reads(e, projection.input.schema())?;
+                    }
+                }
                 let exprs = projection
                     .expr
                     .iter()
                     .map(|e| self.physical(e, projection.input.schema()))
                     .collect::<Result<Vec<_>>>()?;
                 let schema = Arc::new(projection.schema.as_arrow().clone());
-                built.window = built
-                    .window
+                let before = built.window;
+                built.window = before
                     .and_then(|w| remap_window(w, &projection.expr, projection.input.schema()));
+                if before.is_some_and(|w| w.holds_panes()) && built.window.is_none() {
+                    return Err(window_without_aggregate());
+                }
                 built
                     .ops
                     .push((Box::new(ProjectOp::new(exprs, schema)), false));
@@ -227,19 +303,27 @@ impl Builder {
         if let Some(window) = node.as_any().downcast_ref::<WindowNode>() {
             let mut built = self.build(&window.input)?;
             let schema = Arc::new(node.schema().as_arrow().clone());
-            let op = WindowAssignOp::new(
+            let (time, delay, stats) = (
                 window.time_column,
-                window.spec,
                 built.stream.delay_ms,
-                schema,
                 self.stats.clone(),
             );
-            built.ops.push((Box::new(op), false));
+            let (op, kind): (Box<dyn Operator>, _) = match window.window {
+                Window::Aligned(spec) => (
+                    Box::new(WindowAssignOp::new(time, spec, delay, schema, stats)),
+                    Windowing::Grid(WindowGrid::Panes(spec)),
+                ),
+                Window::Session { gap_ms } => (
+                    Box::new(SessionAssignOp::new(time, gap_ms, delay, schema, stats)),
+                    Windowing::Session { gap_ms },
+                ),
+            };
+            built.ops.push((op, false));
             let start = window.window_start_index();
             built.window = Some(WindowColumns {
-                start,
-                end: start + 1,
-                size_ms: window.spec.size_ms(),
+                start: Some(start),
+                end: Some(start + 1),
+                kind,
             });
             return Ok(built);
         }
@@ -255,32 +339,43 @@ impl Builder {
                 "an aggregate over a stream needs a window: FROM TUMBLE(stream, ts, INTERVAL '1' MINUTE) ... GROUP BY window_start, window_end, ...",
             ));
         };
-        let group_exprs = aggregate.group_expr.clone();
-        let window_column = group_exprs
-            .iter()
-            .enumerate()
-            .find_map(|(i, e)| window_group(e, input_schema, window).map(|offset| (i, offset)))
-            .map(|(group_index, end_offset_ms)| WindowColumn {
-                group_index,
-                end_offset_ms,
-            })
-            .ok_or_else(|| {
-                unbounded(
-                    "unbounded aggregate",
-                    "a windowed aggregate must GROUP BY window_start or window_end",
-                )
-            })?;
-        let physical_groups = group_exprs
-            .iter()
-            .map(|e| self.physical(e, input_schema))
-            .collect::<Result<Vec<_>>>()?;
+        let mut layout = Vec::with_capacity(aggregate.group_expr.len());
+        let mut keys = Vec::new();
+        let mut key_fields = Vec::new();
+        let mut window_input = None;
         let output = aggregate.schema.as_arrow();
-        let group_schema = Arc::new(Schema::new(output.fields()[..group_exprs.len()].to_vec()));
+        for (i, expr) in aggregate.group_expr.iter().enumerate() {
+            let slot = column_index(expr, input_schema).and_then(|c| window.slot(c));
+            match slot {
+                Some(slot) => {
+                    if window_input.is_none() {
+                        window_input = Some(WindowInput {
+                            expr: self.physical(expr, input_schema)?,
+                            is_end: slot == GroupSlot::WindowEnd,
+                        });
+                    }
+                    layout.push(slot);
+                }
+                None => {
+                    window.check_reads(expr, input_schema)?;
+                    layout.push(GroupSlot::Key(keys.len()));
+                    keys.push(self.physical(expr, input_schema)?);
+                    key_fields.push(output.field(i).clone());
+                }
+            }
+        }
+        let Some(window_input) = window_input else {
+            return Err(unbounded(
+                "unbounded aggregate",
+                "a windowed aggregate must GROUP BY window_start or window_end",
+            ));
+        };
         let physical_input = input_schema.as_arrow();
         let aggregates = aggregate
             .aggr_expr
             .iter()
             .map(|e| {
+                window.check_reads(e, input_schema)?;
                 let lowered = LoweredAggregateBuilder::new(
                     e,
                     input_schema,
@@ -295,15 +390,52 @@ impl Builder {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let op = WindowAggregateOp::new(
-            physical_groups,
-            group_schema,
+        let key_schema = Arc::new(Schema::new(key_fields));
+        let schema = Arc::new(output.clone());
+        let grid = match window.kind {
+            Windowing::Grid(grid) => grid,
+            Windowing::Session { gap_ms } => {
+                let start = window.start.ok_or_else(|| {
+                    Error::Plan("SESSION's window_start is not available to the aggregate".into())
+                })?;
+                let op = SessionAggregateOp::new(SessionAggregateSpec {
+                    keys,
+                    key_schema,
+                    layout,
+                    start: Arc::new(datafusion::physical_expr::expressions::Column::new(
+                        input_schema.field(start).name(),
+                        start,
+                    )),
+                    gap_ms,
+                    aggregates,
+                    schema,
+                })?;
+                built.ops.push((Box::new(op), true));
+                // Sessions differ in length: their results are not windows
+                // a later aggregate could group again.
+                built.window = None;
+                return Ok(built);
+            }
+        };
+        let size_ms = match grid {
+            WindowGrid::Panes(spec) => spec.size_ms(),
+            WindowGrid::Exact { size_ms } => size_ms,
+        };
+        built.window = Some(WindowColumns {
+            start: layout.iter().position(|s| *s == GroupSlot::WindowStart),
+            end: layout.iter().position(|s| *s == GroupSlot::WindowEnd),
+            kind: Windowing::Grid(WindowGrid::Exact { size_ms }),
+        });
+        let op = WindowAggregateOp::new(WindowAggregateSpec {
+            keys,
+            key_schema,
+            layout,
+            window: window_input,
+            grid,
             aggregates,
-            window_column,
-            Arc::new(output.clone()),
-        );
+            schema,
+        });
         built.ops.push((Box::new(op), true));
-        built.window = None;
         Ok(built)
     }
 
@@ -336,19 +468,6 @@ impl Builder {
     }
 }
 
-/// If `expr` is one of the window columns, how far its value is from the
-/// window end.
-fn window_group(expr: &Expr, schema: &DFSchema, window: WindowColumns) -> Option<i64> {
-    let index = column_index(expr, schema)?;
-    if index == window.start {
-        Some(window.size_ms)
-    } else if index == window.end {
-        Some(0)
-    } else {
-        None
-    }
-}
-
 fn column_index(expr: &Expr, schema: &DFSchema) -> Option<usize> {
     match expr {
         Expr::Column(column) => index_of(column, schema),
@@ -363,15 +482,13 @@ fn index_of(column: &Column, schema: &DFSchema) -> Option<usize> {
 
 /// Follows the window columns through a projection that passes them on.
 fn remap_window(window: WindowColumns, exprs: &[Expr], input: &DFSchema) -> Option<WindowColumns> {
-    let position = |target: usize| {
-        exprs
-            .iter()
-            .position(|e| column_index(e, input) == Some(target))
+    let position = |target: Option<usize>| {
+        target.and_then(|t| exprs.iter().position(|e| column_index(e, input) == Some(t)))
     };
-    Some(WindowColumns {
-        start: position(window.start).unwrap_or(usize::MAX),
-        end: position(window.end).unwrap_or(usize::MAX),
-        size_ms: window.size_ms,
-    })
-    .filter(|w| w.start != usize::MAX || w.end != usize::MAX)
+    let remapped = WindowColumns {
+        start: position(window.start),
+        end: position(window.end),
+        kind: window.kind,
+    };
+    (remapped.start.is_some() || remapped.end.is_some()).then_some(remapped)
 }

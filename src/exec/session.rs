@@ -1,0 +1,394 @@
+//! Session windows: per key, rows closer than the gap form one window.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use datafusion::arrow::array::{
+    ArrayRef, AsArray, BooleanArray, TimestampMillisecondArray, UInt32Array,
+};
+use datafusion::arrow::compute::{concat, filter, take};
+use datafusion::arrow::datatypes::{SchemaRef, TimestampMillisecondType};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::row::{RowConverter, SortField};
+
+use super::window_aggregate::{GroupSlot, Groups, evaluate_all};
+use super::{AggregateSpec, Message, Operator, QueryStats};
+use crate::error::Result;
+
+/// Gives each row its own session `[t, t + gap)` in `window_start` and
+/// `window_end`, and drops rows that are late: `t + gap <= watermark` at
+/// their arrival.
+pub struct SessionAssignOp {
+    time_column: usize,
+    gap_ms: i64,
+    delay_ms: i64,
+    max_seen: i64,
+    schema: SchemaRef,
+    stats: Arc<QueryStats>,
+}
+
+impl SessionAssignOp {
+    /// Sessions on `time_column`; `schema` is the input's plus the two
+    /// window columns.
+    pub fn new(
+        time_column: usize,
+        gap_ms: i64,
+        delay_ms: i64,
+        schema: SchemaRef,
+        stats: Arc<QueryStats>,
+    ) -> Self {
+        Self {
+            time_column,
+            gap_ms,
+            delay_ms,
+            max_seen: i64::MIN,
+            schema,
+            stats,
+        }
+    }
+}
+
+impl Operator for SessionAssignOp {
+    fn describe(&self) -> String {
+        format!(
+            "session(gap {} ms) on column {}",
+            self.gap_ms, self.time_column
+        )
+    }
+
+    fn on_batch(&mut self, batch: RecordBatch, out: &mut Vec<Message>) -> Result<()> {
+        let times = batch
+            .column(self.time_column)
+            .as_primitive::<TimestampMillisecondType>();
+        let mut keep = Vec::with_capacity(times.len());
+        let mut starts = Vec::with_capacity(times.len());
+        for t in times.iter() {
+            let on_time = t.is_some_and(|t| {
+                self.max_seen = self.max_seen.max(t);
+                t + self.gap_ms > self.max_seen.saturating_sub(self.delay_ms)
+            });
+            keep.push(on_time);
+            if let (true, Some(t)) = (on_time, t) {
+                starts.push(t);
+            }
+        }
+        let late = times.len() - starts.len();
+        let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+        if late > 0 {
+            self.stats
+                .late_rows
+                .fetch_add(late as u64, Ordering::Relaxed);
+            let mask = BooleanArray::from(keep);
+            columns = columns
+                .iter()
+                .map(|c| filter(c, &mask))
+                .collect::<std::result::Result<_, _>>()?;
+        }
+        if starts.is_empty() {
+            return Ok(());
+        }
+        let ends: TimestampMillisecondArray = starts
+            .iter()
+            .map(|s| s + self.gap_ms)
+            .collect::<Vec<_>>()
+            .into();
+        columns.push(Arc::new(TimestampMillisecondArray::from(starts)));
+        columns.push(Arc::new(ends));
+        out.push(Message::Batch(RecordBatch::try_new(
+            self.schema.clone(),
+            columns,
+        )?));
+        Ok(())
+    }
+}
+
+/// The planner's description of a session aggregate.
+#[derive(Debug, Clone)]
+pub struct SessionAggregateSpec {
+    /// Grouping expressions other than the window columns: the session key.
+    pub keys: Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>,
+    /// Output fields of `keys`.
+    pub key_schema: SchemaRef,
+    /// The output's grouping columns, in order.
+    pub layout: Vec<GroupSlot>,
+    /// Evaluates to each row's own session start (its event time).
+    pub start: Arc<dyn datafusion::physical_expr::PhysicalExpr>,
+    /// Inactivity gap in milliseconds.
+    pub gap_ms: i64,
+    /// The aggregates, in output order after the grouping columns.
+    pub aggregates: Vec<AggregateSpec>,
+    /// Output schema: grouping columns, then aggregates.
+    pub schema: SchemaRef,
+}
+
+/// Aggregates per key and session.
+///
+/// Each open session keeps its partial aggregates in DataFusion
+/// accumulators. A row that overlaps one session extends it; a row that
+/// bridges several merges them (their states are merged as Arrow arrays).
+/// A session fires when the watermark reaches its last row plus the gap.
+pub struct SessionAggregateOp {
+    spec: SessionAggregateSpec,
+    converter: RowConverter,
+    sessions: HashMap<u64, Session>,
+    /// Open session ids per key (the key in Arrow's row format).
+    by_key: HashMap<Box<[u8]>, Vec<u64>>,
+    /// Open sessions by end, for firing in order.
+    by_end: BTreeSet<(i64, u64)>,
+    next_id: u64,
+}
+
+struct Session {
+    key: Box<[u8]>,
+    start: i64,
+    end: i64,
+    groups: Groups,
+}
+
+impl SessionAggregateOp {
+    /// A session aggregate as the planner describes it.
+    pub fn new(spec: SessionAggregateSpec) -> Result<Self> {
+        let fields = spec
+            .key_schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        Ok(Self {
+            converter: RowConverter::new(fields)?,
+            spec,
+            sessions: HashMap::new(),
+            by_key: HashMap::new(),
+            by_end: BTreeSet::new(),
+            next_id: 0,
+        })
+    }
+
+    /// Finds or makes the session row `[t, t + gap)` of `key` falls in,
+    /// merging the sessions it bridges; returns its id.
+    fn place(&mut self, key: &[u8], t: i64) -> Result<u64> {
+        let end = t + self.spec.gap_ms;
+        let ids = self.by_key.entry(key.into()).or_default();
+        let touching: Vec<u64> = ids
+            .iter()
+            .copied()
+            .filter(|id| {
+                let s = &self.sessions[id];
+                s.start < end && t < s.end
+            })
+            .collect();
+        let Some((&keep, absorbed)) = touching.split_first() else {
+            let id = self.next_id;
+            self.next_id += 1;
+            ids.push(id);
+            let groups = Groups::new(None, &self.spec.aggregates)?;
+            self.sessions.insert(
+                id,
+                Session {
+                    key: key.into(),
+                    start: t,
+                    end,
+                    groups,
+                },
+            );
+            self.by_end.insert((end, id));
+            return Ok(id);
+        };
+        ids.retain(|id| !absorbed.contains(id));
+        let (mut start, mut new_end) = (t, end);
+        for id in absorbed {
+            let mut gone = self.sessions.remove(id).expect("open session");
+            self.by_end.remove(&(gone.end, *id));
+            start = start.min(gone.start);
+            new_end = new_end.max(gone.end);
+            let frozen = gone.groups.freeze()?;
+            self.sessions
+                .get_mut(&keep)
+                .expect("open session")
+                .groups
+                .merge(&frozen)?;
+        }
+        let session = self.sessions.get_mut(&keep).expect("open session");
+        self.by_end.remove(&(session.end, keep));
+        session.start = session.start.min(start);
+        session.end = session.end.max(new_end);
+        self.by_end.insert((session.end, keep));
+        Ok(keep)
+    }
+
+    fn fire(&mut self, ids: Vec<u64>) -> Result<Option<RecordBatch>> {
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        let mut keys = Vec::with_capacity(ids.len());
+        let mut starts = Vec::with_capacity(ids.len());
+        let mut ends = Vec::with_capacity(ids.len());
+        let mut values: Vec<Vec<ArrayRef>> = vec![Vec::new(); self.spec.aggregates.len()];
+        for id in ids {
+            let mut session = self.sessions.remove(&id).expect("open session");
+            if let Some(open) = self.by_key.get_mut(&session.key) {
+                open.retain(|other| *other != id);
+                if open.is_empty() {
+                    self.by_key.remove(&session.key);
+                }
+            }
+            let (_, evaluated, _) = session.groups.evaluate()?;
+            for (column, value) in values.iter_mut().zip(evaluated) {
+                column.push(value);
+            }
+            keys.push(session.key);
+            starts.push(session.start);
+            ends.push(session.end);
+        }
+        let parser = self.converter.parser();
+        let key_columns = self
+            .converter
+            .convert_rows(keys.iter().map(|k| parser.parse(k)))?;
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.spec.schema.fields().len());
+        for slot in &self.spec.layout {
+            columns.push(match *slot {
+                GroupSlot::Key(i) => key_columns[i].clone(),
+                GroupSlot::WindowStart => Arc::new(TimestampMillisecondArray::from(starts.clone())),
+                GroupSlot::WindowEnd => Arc::new(TimestampMillisecondArray::from(ends.clone())),
+            });
+        }
+        for column in values {
+            let parts: Vec<&dyn datafusion::arrow::array::Array> =
+                column.iter().map(|a| a.as_ref()).collect();
+            columns.push(concat(&parts)?);
+        }
+        Ok(Some(RecordBatch::try_new(
+            self.spec.schema.clone(),
+            columns,
+        )?))
+    }
+}
+
+impl Operator for SessionAggregateOp {
+    fn describe(&self) -> String {
+        let keys: Vec<String> = self.spec.keys.iter().map(|e| e.to_string()).collect();
+        let aggs: Vec<&str> = self
+            .spec
+            .aggregates
+            .iter()
+            .map(|a| a.function.name())
+            .collect();
+        format!(
+            "session aggregate (gap {} ms) by [{}] compute [{}]",
+            self.spec.gap_ms,
+            keys.join(", "),
+            aggs.join(", ")
+        )
+    }
+
+    fn on_batch(&mut self, batch: RecordBatch, _out: &mut Vec<Message>) -> Result<()> {
+        let keys = evaluate_all(&self.spec.keys, &batch)?;
+        let rows = self.converter.convert_columns(&keys)?;
+        // With no key columns every row has the same, empty key.
+        let key = |i: usize| {
+            if keys.is_empty() {
+                &[][..]
+            } else {
+                rows.row(i).data()
+            }
+        };
+        let starts = self
+            .spec
+            .start
+            .evaluate(&batch)?
+            .into_array(batch.num_rows())?;
+        let starts = starts
+            .as_primitive::<TimestampMillisecondType>()
+            .values()
+            .clone();
+        // Rows are placed one by one (a row may merge sessions); the
+        // aggregates are then updated once per session.
+        let mut placed: Vec<u64> = Vec::with_capacity(batch.num_rows());
+        for (i, t) in starts.iter().enumerate() {
+            placed.push(self.place(key(i), *t)?);
+        }
+        // A session absorbed later in this batch lives on under another id.
+        let mut by_session: HashMap<u64, Vec<u32>> = HashMap::new();
+        for (i, id) in placed.iter().enumerate() {
+            let id = self.resolve(*id, key(i), starts[i]);
+            by_session.entry(id).or_default().push(i as u32);
+        }
+        let args: Vec<Vec<ArrayRef>> = self
+            .spec
+            .aggregates
+            .iter()
+            .map(|a| evaluate_all(&a.function.expressions(), &batch))
+            .collect::<Result<_>>()?;
+        let filters: Vec<Option<ArrayRef>> = self
+            .spec
+            .aggregates
+            .iter()
+            .map(|a| {
+                a.filter
+                    .as_ref()
+                    .map(|f| Ok(evaluate_all(std::slice::from_ref(f), &batch)?.remove(0)))
+                    .transpose()
+            })
+            .collect::<Result<_>>()?;
+        for (id, indices) in by_session {
+            let indices = UInt32Array::from(indices);
+            let session_args: Vec<Vec<ArrayRef>> = args
+                .iter()
+                .map(|a| {
+                    a.iter()
+                        .map(|c| take(c, &indices, None))
+                        .collect::<std::result::Result<_, _>>()
+                })
+                .collect::<std::result::Result<_, _>>()?;
+            let session_filters: Vec<Option<BooleanArray>> = filters
+                .iter()
+                .map(|f| {
+                    f.as_ref()
+                        .map(|f| Ok(take(f, &indices, None)?.as_boolean().clone()))
+                        .transpose()
+                })
+                .collect::<Result<_>>()?;
+            let session = self.sessions.get_mut(&id).expect("placed above");
+            session
+                .groups
+                .update(&[], indices.len(), &session_args, &session_filters)?;
+        }
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
+        let closed: Vec<u64> = self
+            .by_end
+            .iter()
+            .take_while(|(end, _)| *end <= watermark)
+            .map(|(_, id)| *id)
+            .collect();
+        for id in &closed {
+            let end = self.sessions[id].end;
+            self.by_end.remove(&(end, *id));
+        }
+        if let Some(batch) = self.fire(closed)? {
+            out.push(Message::Batch(batch));
+        }
+        out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+}
+
+impl SessionAggregateOp {
+    /// The open session of `key` that holds time `t`.
+    fn resolve(&self, id: u64, key: &[u8], t: i64) -> u64 {
+        if self.sessions.contains_key(&id) {
+            return id;
+        }
+        self.by_key[key]
+            .iter()
+            .copied()
+            .find(|other| {
+                let s = &self.sessions[other];
+                s.start <= t && t < s.end
+            })
+            .expect("a placed row lies in an open session")
+    }
+}
