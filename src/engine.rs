@@ -10,7 +10,7 @@ use crate::connectors::SinkConfig;
 use crate::error::{Error, Result};
 use crate::plan::catalog::stream_def;
 use crate::plan::{Catalog, SqlPlanner};
-use crate::planner::{QueryGraph, plan_incremental};
+use crate::planner::{ExecutionMode, QueryGraph, plan_incremental};
 use crate::sql::{CreateStream, Statement, StatementKind};
 
 /// A query planned and ready to run.
@@ -28,8 +28,8 @@ pub struct PreparedQuery {
 
 /// What executing one statement produced.
 pub enum Outcome {
-    /// A stream or sink was declared.
-    Declared,
+    /// A stream or sink was declared, or a setting changed.
+    Done,
     /// `EXPLAIN` text.
     Explain(String),
     /// A continuous query, ready to run.
@@ -41,6 +41,7 @@ pub enum Outcome {
 pub struct Engine {
     planner: SqlPlanner,
     catalog: Catalog,
+    mode: ExecutionMode,
 }
 
 impl Engine {
@@ -54,19 +55,28 @@ impl Engine {
         &self.catalog
     }
 
+    /// Sets the execution mode of the queries planned from now on.
+    pub fn set_execution_mode(&mut self, mode: ExecutionMode) {
+        self.mode = mode;
+    }
+
     /// Executes one statement; relative paths in it resolve against
     /// `base_dir`.
     pub fn execute(&mut self, statement: &Statement, base_dir: &Path) -> Result<Outcome> {
         match &statement.kind {
             StatementKind::CreateStream(create) => {
                 self.create_stream(create, base_dir)?;
-                Ok(Outcome::Declared)
+                Ok(Outcome::Done)
             }
             StatementKind::CreateSink(create) => {
                 self.catalog.add_sink(create, base_dir)?;
-                Ok(Outcome::Declared)
+                Ok(Outcome::Done)
             }
             StatementKind::Explain(query) => self.explain(query).map(Outcome::Explain),
+            StatementKind::Set { name, value } => {
+                self.set(name, value)?;
+                Ok(Outcome::Done)
+            }
             StatementKind::Query { query, sink } => {
                 let sink = match sink {
                     Some(name) => Some(
@@ -88,6 +98,18 @@ impl Engine {
         }
     }
 
+    fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        match name {
+            "execution_mode" => {
+                self.mode = ExecutionMode::parse(value)?;
+                Ok(())
+            }
+            _ => Err(Error::Plan(format!(
+                "unknown setting '{name}' (settings: execution_mode)"
+            ))),
+        }
+    }
+
     fn create_stream(&mut self, create: &CreateStream, base_dir: &Path) -> Result<()> {
         let delay_ms = match create.watermark.as_ref().and_then(|w| w.delay.as_ref()) {
             Some(expr) => self.planner.interval_ms(&self.catalog, expr)?,
@@ -106,7 +128,7 @@ impl Engine {
     /// Plans a query into its logical plan and operator graph.
     pub fn plan(&self, query: &Query) -> Result<(LogicalPlan, QueryGraph)> {
         let logical = self.planner.plan_query(&self.catalog, query)?;
-        let graph = plan_incremental(&logical)?;
+        let graph = plan_incremental(&logical, self.mode)?;
         Ok((logical, graph))
     }
 
@@ -224,6 +246,53 @@ mod tests {
             text.contains("hop(slide 5000 ms, size 15000 ms, panes of 5000 ms)"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn set_execution_mode_applies_to_later_queries() {
+        let mut engine = engine();
+        let script = "EXPLAIN SELECT host FROM m;
+            SET execution_mode = 'per_record';
+            EXPLAIN SELECT host FROM m;
+            SET execution_mode TO micro_batch;
+            EXPLAIN SELECT host FROM m;";
+        let modes: Vec<String> = parse_script(script)
+            .unwrap()
+            .iter()
+            .filter_map(|s| match engine.execute(s, Path::new(".")).unwrap() {
+                Outcome::Explain(text) => Some(
+                    text.lines()
+                        .find(|l| l.starts_with("operator graph"))
+                        .unwrap()
+                        .to_string(),
+                ),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            modes,
+            [
+                "operator graph (micro-batch):",
+                "operator graph (per-record):",
+                "operator graph (micro-batch):"
+            ]
+        );
+        let bad = parse_script("SET execution_mode = 'fast'")
+            .unwrap()
+            .remove(0);
+        let e = engine
+            .execute(&bad, Path::new("."))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("'micro_batch' or 'per_record'"), "{e}");
+        let unknown = parse_script("SET nosuch = 1").unwrap().remove(0);
+        let e = engine
+            .execute(&unknown, Path::new("."))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("unknown setting 'nosuch'"), "{e}");
     }
 
     #[test]

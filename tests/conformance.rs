@@ -43,6 +43,10 @@
 //! - `--- error` (optional): the run must exit non-zero and each non-empty
 //!   line must occur in stderr. Without it the exit code must be 0.
 //!
+//! Every case runs twice, with `--execution-mode micro-batch` and with
+//! `--execution-mode per-record` appended to its arguments: both modes must
+//! give the same results.
+//!
 //! A run must never panic (`panicked at` on stderr fails the case) and is
 //! killed after [`TIMEOUT`]. Set `VIGIL_CASE=substring` to run only the cases
 //! whose file name contains the substring.
@@ -51,6 +55,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// Every case runs once in each execution mode.
+const MODES: [&str; 2] = ["micro-batch", "per-record"];
 
 /// Longest a single case may run before it is killed and failed.
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -240,7 +247,7 @@ fn run_vigil(dir: &Path, args: &[String]) -> RunResult {
 }
 
 /// Runs one case; `Err` carries the full failure report.
-fn run_case(name: &str, text: &str) -> Result<(), String> {
+fn run_case(name: &str, text: &str, mode: &str) -> Result<(), String> {
     let case = parse_case(text).map_err(|e| format!("=== {name}: bad case file: {e}"))?;
     let dir = tempfile::tempdir().expect("temp dir");
     for (file, content) in &case.files {
@@ -252,7 +259,9 @@ fn run_case(name: &str, text: &str) -> Result<(), String> {
     }
     std::fs::write(dir.path().join("case.sql"), format!("{}\n", case.sql)).expect("write sql");
     let default_args = vec!["--format".to_string(), "csv".to_string()];
-    let run = run_vigil(dir.path(), case.args.as_ref().unwrap_or(&default_args));
+    let mut args = case.args.clone().unwrap_or(default_args);
+    args.extend(["--execution-mode".to_string(), mode.to_string()]);
+    let run = run_vigil(dir.path(), &args);
 
     let mut problems = Vec::new();
     if run.timed_out {
@@ -294,7 +303,7 @@ fn run_case(name: &str, text: &str) -> Result<(), String> {
     if problems.is_empty() {
         return Ok(());
     }
-    let mut report = format!("=== {name}: FAILED (exit code {:?})\n", run.code);
+    let mut report = format!("=== {name} [{mode}]: FAILED (exit code {:?})\n", run.code);
     for p in &problems {
         report.push_str(&format!("- {p}\n"));
     }
@@ -337,10 +346,13 @@ fn conformance_suite() {
         if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
             continue;
         }
-        ran += 1;
         let text = std::fs::read_to_string(&path).expect("read case");
-        if let Err(report) = run_case(&name, &text) {
-            failures.push((name, report));
+        // Both execution modes must give the same results.
+        for mode in MODES {
+            ran += 1;
+            if let Err(report) = run_case(&name, &text, mode) {
+                failures.push((format!("{name} [{mode}]"), report));
+            }
         }
     }
     assert!(ran > 0, "no conformance case matched VIGIL_CASE={filter:?}");

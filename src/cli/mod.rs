@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::connectors::{OutputFormat, make_sink, sink::open_sink};
 use crate::engine::{Engine, Outcome, PreparedQuery, script_dir};
 use crate::error::{Error, Result};
+use crate::planner::ExecutionMode;
 use crate::runtime::{self, RunReport, RunnableQuery};
 use crate::sql::parse_script;
 use output::SharedOutput;
@@ -42,6 +43,24 @@ struct RunArgs {
     /// Write results here instead of stdout (queries without INSERT INTO).
     #[arg(long, short)]
     output: Option<PathBuf>,
+    /// Execution mode of queries until a `SET execution_mode` says otherwise.
+    #[arg(long, value_enum, default_value = "micro-batch")]
+    execution_mode: ModeArg,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ModeArg {
+    MicroBatch,
+    PerRecord,
+}
+
+impl From<ModeArg> for ExecutionMode {
+    fn from(m: ModeArg) -> Self {
+        match m {
+            ModeArg::MicroBatch => ExecutionMode::MicroBatch,
+            ModeArg::PerRecord => ExecutionMode::PerRecord,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -88,6 +107,7 @@ pub fn main() -> ExitCode {
 
 async fn run(args: RunArgs) -> Result<()> {
     let mut engine = Engine::new();
+    engine.set_execution_mode(args.execution_mode.into());
     let mut queries = Vec::new();
     for file in &args.files {
         queries.extend(load_script(&mut engine, file)?);
@@ -139,7 +159,7 @@ fn load_script(engine: &mut Engine, file: &Path) -> Result<Vec<PreparedQuery>> {
             .execute(statement, &base)
             .map_err(|e| Error::Plan(format!("{name}:{}: {e}", statement.line)))?;
         match outcome {
-            Outcome::Declared => {}
+            Outcome::Done => {}
             Outcome::Explain(text) => println!("{text}"),
             Outcome::Query(query) => queries.push(*query),
         }

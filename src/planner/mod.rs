@@ -29,17 +29,37 @@ use crate::exec::{
 };
 use crate::plan::{StreamDef, StreamSource, WatermarkNode, Window, WindowNode};
 
-/// How rows move through a query's operators.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How rows move through a query's operators. Both modes give the same
+/// results; they trade throughput against latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ExecutionMode {
-    /// Operators work on Arrow batches as the source cuts them.
+    /// Operators work on Arrow batches as the source cuts them: the most
+    /// rows per second.
+    #[default]
     MicroBatch,
+    /// Each row flows through the whole operator chain as it arrives: the
+    /// lowest latency.
+    PerRecord,
+}
+
+impl ExecutionMode {
+    /// Parses `'micro_batch'` or `'per_record'` (dashes work too).
+    pub fn parse(value: &str) -> Result<Self> {
+        match value.to_ascii_lowercase().replace('-', "_").as_str() {
+            "micro_batch" => Ok(ExecutionMode::MicroBatch),
+            "per_record" => Ok(ExecutionMode::PerRecord),
+            _ => Err(Error::Plan(format!(
+                "execution_mode must be 'micro_batch' or 'per_record', got '{value}'"
+            ))),
+        }
+    }
 }
 
 impl fmt::Display for ExecutionMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ExecutionMode::MicroBatch => f.write_str("micro-batch"),
+            ExecutionMode::PerRecord => f.write_str("per-record"),
         }
     }
 }
@@ -72,8 +92,8 @@ impl QueryGraph {
     }
 }
 
-/// Plans `plan` for incremental execution.
-pub fn plan_incremental(plan: &LogicalPlan) -> Result<QueryGraph> {
+/// Plans `plan` for incremental execution in `mode`.
+pub fn plan_incremental(plan: &LogicalPlan, mode: ExecutionMode) -> Result<QueryGraph> {
     let stats = Arc::new(QueryStats::default());
     let mut builder = Builder {
         stats: stats.clone(),
@@ -97,7 +117,7 @@ pub fn plan_incremental(plan: &LogicalPlan) -> Result<QueryGraph> {
         stream: built.stream,
         stages,
         schema,
-        mode: ExecutionMode::MicroBatch,
+        mode,
         stats,
     })
 }

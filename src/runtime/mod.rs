@@ -11,13 +11,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use datafusion::arrow::record_batch::RecordBatch;
 use tokio::sync::mpsc::{self, Receiver, Sender};
 use tokio::task::JoinHandle;
 
 use crate::connectors::{Sink, SourceConfig, SourceStats, read_source};
 use crate::error::{Error, Result};
 use crate::exec::{Chain, END_OF_INPUT, Message, QueryStats};
-use crate::planner::QueryGraph;
+use crate::planner::{ExecutionMode, QueryGraph};
 
 /// Messages buffered between two tasks before the sender waits.
 pub const CHANNEL_CAPACITY: usize = 16;
@@ -43,7 +44,7 @@ pub struct RunReport {
 /// first error any task met.
 pub async fn run(queries: Vec<RunnableQuery>) -> Result<RunReport> {
     let mut report = RunReport::default();
-    let mut sources: BTreeMap<String, (SourceConfig, Vec<Sender<Message>>)> = BTreeMap::new();
+    let mut sources: BTreeMap<String, (SourceConfig, Vec<Subscriber>)> = BTreeMap::new();
     let mut tasks: Vec<JoinHandle<Result<()>>> = Vec::new();
     for query in queries {
         report.queries.push(query.graph.stats.clone());
@@ -53,7 +54,10 @@ pub async fn run(queries: Vec<RunnableQuery>) -> Result<RunReport> {
             .entry(stream.name.clone())
             .or_insert_with(|| (stream.source.clone(), Vec::new()))
             .1
-            .push(tx);
+            .push(Subscriber {
+                tx,
+                per_record: query.graph.mode == ExecutionMode::PerRecord,
+            });
         let stats = query.graph.stats.clone();
         let mut input = rx;
         for stage in query.graph.stages {
@@ -87,23 +91,44 @@ pub async fn run(queries: Vec<RunnableQuery>) -> Result<RunReport> {
     }
 }
 
+/// A query reading a source.
+struct Subscriber {
+    tx: Sender<Message>,
+    /// Send rows one at a time rather than as the source's batches.
+    per_record: bool,
+}
+
+impl Subscriber {
+    /// Sends a batch; false once the query has stopped listening.
+    fn send(&self, batch: &RecordBatch) -> bool {
+        if !self.per_record {
+            return self.tx.blocking_send(Message::Batch(batch.clone())).is_ok();
+        }
+        (0..batch.num_rows()).all(|row| {
+            self.tx
+                .blocking_send(Message::Batch(batch.slice(row, 1)))
+                .is_ok()
+        })
+    }
+}
+
 fn run_source(
     config: &SourceConfig,
     stats: &SourceStats,
-    subscribers: Vec<Sender<Message>>,
+    subscribers: Vec<Subscriber>,
 ) -> Result<()> {
-    let mut emit = |batch| {
+    let mut emit = |batch: RecordBatch| {
         let mut alive = false;
-        for tx in &subscribers {
-            alive |= tx
-                .blocking_send(Message::Batch(Clone::clone(&batch)))
-                .is_ok();
+        for subscriber in &subscribers {
+            alive |= subscriber.send(&batch);
         }
         alive
     };
     read_source(config, stats, &mut emit)?;
-    for tx in &subscribers {
-        let _ = tx.blocking_send(Message::Watermark(END_OF_INPUT));
+    for subscriber in &subscribers {
+        let _ = subscriber
+            .tx
+            .blocking_send(Message::Watermark(END_OF_INPUT));
     }
     Ok(())
 }

@@ -46,6 +46,13 @@ pub enum StatementKind {
     },
     /// `EXPLAIN <query>`.
     Explain(Box<Query>),
+    /// `SET name = value`: a setting for the statements that follow.
+    Set {
+        /// Setting name, lower-cased.
+        name: String,
+        /// Its value as written (a string, number or word).
+        value: String,
+    },
 }
 
 /// `CREATE STREAM`: a named, typed, unbounded input.
@@ -153,6 +160,10 @@ impl<'a> ScriptParser<'a> {
             return self
                 .parse_create_stream()
                 .map(|s| StatementKind::CreateStream(Box::new(s)));
+        }
+        if self.peek_words(&["SET"]) {
+            self.parser.next_token();
+            return self.parse_set();
         }
         if self.peek_words(&["CREATE", "SINK"]) {
             self.parser.next_token();
@@ -280,6 +291,40 @@ impl<'a> ScriptParser<'a> {
         Ok(CreateSink { name, options })
     }
 
+    fn parse_set(&mut self) -> Result<StatementKind> {
+        let name = self.parser.parse_identifier().map_err(|e| self.wrap(e))?;
+        if !self.parser.consume_token(&Token::Eq) && !self.parser.parse_keyword(Keyword::TO) {
+            return Err(self.unexpected("= or TO"));
+        }
+        let value = self.parse_option_value()?;
+        Ok(StatementKind::Set {
+            name: name.value.to_ascii_lowercase(),
+            value,
+        })
+    }
+
+    /// A value in `WITH (...)` or `SET`: a string, a number, a boolean or a
+    /// bare word.
+    fn parse_option_value(&mut self) -> Result<String> {
+        let next = self.parser.peek_token();
+        if let Token::Word(w) = &next.token
+            && w.quote_style.is_none()
+            && !matches!(w.keyword, Keyword::TRUE | Keyword::FALSE)
+        {
+            self.parser.next_token();
+            return Ok(w.value.clone());
+        }
+        let value = self.parser.parse_value().map_err(|e| self.wrap(e))?;
+        match value.value {
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => Ok(s),
+            Value::Number(n, _) => Ok(n.to_string()),
+            Value::Boolean(b) => Ok(b.to_string()),
+            other => {
+                Err(self.error_at(&format!("value {other} must be a string"), next.span.start))
+            }
+        }
+    }
+
     fn parse_with_options(&mut self) -> Result<Vec<(String, String)>> {
         if !self.parser.parse_keyword(Keyword::WITH) {
             return Ok(Vec::new());
@@ -289,18 +334,7 @@ impl<'a> ScriptParser<'a> {
         loop {
             let key = self.parser.parse_identifier().map_err(|e| self.wrap(e))?;
             self.expect(Token::Eq)?;
-            let at = self.parser.peek_token().span.start;
-            let value = self.parser.parse_value().map_err(|e| self.wrap(e))?;
-            let value = match value.value {
-                Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s,
-                Value::Number(n, _) => n.to_string(),
-                Value::Boolean(b) => b.to_string(),
-                other => {
-                    return Err(
-                        self.error_at(&format!("option value {other} must be a string"), at)
-                    );
-                }
-            };
+            let value = self.parse_option_value()?;
             options.push((key.value.to_ascii_lowercase(), value));
             if !self.parser.consume_token(&Token::Comma) {
                 break;
