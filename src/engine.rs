@@ -3,15 +3,18 @@
 
 use std::path::{Path, PathBuf};
 
-use datafusion::logical_expr::LogicalPlan;
+use std::sync::Arc;
+
+use datafusion::logical_expr::{Extension, LogicalPlan};
 use datafusion::sql::sqlparser::ast::Query;
 
 use crate::connectors::SinkConfig;
 use crate::error::{Error, Result};
 use crate::plan::catalog::stream_def;
 use crate::plan::{Catalog, SqlPlanner};
+use crate::plan::{EmitNode, EmitPolicy};
 use crate::planner::{ExecutionMode, QueryGraph, plan_incremental};
-use crate::sql::{CreateStream, Statement, StatementKind};
+use crate::sql::{CreateStream, Emit, Statement, StatementKind};
 
 /// A query planned and ready to run.
 pub struct PreparedQuery {
@@ -41,7 +44,9 @@ pub enum Outcome {
 pub struct Engine {
     planner: SqlPlanner,
     catalog: Catalog,
-    mode: ExecutionMode,
+    /// `None` lets the planner choose: per-record for `EMIT CHANGES`,
+    /// micro-batch otherwise.
+    mode: Option<ExecutionMode>,
 }
 
 impl Engine {
@@ -57,7 +62,7 @@ impl Engine {
 
     /// Sets the execution mode of the queries planned from now on.
     pub fn set_execution_mode(&mut self, mode: ExecutionMode) {
-        self.mode = mode;
+        self.mode = Some(mode);
     }
 
     /// Executes one statement; relative paths in it resolve against
@@ -72,12 +77,14 @@ impl Engine {
                 self.catalog.add_sink(create, base_dir)?;
                 Ok(Outcome::Done)
             }
-            StatementKind::Explain(query) => self.explain(query).map(Outcome::Explain),
+            StatementKind::Explain { query, emit } => {
+                self.explain(query, emit.as_ref()).map(Outcome::Explain)
+            }
             StatementKind::Set { name, value } => {
                 self.set(name, value)?;
                 Ok(Outcome::Done)
             }
-            StatementKind::Query { query, sink } => {
+            StatementKind::Query { query, sink, emit } => {
                 let sink = match sink {
                     Some(name) => Some(
                         self.catalog
@@ -87,7 +94,7 @@ impl Engine {
                     ),
                     None => None,
                 };
-                let (logical, graph) = self.plan(query)?;
+                let (logical, graph) = self.plan(query, emit.as_ref())?;
                 Ok(Outcome::Query(Box::new(PreparedQuery {
                     logical,
                     graph,
@@ -101,7 +108,7 @@ impl Engine {
     fn set(&mut self, name: &str, value: &str) -> Result<()> {
         match name {
             "execution_mode" => {
-                self.mode = ExecutionMode::parse(value)?;
+                self.mode = Some(ExecutionMode::parse(value)?);
                 Ok(())
             }
             _ => Err(Error::Plan(format!(
@@ -125,16 +132,44 @@ impl Engine {
             .add_stream(stream_def(create, delay_ms, base_dir)?)
     }
 
-    /// Plans a query into its logical plan and operator graph.
-    pub fn plan(&self, query: &Query) -> Result<(LogicalPlan, QueryGraph)> {
-        let logical = self.planner.plan_query(&self.catalog, query)?;
-        let graph = plan_incremental(&logical, self.mode)?;
+    /// Plans a query with its `EMIT` clause into its logical plan and
+    /// operator graph.
+    pub fn plan(&self, query: &Query, emit: Option<&Emit>) -> Result<(LogicalPlan, QueryGraph)> {
+        let mut logical = self.planner.plan_query(&self.catalog, query)?;
+        let policy = emit.map(|e| self.emit_policy(e)).transpose()?;
+        if let Some(policy) = policy {
+            let node = EmitNode::try_new(logical, policy)?;
+            logical = LogicalPlan::Extension(Extension {
+                node: Arc::new(node),
+            });
+        }
+        let mode = self.mode.unwrap_or(match policy {
+            Some(EmitPolicy::Changes) => ExecutionMode::PerRecord,
+            _ => ExecutionMode::MicroBatch,
+        });
+        let graph = plan_incremental(&logical, mode)?;
         Ok((logical, graph))
     }
 
+    fn emit_policy(&self, emit: &Emit) -> Result<EmitPolicy> {
+        Ok(match emit {
+            Emit::OnWindowClose => EmitPolicy::OnWindowClose,
+            Emit::Changes => EmitPolicy::Changes,
+            Emit::Every(interval) => {
+                let interval_ms = self.planner.interval_ms(&self.catalog, interval)?;
+                if interval_ms <= 0 {
+                    return Err(Error::Plan(format!(
+                        "EMIT EVERY needs a positive interval, got {interval}"
+                    )));
+                }
+                EmitPolicy::Every { interval_ms }
+            }
+        })
+    }
+
     /// The logical plan and the operator graph of a query, as text.
-    pub fn explain(&self, query: &Query) -> Result<String> {
-        let (logical, graph) = self.plan(query)?;
+    pub fn explain(&self, query: &Query, emit: Option<&Emit>) -> Result<String> {
+        let (logical, graph) = self.plan(query, emit)?;
         Ok(format!(
             "logical plan:\n{}\n{}",
             indent(&logical.display_indent().to_string()),

@@ -205,3 +205,38 @@ fn realtime_replay_is_paced_by_event_time() {
     // 2 s of event time at 4x is 0.5 s of wall time; fast replay takes none.
     assert!(elapsed.as_millis() >= 450, "replayed too fast: {elapsed:?}");
 }
+
+#[test]
+fn emit_every_sends_early_results_then_the_final_one() {
+    // 20 s of event time replayed at 10x: 2 s of wall time, with an early
+    // result every 200 ms for the open window.
+    let rows = "ts,host,cpu\n0,a,1\n5000,a,2\n10000,a,4\n15000,a,8\n20000,a,16\n";
+    let sql = format!(
+        "{STREAM} WITH (path = 'm.csv', replay = 'realtime', speed = '10');
+         SELECT window_start, sum(cpu) AS total FROM TUMBLE(m, ts, INTERVAL '1' MINUTE)
+         GROUP BY window_start EMIT EVERY INTERVAL '200' MILLISECOND;"
+    );
+    let dir = setup(&[("q.sql", &sql), ("m.csv", rows)]);
+    let out = vigil(dir.path(), &["run", "q.sql"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "window_start,total,_final");
+    assert_eq!(
+        lines.last(),
+        Some(&"1970-01-01T00:00:00,31.0,true"),
+        "{stdout}"
+    );
+    let early: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.ends_with(",false"))
+        .copied()
+        .collect();
+    assert!(early.len() >= 2, "expected early results: {stdout}");
+    // Early results only grow: each is a partial sum of the rows so far.
+    let totals: Vec<f64> = early
+        .iter()
+        .map(|l| l.split(',').nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert!(totals.windows(2).all(|w| w[0] <= w[1]), "{totals:?}");
+}

@@ -43,9 +43,10 @@ struct RunArgs {
     /// Write results here instead of stdout (queries without INSERT INTO).
     #[arg(long, short)]
     output: Option<PathBuf>,
-    /// Execution mode of queries until a `SET execution_mode` says otherwise.
-    #[arg(long, value_enum, default_value = "micro-batch")]
-    execution_mode: ModeArg,
+    /// Execution mode of queries until a `SET execution_mode` says otherwise
+    /// (default: per-record for EMIT CHANGES, micro-batch otherwise).
+    #[arg(long, value_enum)]
+    execution_mode: Option<ModeArg>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -107,7 +108,9 @@ pub fn main() -> ExitCode {
 
 async fn run(args: RunArgs) -> Result<()> {
     let mut engine = Engine::new();
-    engine.set_execution_mode(args.execution_mode.into());
+    if let Some(mode) = args.execution_mode {
+        engine.set_execution_mode(mode.into());
+    }
     let mut queries = Vec::new();
     for file in &args.files {
         queries.extend(load_script(&mut engine, file)?);

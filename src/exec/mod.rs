@@ -7,8 +7,10 @@
 //! `GroupsAccumulator`s. Operators never block and never spawn: the runtime
 //! decides which of them share a task.
 
+mod changelog;
 mod filter;
 mod limit;
+mod mark;
 mod project;
 mod session;
 mod watermark;
@@ -19,8 +21,10 @@ use std::sync::atomic::AtomicU64;
 
 use datafusion::arrow::record_batch::RecordBatch;
 
+pub use changelog::{ChangelogAggregateOp, ChangelogAggregateSpec};
 pub use filter::FilterOp;
 pub use limit::LimitOp;
+pub use mark::MarkOp;
 pub use project::ProjectOp;
 pub use session::{SessionAggregateOp, SessionAggregateSpec, SessionAssignOp};
 pub use watermark::WatermarkOp;
@@ -36,10 +40,23 @@ use crate::error::Result;
 pub enum Message {
     /// Rows.
     Batch(RecordBatch),
+    /// Result rows that say what they are (an update, an early result).
+    Changes(RecordBatch, RowKind),
     /// Event time has reached this many milliseconds since the epoch: no
     /// row with a smaller event time will be accepted into an open window.
     /// `i64::MAX` marks the end of a finite input.
     Watermark(i64),
+}
+
+/// What a batch of result rows is, under an emit policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowKind {
+    /// A new result: the first value of a key, or a window's final row.
+    Insert,
+    /// A new value for a result emitted before.
+    Update,
+    /// An early, partial result of a window that has not closed.
+    Early,
 }
 
 /// The watermark that marks the end of input: every open window fires.
@@ -67,6 +84,35 @@ pub trait Operator: Send {
 
     /// Processes a batch of rows.
     fn on_batch(&mut self, batch: RecordBatch, out: &mut Vec<Message>) -> Result<()>;
+
+    /// Processes result rows that carry a kind. The default treats them as
+    /// plain rows and keeps the kind on whatever comes out, which is right
+    /// for every stateless operator.
+    fn on_changes(
+        &mut self,
+        batch: RecordBatch,
+        kind: RowKind,
+        out: &mut Vec<Message>,
+    ) -> Result<()> {
+        let mut plain = Vec::new();
+        self.on_batch(batch, &mut plain)?;
+        out.extend(plain.into_iter().map(|m| match m {
+            Message::Batch(b) => Message::Changes(b, kind),
+            other => other,
+        }));
+        Ok(())
+    }
+
+    /// How often the operator wants [`Operator::on_tick`] called, in
+    /// processing time; `None` (the default) for never.
+    fn tick_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// Called every [`Operator::tick_interval`]; the default does nothing.
+    fn on_tick(&mut self, _out: &mut Vec<Message>) -> Result<()> {
+        Ok(())
+    }
 
     /// Processes a watermark; the default forwards it.
     fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
@@ -100,19 +146,43 @@ impl Chain {
     /// Runs one message through every operator and returns what comes out
     /// of the last.
     pub fn process(&mut self, message: Message) -> Result<Vec<Message>> {
-        let mut current = vec![message];
-        for op in &mut self.ops {
+        self.process_from(0, vec![message])
+    }
+
+    fn process_from(&mut self, first: usize, mut current: Vec<Message>) -> Result<Vec<Message>> {
+        for op in &mut self.ops[first..] {
             let mut next = Vec::with_capacity(current.len());
             for message in current {
                 match message {
-                    Message::Batch(batch) if batch.num_rows() == 0 => {}
+                    Message::Batch(batch) | Message::Changes(batch, _) if batch.num_rows() == 0 => {
+                    }
                     Message::Batch(batch) => op.on_batch(batch, &mut next)?,
+                    Message::Changes(batch, kind) => op.on_changes(batch, kind, &mut next)?,
                     Message::Watermark(w) => op.on_watermark(w, &mut next)?,
                 }
             }
             current = next;
         }
         Ok(current)
+    }
+
+    /// The shortest tick interval any operator asks for.
+    pub fn tick_interval(&self) -> Option<std::time::Duration> {
+        self.ops.iter().filter_map(|op| op.tick_interval()).min()
+    }
+
+    /// Ticks every operator; what a tick produces runs through the
+    /// operators after it.
+    pub fn tick(&mut self) -> Result<Vec<Message>> {
+        let mut out = Vec::new();
+        for i in 0..self.ops.len() {
+            let mut produced = Vec::new();
+            self.ops[i].on_tick(&mut produced)?;
+            if !produced.is_empty() {
+                out.extend(self.process_from(i + 1, produced)?);
+            }
+        }
+        Ok(out)
     }
 
     /// True once any operator will never emit again.

@@ -1,5 +1,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use datafusion::arrow::array::{
     ArrayRef, AsArray, BooleanArray, TimestampMillisecondArray, UInt32Array,
@@ -13,7 +14,7 @@ use datafusion::physical_expr::{GroupsAccumulatorAdapter, PhysicalExpr};
 use datafusion::physical_plan::aggregates::group_values::{GroupValues, new_group_values};
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 
-use super::{Message, Operator};
+use super::{Message, Operator, RowKind};
 use crate::error::Result;
 use crate::plan::WindowSpec;
 
@@ -77,6 +78,9 @@ pub struct WindowAggregateSpec {
     pub aggregates: Vec<AggregateSpec>,
     /// Output schema: grouping columns, then aggregates.
     pub schema: SchemaRef,
+    /// `EMIT EVERY`: how often to send early partial results of the windows
+    /// that changed.
+    pub early_every: Option<Duration>,
 }
 
 /// Grouped aggregation per event-time window.
@@ -95,6 +99,8 @@ pub struct WindowAggregateOp {
     panes: BTreeMap<i64, Pane>,
     /// Starts of windows that hold rows and have not fired.
     pending: BTreeSet<i64>,
+    /// Starts of windows changed since the last early result.
+    dirty: BTreeSet<i64>,
     watermark: i64,
 }
 
@@ -132,6 +138,7 @@ impl WindowAggregateOp {
             spec,
             panes: BTreeMap::new(),
             pending: BTreeSet::new(),
+            dirty: BTreeSet::new(),
             watermark: i64::MIN,
         }
     }
@@ -219,7 +226,6 @@ impl WindowAggregateOp {
     }
 
     fn fire(&mut self, start: i64) -> Result<Option<RecordBatch>> {
-        let end = start + self.size_ms();
         let span = self.pane_span(start);
         let mut in_window = self.panes.range(span.clone());
         let Some((&first, pane)) = in_window.next() else {
@@ -229,7 +235,7 @@ impl WindowAggregateOp {
         // tumbling window) is evaluated in place, without a merge.
         let alone =
             in_window.next().is_none() && pane.frozen.is_empty() && self.pane_done_by(first, start);
-        let (keys, values, rows) = if alone {
+        let evaluated = if alone {
             let pane = self.panes.get_mut(&first).expect("found above");
             pane.live.evaluate()?
         } else {
@@ -237,6 +243,12 @@ impl WindowAggregateOp {
         };
         self.panes
             .retain(|&pane, _| !done_by(self.spec.grid, pane, start));
+        self.assemble(start, evaluated)
+    }
+
+    /// The output rows of the window starting at `start`.
+    fn assemble(&self, start: i64, (keys, values, rows): Evaluated) -> Result<Option<RecordBatch>> {
+        let end = start + self.size_ms();
         if rows == 0 {
             return Ok(None);
         }
@@ -264,10 +276,11 @@ impl WindowAggregateOp {
         let mut merged = self.new_groups()?;
         let mut fresh = Vec::new();
         for _ in self.panes.range(span.clone()) {
-            fresh.push(self.new_groups()?);
+            fresh.push((self.new_groups()?, self.new_groups()?));
         }
-        for ((_, pane), fresh) in self.panes.range_mut(span).zip(fresh) {
-            pane.freeze(fresh)?;
+        for ((_, pane), (live, scratch)) in self.panes.range_mut(span).zip(fresh) {
+            pane.freeze(live)?;
+            pane.compact(scratch)?;
             for frozen in &pane.frozen {
                 merged.merge(frozen)?;
             }
@@ -389,6 +402,18 @@ impl Groups {
 }
 
 impl Pane {
+    /// Merges the frozen parts into one, so a pane read by many early
+    /// results does not pile them up.
+    fn compact(&mut self, mut scratch: Groups) -> Result<()> {
+        if self.frozen.len() > 1 {
+            for frozen in &self.frozen {
+                scratch.merge(frozen)?;
+            }
+            self.frozen = vec![scratch.freeze()?];
+        }
+        Ok(())
+    }
+
     /// Moves the live state into the frozen list, replacing it with `fresh`.
     fn freeze(&mut self, fresh: Groups) -> Result<()> {
         let mut live = std::mem::replace(&mut self.live, fresh);
@@ -488,6 +513,9 @@ impl Operator for WindowAggregateOp {
             for window in self.windows_of(pane) {
                 if window + size > self.watermark {
                     self.pending.insert(window);
+                    if self.spec.early_every.is_some() {
+                        self.dirty.insert(window);
+                    }
                 }
             }
             let rows = rows.as_ref();
@@ -510,6 +538,26 @@ impl Operator for WindowAggregateOp {
             let pane_rows = rows.map_or(batch.num_rows(), |r| r.len());
             let live = &mut self.panes.get_mut(&pane).expect("inserted above").live;
             live.update(&pane_keys, pane_rows, &pane_args, &pane_filters)?;
+        }
+        Ok(())
+    }
+
+    fn tick_interval(&self) -> Option<Duration> {
+        self.spec.early_every
+    }
+
+    /// Sends the current partial result of every window that changed since
+    /// the last tick.
+    fn on_tick(&mut self, out: &mut Vec<Message>) -> Result<()> {
+        for start in std::mem::take(&mut self.dirty) {
+            if !self.pending.contains(&start) {
+                continue;
+            }
+            let span = self.pane_span(start);
+            let evaluated = self.merge_panes(span)?;
+            if let Some(batch) = self.assemble(start, evaluated)? {
+                out.push(Message::Changes(batch, RowKind::Early));
+            }
         }
         Ok(())
     }

@@ -216,7 +216,7 @@ mod tests {
             .iter()
             .filter_map(|m| match m {
                 Message::Batch(b) => Some(b),
-                Message::Watermark(_) => None,
+                _ => None,
             })
             .collect();
         let batch = concat_batches(&batches[0].schema(), batches).unwrap();

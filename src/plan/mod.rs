@@ -7,6 +7,7 @@
 //! `WindowAssign <- Watermark <- TableScan(stream)`.
 
 pub mod catalog;
+pub mod emit_node;
 mod relation;
 pub mod watermark_node;
 pub mod window_node;
@@ -29,6 +30,7 @@ use datafusion::sql::planner::{ParserOptions, PlannerContext, SqlToRel};
 use datafusion::sql::sqlparser::ast;
 
 pub use catalog::{Catalog, StreamDef, StreamSource};
+pub use emit_node::{EmitNode, EmitPolicy, FINAL_COLUMN, OP_COLUMN};
 pub use watermark_node::WatermarkNode;
 pub use window_node::{WINDOW_END, WINDOW_START, Window, WindowNode, WindowSpec};
 

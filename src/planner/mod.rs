@@ -10,6 +10,7 @@ mod explain;
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::common::{Column, DFSchema};
@@ -23,11 +24,14 @@ use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 
 use crate::error::{Error, Result};
 use crate::exec::{
-    AggregateSpec, FilterOp, GroupSlot, LimitOp, Operator, ProjectOp, QueryStats,
-    SessionAggregateOp, SessionAggregateSpec, SessionAssignOp, WatermarkOp, WindowAggregateOp,
-    WindowAggregateSpec, WindowAssignOp, WindowGrid, WindowInput,
+    AggregateSpec, ChangelogAggregateOp, ChangelogAggregateSpec, FilterOp, GroupSlot, LimitOp,
+    MarkOp, Operator, ProjectOp, QueryStats, SessionAggregateOp, SessionAggregateSpec,
+    SessionAssignOp, WatermarkOp, WindowAggregateOp, WindowAggregateSpec, WindowAssignOp,
+    WindowGrid, WindowInput,
 };
-use crate::plan::{StreamDef, StreamSource, WatermarkNode, Window, WindowNode};
+use crate::plan::{
+    EmitNode, EmitPolicy, StreamDef, StreamSource, WatermarkNode, Window, WindowNode,
+};
 
 /// How rows move through a query's operators. Both modes give the same
 /// results; they trade throughput against latency.
@@ -96,6 +100,7 @@ impl QueryGraph {
 pub fn plan_incremental(plan: &LogicalPlan, mode: ExecutionMode) -> Result<QueryGraph> {
     let stats = Arc::new(QueryStats::default());
     let mut builder = Builder {
+        emit: None,
         stats: stats.clone(),
         props: ExecutionProps::new(),
         planning: PhysicalPlanningContext::default(),
@@ -189,6 +194,8 @@ impl WindowColumns {
 }
 
 struct Builder {
+    /// The emit policy, until the outermost aggregate takes it.
+    emit: Option<EmitPolicy>,
     stats: Arc<QueryStats>,
     props: ExecutionProps,
     planning: PhysicalPlanningContext,
@@ -314,6 +321,23 @@ impl Builder {
     }
 
     fn extension(&mut self, node: &dyn UserDefinedLogicalNode) -> Result<Built> {
+        if let Some(emit) = node.as_any().downcast_ref::<EmitNode>() {
+            self.emit = Some(emit.policy);
+            let mut built = self.build(&emit.input)?;
+            if matches!(self.emit.take(), Some(EmitPolicy::Every { .. })) {
+                return Err(unbounded(
+                    "EMIT EVERY",
+                    "EMIT EVERY needs a windowed aggregate: a query without one has no partial results",
+                ));
+            }
+            if emit.policy.marker().is_some() {
+                let schema = Arc::new(node.schema().as_arrow().clone());
+                built
+                    .ops
+                    .push((Box::new(MarkOp::new(emit.policy, schema)), false));
+            }
+            return Ok(built);
+        }
         if let Some(watermark) = node.as_any().downcast_ref::<WatermarkNode>() {
             let mut built = self.build(&watermark.input)?;
             let op = WatermarkOp::new(watermark.time_column, watermark.delay_ms);
@@ -351,13 +375,30 @@ impl Builder {
     }
 
     fn aggregate(&mut self, aggregate: &Aggregate) -> Result<Built> {
+        // The emit policy belongs to the outermost aggregate only.
+        let policy = self.emit.take();
         let mut built = self.build(&aggregate.input)?;
         let input_schema = aggregate.input.schema();
+        if policy == Some(EmitPolicy::Changes) {
+            return self.changelog_aggregate(aggregate, built);
+        }
         let Some(window) = built.window else {
             return Err(unbounded(
                 "unbounded aggregate",
-                "an aggregate over a stream needs a window: FROM TUMBLE(stream, ts, INTERVAL '1' MINUTE) ... GROUP BY window_start, window_end, ...",
+                "an aggregate over a stream needs a window (FROM TUMBLE(stream, ts, INTERVAL '1' MINUTE) ... GROUP BY window_start, window_end, ...) or EMIT CHANGES",
             ));
+        };
+        let early_every = match policy {
+            Some(EmitPolicy::Every { interval_ms }) => {
+                if matches!(window.kind, Windowing::Session { .. }) {
+                    return Err(unbounded(
+                        "EMIT EVERY",
+                        "EMIT EVERY over SESSION windows is not supported yet",
+                    ));
+                }
+                Some(Duration::from_millis(interval_ms as u64))
+            }
+            _ => None,
         };
         let mut layout = Vec::with_capacity(aggregate.group_expr.len());
         let mut keys = Vec::new();
@@ -390,26 +431,10 @@ impl Builder {
                 "a windowed aggregate must GROUP BY window_start or window_end",
             ));
         };
-        let physical_input = input_schema.as_arrow();
-        let aggregates = aggregate
-            .aggr_expr
-            .iter()
-            .map(|e| {
-                window.check_reads(e, input_schema)?;
-                let lowered = LoweredAggregateBuilder::new(
-                    e,
-                    input_schema,
-                    physical_input,
-                    &self.props,
-                    &self.planning,
-                )
-                .build()?;
-                Ok(AggregateSpec {
-                    function: lowered.aggregate,
-                    filter: lowered.filter,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        for e in &aggregate.aggr_expr {
+            window.check_reads(e, input_schema)?;
+        }
+        let aggregates = self.lower_aggregates(aggregate)?;
         let key_schema = Arc::new(Schema::new(key_fields));
         let schema = Arc::new(output.clone());
         let grid = match window.kind {
@@ -454,8 +479,84 @@ impl Builder {
             grid,
             aggregates,
             schema,
+            early_every,
         });
         built.ops.push((Box::new(op), true));
+        Ok(built)
+    }
+
+    fn lower_aggregates(&self, aggregate: &Aggregate) -> Result<Vec<AggregateSpec>> {
+        let input_schema = aggregate.input.schema();
+        let physical_input = input_schema.as_arrow();
+        aggregate
+            .aggr_expr
+            .iter()
+            .map(|e| {
+                let lowered = LoweredAggregateBuilder::new(
+                    e,
+                    input_schema,
+                    physical_input,
+                    &self.props,
+                    &self.planning,
+                )
+                .build()?;
+                Ok(AggregateSpec {
+                    function: lowered.aggregate,
+                    filter: lowered.filter,
+                })
+            })
+            .collect()
+    }
+
+    /// `EMIT CHANGES`: a changelog of results, with or without a window.
+    fn changelog_aggregate(&mut self, aggregate: &Aggregate, mut built: Built) -> Result<Built> {
+        let input_schema = aggregate.input.schema();
+        let window_end =
+            match built.window {
+                None => None,
+                Some(w) if w.holds_panes() => {
+                    return Err(unbounded(
+                        "EMIT CHANGES",
+                        "EMIT CHANGES over HOP or SESSION windows is not supported yet; use TUMBLE",
+                    ));
+                }
+                Some(w) => {
+                    let size_ms = match w.kind {
+                        Windowing::Grid(WindowGrid::Panes(spec)) => spec.size_ms(),
+                        Windowing::Grid(WindowGrid::Exact { size_ms }) => size_ms,
+                        Windowing::Session { .. } => unreachable!("sessions hold panes"),
+                    };
+                    let found = aggregate.group_expr.iter().enumerate().find_map(|(i, e)| {
+                        match column_index(e, input_schema).and_then(|c| w.slot(c)) {
+                            Some(GroupSlot::WindowStart) => Some((i, size_ms)),
+                            Some(GroupSlot::WindowEnd) => Some((i, 0)),
+                            _ => None,
+                        }
+                    });
+                    Some(found.ok_or_else(|| {
+                        unbounded(
+                            "unbounded aggregate",
+                            "a windowed aggregate must GROUP BY window_start or window_end",
+                        )
+                    })?)
+                }
+            };
+        let groups = aggregate
+            .group_expr
+            .iter()
+            .map(|e| self.physical(e, input_schema))
+            .collect::<Result<Vec<_>>>()?;
+        let output = aggregate.schema.as_arrow();
+        let group_schema = Arc::new(Schema::new(output.fields()[..groups.len()].to_vec()));
+        let op = ChangelogAggregateOp::new(ChangelogAggregateSpec {
+            groups,
+            group_schema,
+            window_end,
+            aggregates: self.lower_aggregates(aggregate)?,
+            schema: Arc::new(output.clone()),
+        });
+        built.ops.push((Box::new(op), true));
+        built.window = None;
         Ok(built)
     }
 

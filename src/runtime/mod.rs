@@ -138,8 +138,20 @@ async fn run_stage(
     mut input: Receiver<Message>,
     output: Sender<Message>,
 ) -> Result<()> {
-    while let Some(message) = input.recv().await {
-        for out in chain.process(message)? {
+    let mut ticker = chain.tick_interval().map(|period| {
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker
+    });
+    loop {
+        let produced = tokio::select! {
+            message = input.recv() => match message {
+                Some(message) => chain.process(message)?,
+                None => return Ok(()),
+            },
+            _ = next_tick(&mut ticker) => chain.tick()?,
+        };
+        for out in produced {
             if output.send(out).await.is_err() {
                 return Ok(());
             }
@@ -148,7 +160,16 @@ async fn run_stage(
             return Ok(());
         }
     }
-    Ok(())
+}
+
+/// Waits for the next tick, or forever when the chain wants none.
+async fn next_tick(ticker: &mut Option<tokio::time::Interval>) {
+    match ticker {
+        Some(ticker) => {
+            ticker.tick().await;
+        }
+        None => std::future::pending().await,
+    }
 }
 
 fn run_sink(
@@ -157,7 +178,7 @@ fn run_sink(
     stats: &QueryStats,
 ) -> Result<()> {
     while let Some(message) = input.blocking_recv() {
-        if let Message::Batch(batch) = message {
+        if let Message::Batch(batch) | Message::Changes(batch, _) = message {
             stats
                 .rows_out
                 .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);

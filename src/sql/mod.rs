@@ -14,7 +14,9 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
-use datafusion::sql::sqlparser::tokenizer::{Location, Token, Tokenizer};
+use datafusion::sql::sqlparser::tokenizer::{
+    Location, Span, Token, TokenWithSpan, Tokenizer, Word,
+};
 
 use crate::error::{Error, Result};
 pub use error::render_error;
@@ -43,9 +45,16 @@ pub enum StatementKind {
         query: Box<Query>,
         /// The sink named by `INSERT INTO`, if any.
         sink: Option<String>,
+        /// The `EMIT` clause, if any.
+        emit: Option<Emit>,
     },
-    /// `EXPLAIN <query>`.
-    Explain(Box<Query>),
+    /// `EXPLAIN <query> [EMIT ...]`.
+    Explain {
+        /// The query.
+        query: Box<Query>,
+        /// The `EMIT` clause, if any.
+        emit: Option<Emit>,
+    },
     /// `SET name = value`: a setting for the statements that follow.
     Set {
         /// Setting name, lower-cased.
@@ -53,6 +62,18 @@ pub enum StatementKind {
         /// Its value as written (a string, number or word).
         value: String,
     },
+}
+
+/// The `EMIT` clause: when a query's results are sent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Emit {
+    /// `EMIT ON WINDOW CLOSE`: one final row per window and key.
+    OnWindowClose,
+    /// `EMIT EVERY INTERVAL '...'`: early partial results at that period of
+    /// processing time, then the final row.
+    Every(Box<Expr>),
+    /// `EMIT CHANGES`: a changelog, one row per change of a result.
+    Changes,
 }
 
 /// `CREATE STREAM`: a named, typed, unbounded input.
@@ -101,7 +122,122 @@ pub struct CreateSink {
 
 /// Parses a whole script of `;`-separated statements.
 pub fn parse_script(sql: &str) -> Result<Vec<Statement>> {
-    ScriptParser::new(sql)?.parse_all()
+    let tokens = Tokenizer::new(&DIALECT, sql)
+        .tokenize_with_location()
+        .map_err(|e| Error::Parse(render_error(sql, &e.message, e.location)))?;
+    let mut statements = Vec::new();
+    for chunk in split_statements(tokens, sql) {
+        let Some(start) = chunk.iter().find(|t| !is_blank(&t.token)) else {
+            continue;
+        };
+        if matches!(start.token, Token::SemiColon | Token::EOF) {
+            continue;
+        }
+        let (line, column) = (start.span.start.line, start.span.start.column);
+        // The EMIT clause is vigil's, and sqlparser would read `EMIT` as a
+        // table alias: parse it apart from the statement it ends.
+        let (body, emit) = split_emit(chunk);
+        let kind = ScriptParser::new(sql, body).parse_one()?;
+        let kind = match emit {
+            None => kind,
+            Some(tokens) => attach_emit(sql, kind, tokens)?,
+        };
+        statements.push(Statement { kind, line, column });
+    }
+    Ok(statements)
+}
+
+fn is_blank(token: &Token) -> bool {
+    matches!(token, Token::Whitespace(_))
+}
+
+/// Cuts the tokens into statements, each ending with its `;` (or an EOF
+/// token placed at the end of the text).
+fn split_statements(tokens: Vec<TokenWithSpan>, sql: &str) -> Vec<Vec<TokenWithSpan>> {
+    let mut chunks = vec![Vec::new()];
+    for token in tokens {
+        let ends = token.token == Token::SemiColon;
+        chunks.last_mut().expect("never empty").push(token);
+        if ends {
+            chunks.push(Vec::new());
+        }
+    }
+    let end = end_of(sql);
+    let last = chunks.last_mut().expect("never empty");
+    last.push(TokenWithSpan::new(Token::EOF, Span::new(end, end)));
+    chunks
+}
+
+/// The location just past the last character of the text.
+fn end_of(sql: &str) -> Location {
+    let line = sql.lines().count().max(1) as u64;
+    let column = sql.lines().last().map_or(0, |l| l.chars().count()) as u64 + 1;
+    Location { line, column }
+}
+
+/// Splits a statement's tokens at a top-level `EMIT CHANGES | EMIT ON ... |
+/// EMIT EVERY ...`: the statement (with the terminator) and the clause
+/// (likewise).
+fn split_emit(tokens: Vec<TokenWithSpan>) -> (Vec<TokenWithSpan>, Option<Vec<TokenWithSpan>>) {
+    match emit_position(&tokens) {
+        None => (tokens, None),
+        Some(index) => {
+            let mut body = tokens;
+            let clause = body.split_off(index);
+            body.push(clause.last().cloned().expect("a terminator"));
+            (body, Some(clause))
+        }
+    }
+}
+
+/// Index of the `EMIT` that starts a top-level emit clause, if any.
+fn emit_position(tokens: &[TokenWithSpan]) -> Option<usize> {
+    let words: Vec<(usize, &Token)> = tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !is_blank(&t.token))
+        .map(|(i, t)| (i, &t.token))
+        .collect();
+    let mut depth = 0i32;
+    for (k, (index, token)) in words.iter().enumerate() {
+        match token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            Token::Word(w) if depth == 0 && is_word(w, "EMIT") => {
+                let starts_clause = matches!(words.get(k + 1), Some((_, Token::Word(n)))
+                    if ["CHANGES", "ON", "EVERY"].iter().any(|kw| is_word(n, kw)));
+                if starts_clause {
+                    return Some(*index);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+fn is_word(word: &Word, text: &str) -> bool {
+    word.quote_style.is_none() && word.value.eq_ignore_ascii_case(text)
+}
+
+fn attach_emit(
+    sql: &str,
+    kind: StatementKind,
+    tokens: Vec<TokenWithSpan>,
+) -> Result<StatementKind> {
+    let at = tokens[0].span.start;
+    let mut parser = ScriptParser::new(sql, tokens);
+    let emit = parser.parse_emit()?;
+    parser.expect_end()?;
+    match kind {
+        StatementKind::Query { query, sink, .. } => Ok(StatementKind::Query { query, sink, emit }),
+        StatementKind::Explain { query, .. } => Ok(StatementKind::Explain { query, emit }),
+        _ => Err(Error::Parse(render_error(
+            sql,
+            "EMIT belongs to a query",
+            at,
+        ))),
+    }
 }
 
 /// Normalises an identifier the way DataFusion does: unquoted names are
@@ -121,36 +257,28 @@ struct ScriptParser<'a> {
 const DIALECT: GenericDialect = GenericDialect {};
 
 impl<'a> ScriptParser<'a> {
-    fn new(sql: &'a str) -> Result<Self> {
-        let tokens = Tokenizer::new(&DIALECT, sql)
-            .tokenize_with_location()
-            .map_err(|e| Error::Parse(render_error(sql, &e.message, e.location)))?;
+    /// A parser over one statement's tokens (ending with its terminator).
+    fn new(sql: &'a str, tokens: Vec<TokenWithSpan>) -> Self {
         let parser = Parser::new(&DIALECT).with_tokens_with_locations(tokens);
-        Ok(Self { sql, parser })
+        Self { sql, parser }
     }
 
-    fn parse_all(mut self) -> Result<Vec<Statement>> {
-        let mut statements = Vec::new();
-        loop {
-            while self.parser.consume_token(&Token::SemiColon) {}
-            let start = self.parser.peek_token();
-            if start.token == Token::EOF {
-                return Ok(statements);
-            }
-            let kind = self.parse_statement()?;
-            statements.push(Statement {
-                kind,
-                line: start.span.start.line,
-                column: start.span.start.column,
-            });
-            let next = self.parser.peek_token();
-            if !matches!(next.token, Token::SemiColon | Token::EOF) {
-                return Err(self.error_at(
-                    &format!("Expected: end of statement (;), found: {}", next.token),
-                    next.span.start,
-                ));
-            }
+    /// Parses the one statement and checks nothing follows it.
+    fn parse_one(mut self) -> Result<StatementKind> {
+        let kind = self.parse_statement()?;
+        self.expect_end()?;
+        Ok(kind)
+    }
+
+    fn expect_end(&mut self) -> Result<()> {
+        let next = self.parser.peek_token();
+        if matches!(next.token, Token::SemiColon | Token::EOF) {
+            return Ok(());
         }
+        Err(self.error_at(
+            &format!("Expected: end of statement (;), found: {}", next.token),
+            next.span.start,
+        ))
     }
 
     fn parse_statement(&mut self) -> Result<StatementKind> {
@@ -175,10 +303,38 @@ impl<'a> ScriptParser<'a> {
         self.classify(statement, start)
     }
 
+    /// `EMIT ON WINDOW CLOSE | EMIT EVERY <interval> | EMIT CHANGES`.
+    fn parse_emit(&mut self) -> Result<Option<Emit>> {
+        if !self.peek_words(&["EMIT"]) {
+            return Ok(None);
+        }
+        self.parser.next_token();
+        if self.peek_words(&["CHANGES"]) {
+            self.parser.next_token();
+            return Ok(Some(Emit::Changes));
+        }
+        if self.peek_words(&["ON", "WINDOW", "CLOSE"]) {
+            for _ in 0..3 {
+                self.parser.next_token();
+            }
+            return Ok(Some(Emit::OnWindowClose));
+        }
+        if self.peek_words(&["EVERY"]) {
+            self.parser.next_token();
+            let interval = self.parser.parse_expr().map_err(|e| self.wrap(e))?;
+            return Ok(Some(Emit::Every(Box::new(interval))));
+        }
+        Err(self.unexpected("CHANGES, ON WINDOW CLOSE or EVERY INTERVAL '...'"))
+    }
+
     /// Maps a standard statement onto the ones vigil runs.
     fn classify(&self, statement: ast::Statement, start: Location) -> Result<StatementKind> {
         match statement {
-            ast::Statement::Query(query) => Ok(StatementKind::Query { query, sink: None }),
+            ast::Statement::Query(query) => Ok(StatementKind::Query {
+                query,
+                sink: None,
+                emit: None,
+            }),
             ast::Statement::Insert(insert) => {
                 let TableObject::TableName(name) = &insert.table else {
                     return Err(self.error_at("INSERT INTO needs a sink name", start));
@@ -189,10 +345,11 @@ impl<'a> ScriptParser<'a> {
                 Ok(StatementKind::Query {
                     query: source,
                     sink: Some(object_name(name)),
+                    emit: None,
                 })
             }
             ast::Statement::Explain { statement, .. } => match *statement {
-                ast::Statement::Query(query) => Ok(StatementKind::Explain(query)),
+                ast::Statement::Query(query) => Ok(StatementKind::Explain { query, emit: None }),
                 _ => Err(self.error_at("EXPLAIN takes a query", start)),
             },
             other => Err(self.error_at(

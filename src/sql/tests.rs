@@ -68,7 +68,7 @@ fn sink_insert_and_explain() {
     assert!(
         matches!(&statements[1].kind, StatementKind::Query { sink: Some(n), .. } if n == "out")
     );
-    assert!(matches!(&statements[2].kind, StatementKind::Explain(_)));
+    assert!(matches!(&statements[2].kind, StatementKind::Explain { .. }));
     assert_eq!(statements[1].line, 2);
 }
 
@@ -93,4 +93,42 @@ fn unsupported_statements_are_named() {
 fn statements_need_separators() {
     let e = error("SELECT 1 SELECT 2");
     assert!(e.contains("line 1, column 10"), "{e}");
+}
+
+#[test]
+fn emit_clauses() {
+    let statements = parse_script(
+        "SELECT host, count(*) FROM m GROUP BY host EMIT CHANGES;
+         INSERT INTO out SELECT * FROM m EMIT ON WINDOW CLOSE;
+         EXPLAIN SELECT 1 EMIT EVERY INTERVAL '5' SECOND;
+         SELECT 1;",
+    )
+    .expect("parses");
+    let emits: Vec<Option<Emit>> = statements
+        .into_iter()
+        .map(|s| match s.kind {
+            StatementKind::Query { emit, .. } | StatementKind::Explain { emit, .. } => emit,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(emits[0], Some(Emit::Changes));
+    assert_eq!(emits[1], Some(Emit::OnWindowClose));
+    assert!(matches!(&emits[2], Some(Emit::Every(e)) if e.to_string() == "INTERVAL '5' SECOND"));
+    assert_eq!(emits[3], None);
+    // `EMIT` followed by no policy word stays what SQL makes of it (an alias).
+    let e = error("SELECT 1 FROM s EMIT SOMETIMES;");
+    assert!(e.contains("found: SOMETIMES at line 1, column 22"), "{e}");
+    let e = error("SELECT 1 EMIT EVERY;");
+    assert!(e.contains("line 1, column 20"), "{e}");
+    let e = error("CREATE SINK o WITH (path = 'x') EMIT CHANGES;");
+    assert!(e.contains("EMIT belongs to a query"), "{e}");
+    // Nested EMIT words are SQL's, not the clause.
+    let statements = parse_script("SELECT emit FROM (SELECT 1 AS emit) EMIT CHANGES;").unwrap();
+    assert!(matches!(
+        &statements[0].kind,
+        StatementKind::Query {
+            emit: Some(Emit::Changes),
+            ..
+        }
+    ));
 }
