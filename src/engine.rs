@@ -80,6 +80,14 @@ impl Engine {
             StatementKind::Explain { query, emit } => {
                 self.explain(query, emit.as_ref()).map(Outcome::Explain)
             }
+            StatementKind::CreateView { name, query } => {
+                // Planned in full now, so a view that cannot run is
+                // rejected where it is declared.
+                self.plan(query, None)?;
+                let raw = self.planner.plan_raw(&self.catalog, query)?;
+                self.catalog.add_view(name, raw)?;
+                Ok(Outcome::Done)
+            }
             StatementKind::Set { name, value } => {
                 self.set(name, value)?;
                 Ok(Outcome::Done)

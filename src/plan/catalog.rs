@@ -1,11 +1,12 @@
 //! The streams and sinks a script has declared.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use datafusion::logical_expr::TableSource;
+use datafusion::logical_expr::{LogicalPlan, TableSource};
 use datafusion::sql::sqlparser::ast::DataType as SqlType;
 
 use crate::connectors::{SinkConfig, SourceConfig};
@@ -35,6 +36,7 @@ pub struct StreamDef {
 #[derive(Debug, Default, Clone)]
 pub struct Catalog {
     streams: BTreeMap<String, Arc<StreamDef>>,
+    views: BTreeMap<String, Arc<ViewSource>>,
     sinks: BTreeMap<String, SinkConfig>,
 }
 
@@ -54,11 +56,34 @@ impl Catalog {
         self.sinks.get(name)
     }
 
+    /// Looks up a view.
+    pub fn view(&self, name: &str) -> Option<&Arc<ViewSource>> {
+        self.views.get(name)
+    }
+
+    /// Adds a view: a planned query that later queries read by name.
+    pub fn add_view(&mut self, name: &str, plan: LogicalPlan) -> Result<()> {
+        self.check_free(name)?;
+        let view = ViewSource {
+            schema: Arc::new(plan.schema().as_arrow().clone()),
+            plan,
+        };
+        self.views.insert(name.to_string(), Arc::new(view));
+        Ok(())
+    }
+
+    fn check_free(&self, name: &str) -> Result<()> {
+        if self.streams.contains_key(name) || self.views.contains_key(name) {
+            return Err(Error::Plan(format!(
+                "a stream or view named '{name}' already exists"
+            )));
+        }
+        Ok(())
+    }
+
     /// Adds a stream; its delay has been evaluated by the caller.
     pub fn add_stream(&mut self, def: StreamDef) -> Result<()> {
-        if self.streams.contains_key(&def.name) {
-            return Err(Error::Plan(format!("stream '{}' already exists", def.name)));
-        }
+        self.check_free(&def.name)?;
         self.streams.insert(def.name.clone(), Arc::new(def));
         Ok(())
     }
@@ -161,5 +186,23 @@ pub struct StreamSource {
 impl TableSource for StreamSource {
     fn schema(&self) -> SchemaRef {
         self.def.schema.clone()
+    }
+}
+
+/// A view as DataFusion's SQL planner sees it: its plan is inlined where the
+/// view is read.
+#[derive(Debug)]
+pub struct ViewSource {
+    plan: LogicalPlan,
+    schema: SchemaRef,
+}
+
+impl TableSource for ViewSource {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn get_logical_plan(&self) -> Option<Cow<'_, LogicalPlan>> {
+        Some(Cow::Borrowed(&self.plan))
     }
 }

@@ -29,7 +29,7 @@ use datafusion::optimizer::{Optimizer, OptimizerContext};
 use datafusion::sql::planner::{ParserOptions, PlannerContext, SqlToRel};
 use datafusion::sql::sqlparser::ast;
 
-pub use catalog::{Catalog, StreamDef, StreamSource};
+pub use catalog::{Catalog, StreamDef, StreamSource, ViewSource};
 pub use emit_node::{EmitNode, EmitPolicy, FINAL_COLUMN, OP_COLUMN};
 pub use watermark_node::WatermarkNode;
 pub use window_node::{WINDOW_END, WINDOW_START, Window, WindowNode, WindowSpec};
@@ -65,15 +65,21 @@ impl SqlPlanner {
         }
     }
 
-    /// Plans a query into an analysed (type-coerced) logical plan.
-    pub fn plan_query(&self, catalog: &Catalog, query: &ast::Query) -> Result<LogicalPlan> {
+    /// Plans a query into a logical plan as the SQL says it, before type
+    /// coercion: the form a view is kept in.
+    pub fn plan_raw(&self, catalog: &Catalog, query: &ast::Query) -> Result<LogicalPlan> {
         let provider = Provider {
             planner: self,
             catalog,
         };
         let sql = SqlToRel::new_with_options(&provider, parser_options());
         let statement = ast::Statement::Query(Box::new(query.clone()));
-        let plan = sql.sql_statement_to_plan(statement).map_err(plan_error)?;
+        sql.sql_statement_to_plan(statement).map_err(plan_error)
+    }
+
+    /// Plans a query into an analysed (type-coerced) logical plan.
+    pub fn plan_query(&self, catalog: &Catalog, query: &ast::Query) -> Result<LogicalPlan> {
+        let plan = self.plan_raw(catalog, query)?;
         let plan = self
             .state
             .analyzer()
@@ -169,6 +175,9 @@ impl ContextProvider for Provider<'_> {
         &self,
         name: TableReference,
     ) -> datafusion::error::Result<Arc<dyn TableSource>> {
+        if let Some(view) = self.catalog.view(name.table()) {
+            return Ok(view.clone());
+        }
         let def = self
             .catalog
             .stream(name.table())

@@ -55,6 +55,14 @@ pub enum StatementKind {
         /// The `EMIT` clause, if any.
         emit: Option<Emit>,
     },
+    /// `CREATE VIEW name AS <query>`: a named query that later queries can
+    /// read like a stream.
+    CreateView {
+        /// View name.
+        name: String,
+        /// Its query.
+        query: Box<Query>,
+    },
     /// `SET name = value`: a setting for the statements that follow.
     Set {
         /// Setting name, lower-cased.
@@ -348,6 +356,10 @@ impl<'a> ScriptParser<'a> {
                     emit: None,
                 })
             }
+            ast::Statement::CreateView(view) => Ok(StatementKind::CreateView {
+                name: object_name(&view.name),
+                query: view.query,
+            }),
             ast::Statement::Explain { statement, .. } => match *statement {
                 ast::Statement::Query(query) => Ok(StatementKind::Explain { query, emit: None }),
                 _ => Err(self.error_at("EXPLAIN takes a query", start)),
