@@ -13,21 +13,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::common::ScalarValue;
 use datafusion::common::{Column, DFSchema};
 use datafusion::execution::context::ExecutionProps;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{
     Aggregate, Expr, FetchType, Limit, LogicalPlan, SkipType, UserDefinedLogicalNode,
 };
-use datafusion::physical_expr::aggregate::LoweredAggregateBuilder;
+use datafusion::logical_expr::{
+    WindowFrame, WindowFrameBound, WindowFrameUnits, WindowFunctionDefinition,
+};
+use datafusion::physical_expr::aggregate::{AggregateExprBuilder, LoweredAggregateBuilder};
 use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 
 use crate::error::{Error, Result};
 use crate::exec::{
     AggregateSpec, ChangelogAggregateOp, ChangelogAggregateSpec, FilterOp, GroupSlot, LimitOp,
-    MarkOp, Operator, ProjectOp, QueryStats, SessionAggregateOp, SessionAggregateSpec,
-    SessionAssignOp, WatermarkOp, WindowAggregateOp, WindowAggregateSpec, WindowAssignOp,
-    WindowGrid, WindowInput,
+    MarkOp, Operator, OverFunction, OverOp, OverSpec, ProjectOp, QueryStats, SessionAggregateOp,
+    SessionAggregateSpec, SessionAssignOp, WatermarkOp, WindowAggregateOp, WindowAggregateSpec,
+    WindowAssignOp, WindowGrid, WindowInput,
 };
 use crate::plan::{
     EmitNode, EmitPolicy, StreamDef, StreamSource, WatermarkNode, Window, WindowNode,
@@ -270,10 +274,7 @@ impl Builder {
             LogicalPlan::Union(_) => {
                 Err(unbounded("union", "UNION of streams is not supported yet"))
             }
-            LogicalPlan::Window(_) => Err(unbounded(
-                "window function",
-                "OVER (...) window functions over a stream are not supported yet",
-            )),
+            LogicalPlan::Window(window) => self.over(window),
             LogicalPlan::Distinct(_) => Err(unbounded(
                 "unbounded aggregate",
                 "DISTINCT over a stream never completes; group by a window instead",
@@ -560,6 +561,148 @@ impl Builder {
         Ok(built)
     }
 
+    /// `OVER (...)` functions over a stream of window results, ordered by
+    /// window.
+    fn over(&mut self, window: &datafusion::logical_expr::Window) -> Result<Built> {
+        let built = self.build(&window.input)?;
+        let input = window.input.schema();
+        let windows = built
+            .window
+            .filter(|w| !w.holds_panes())
+            .ok_or_else(|| {
+                unbounded(
+                    "window function",
+                    "OVER (...) needs a stream of window results, ordered by window_start or window_end: apply it to a windowed aggregate",
+                )
+            })?;
+        let specs = window
+            .window_expr
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let field = window.schema.field(input.fields().len() + i);
+                self.over_spec(e, input, windows, field.data_type().clone())
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let schema = Arc::new(window.schema.as_arrow().clone());
+        let mut built = built;
+        built
+            .ops
+            .push((Box::new(OverOp::new(specs, schema)?), true));
+        Ok(built)
+    }
+
+    fn over_spec(
+        &self,
+        expr: &Expr,
+        input: &DFSchema,
+        windows: WindowColumns,
+        data_type: datafusion::arrow::datatypes::DataType,
+    ) -> Result<OverSpec> {
+        let expr = match expr {
+            Expr::Alias(alias) => alias.expr.as_ref(),
+            other => other,
+        };
+        let Expr::WindowFunction(function) = expr else {
+            return Err(Error::Plan(format!("unsupported window expression {expr}")));
+        };
+        let params = &function.params;
+        let ordered_by_window = matches!(params.order_by.as_slice(),
+            [sort] if sort.asc && column_index(&sort.expr, input).and_then(|i| windows.slot(i)).is_some());
+        if !ordered_by_window {
+            return Err(unbounded(
+                "window function",
+                format!(
+                    "{expr} must be ORDER BY window_start or window_end (ascending): window results arrive in that order"
+                ),
+            ));
+        }
+        let partition_by = params
+            .partition_by
+            .iter()
+            .map(|e| self.physical(e, input))
+            .collect::<Result<Vec<_>>>()?;
+        let function = match &function.fun {
+            WindowFunctionDefinition::WindowUDF(udf) => match udf.name() {
+                "lag" => self.lag(&params.args, input, &data_type)?,
+                "row_number" => OverFunction::RowNumber,
+                other => {
+                    return Err(unbounded(
+                        "window function",
+                        format!(
+                            "{other}() over a stream is not supported; use lag, row_number or an aggregate"
+                        ),
+                    ));
+                }
+            },
+            WindowFunctionDefinition::AggregateUDF(udaf) => {
+                let args = params
+                    .args
+                    .iter()
+                    .map(|e| self.physical(e, input))
+                    .collect::<Result<Vec<_>>>()?;
+                let aggregate = AggregateExprBuilder::new(udaf.clone(), args)
+                    .schema(Arc::new(input.as_arrow().clone()))
+                    .alias(expr.schema_name().to_string())
+                    .build()?;
+                OverFunction::Aggregate {
+                    function: Arc::new(aggregate),
+                    preceding: rows_preceding(&params.window_frame)?,
+                }
+            }
+        };
+        Ok(OverSpec {
+            partition_by,
+            function,
+            data_type,
+        })
+    }
+
+    fn lag(
+        &self,
+        args: &[Expr],
+        input: &DFSchema,
+        data_type: &datafusion::arrow::datatypes::DataType,
+    ) -> Result<OverFunction> {
+        let Some(arg) = args.first() else {
+            return Err(Error::Plan("lag needs an argument".into()));
+        };
+        let offset = match args.get(1) {
+            None => 1,
+            Some(Expr::Literal(value, _)) => value
+                .cast_to(&datafusion::arrow::datatypes::DataType::UInt64)
+                .ok()
+                .and_then(|v| match v {
+                    ScalarValue::UInt64(Some(n)) => Some(n as usize),
+                    _ => None,
+                })
+                .ok_or_else(|| {
+                    Error::Plan(format!(
+                        "lag offset must be a non-negative integer, got {value}"
+                    ))
+                })?,
+            Some(other) => {
+                return Err(Error::Plan(format!(
+                    "lag offset must be a constant, got {other}"
+                )));
+            }
+        };
+        let default = match args.get(2) {
+            None => ScalarValue::try_from(data_type)?,
+            Some(Expr::Literal(value, _)) => value.cast_to(data_type)?,
+            Some(other) => {
+                return Err(Error::Plan(format!(
+                    "lag default must be a constant, got {other}"
+                )));
+            }
+        };
+        Ok(OverFunction::Lag {
+            arg: self.physical(arg, input)?,
+            offset,
+            default,
+        })
+    }
+
     fn limit(&mut self, limit: &Limit) -> Result<Built> {
         let mut built = self.build(&limit.input)?;
         let skip = match limit.get_skip_type()? {
@@ -599,6 +742,33 @@ fn column_index(expr: &Expr, schema: &DFSchema) -> Option<usize> {
 
 fn index_of(column: &Column, schema: &DFSchema) -> Option<usize> {
     schema.index_of_column(column).ok()
+}
+
+/// Rows before the current one in a frame ending at the current row:
+/// `Some(n)` for `ROWS n PRECEDING`, `None` for everything so far.
+fn rows_preceding(frame: &WindowFrame) -> Result<Option<usize>> {
+    let unsupported = || {
+        unbounded(
+            "window frame",
+            format!(
+                "frame {frame} over a stream is not supported; use ROWS BETWEEN n PRECEDING AND CURRENT ROW or UNBOUNDED PRECEDING"
+            ),
+        )
+    };
+    if !matches!(frame.end_bound, WindowFrameBound::CurrentRow) {
+        return Err(unsupported());
+    }
+    match (&frame.units, &frame.start_bound) {
+        (_, WindowFrameBound::Preceding(n)) if n.is_null() => Ok(None),
+        (WindowFrameUnits::Rows, WindowFrameBound::Preceding(n)) => {
+            match n.cast_to(&datafusion::arrow::datatypes::DataType::UInt64)? {
+                ScalarValue::UInt64(Some(n)) => Ok(Some(n as usize)),
+                _ => Err(unsupported()),
+            }
+        }
+        (WindowFrameUnits::Rows, WindowFrameBound::CurrentRow) => Ok(Some(0)),
+        _ => Err(unsupported()),
+    }
 }
 
 /// Follows the window columns through a projection that passes them on.
