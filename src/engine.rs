@@ -7,12 +7,14 @@ use std::sync::Arc;
 
 use datafusion::logical_expr::{Extension, LogicalPlan};
 use datafusion::sql::sqlparser::ast::Query;
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::parser::Parser;
 
 use crate::connectors::SinkConfig;
 use crate::error::{Error, Result};
-use crate::plan::catalog::stream_def;
+use crate::plan::catalog::{ALLOWED_LATENESS, stream_def};
 use crate::plan::{Catalog, SqlPlanner};
-use crate::plan::{EmitNode, EmitPolicy};
+use crate::plan::{EmitNode, EmitPolicy, windows_take_late_rows};
 use crate::planner::{ExecutionMode, QueryGraph, plan_incremental};
 use crate::sql::{CreateStream, Emit, Statement, StatementKind};
 
@@ -136,15 +138,46 @@ impl Engine {
                 create.name
             )));
         }
+        let lateness_ms = match create.options.iter().find(|(k, _)| k == ALLOWED_LATENESS) {
+            Some((_, text)) => self.lateness_ms(&create.name, text)?,
+            None => 0,
+        };
         self.catalog
-            .add_stream(stream_def(create, delay_ms, base_dir)?)
+            .add_stream(stream_def(create, delay_ms, lateness_ms, base_dir)?)
+    }
+
+    /// Reads `allowed_lateness = '5 seconds'` as milliseconds.
+    fn lateness_ms(&self, stream: &str, text: &str) -> Result<i64> {
+        let bad = |why: String| {
+            Error::Plan(format!(
+                "stream '{stream}': bad value '{text}' for option 'allowed_lateness' ({why}; write e.g. '30 seconds')"
+            ))
+        };
+        let literal = format!("INTERVAL '{}'", text.replace('\'', "''"));
+        let expr = Parser::new(&GenericDialect {})
+            .try_with_sql(&literal)
+            .and_then(|mut p| p.parse_expr())
+            .map_err(|e| bad(e.to_string()))?;
+        let ms = self
+            .planner
+            .interval_ms(&self.catalog, &expr)
+            .map_err(|e| bad(e.to_string()))?;
+        if ms < 0 {
+            return Err(bad("it must not be negative".into()));
+        }
+        Ok(ms)
     }
 
     /// Plans a query with its `EMIT` clause into its logical plan and
     /// operator graph.
     pub fn plan(&self, query: &Query, emit: Option<&Emit>) -> Result<(LogicalPlan, QueryGraph)> {
         let mut logical = self.planner.plan_query(&self.catalog, query)?;
-        let policy = emit.map(|e| self.emit_policy(e)).transpose()?;
+        let mut policy = emit.map(|e| self.emit_policy(e)).transpose()?;
+        if windows_take_late_rows(&logical)
+            && matches!(policy, None | Some(EmitPolicy::OnWindowClose { .. }))
+        {
+            policy = Some(EmitPolicy::OnWindowClose { late_updates: true });
+        }
         if let Some(policy) = policy {
             let node = EmitNode::try_new(logical, policy)?;
             logical = LogicalPlan::Extension(Extension {
@@ -161,7 +194,9 @@ impl Engine {
 
     fn emit_policy(&self, emit: &Emit) -> Result<EmitPolicy> {
         Ok(match emit {
-            Emit::OnWindowClose => EmitPolicy::OnWindowClose,
+            Emit::OnWindowClose => EmitPolicy::OnWindowClose {
+                late_updates: false,
+            },
             Emit::Changes => EmitPolicy::Changes,
             Emit::Every(interval) => {
                 let interval_ms = self.planner.interval_ms(&self.catalog, interval)?;

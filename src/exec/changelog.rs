@@ -28,6 +28,8 @@ pub struct ChangelogAggregateSpec {
     /// and what to add to it to get the window end. A window's state is
     /// dropped once the watermark passes its end.
     pub window_end: Option<(usize, i64)>,
+    /// How long after its end a window still takes rows.
+    pub lateness_ms: i64,
     /// The aggregates, in output order after the grouping columns.
     pub aggregates: Vec<AggregateSpec>,
     /// Output schema: grouping columns, then aggregates.
@@ -267,7 +269,9 @@ impl Operator for ChangelogAggregateOp {
 
     fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
         if self.spec.window_end.is_some() {
-            self.states.retain(|&end, _| end > watermark);
+            let lateness = self.spec.lateness_ms;
+            self.states
+                .retain(|&end, _| end.saturating_add(lateness) > watermark);
         }
         out.push(Message::Watermark(watermark));
         Ok(())

@@ -81,6 +81,44 @@ pub struct WindowAggregateSpec {
     /// `EMIT EVERY`: how often to send early partial results of the windows
     /// that changed.
     pub early_every: Option<Duration>,
+    /// How long after firing a window still takes rows, each making it fire
+    /// again as an update.
+    pub lateness_ms: i64,
+}
+
+/// A batch's grouping keys, aggregate arguments and filters, evaluated once.
+struct Inputs {
+    keys: Vec<ArrayRef>,
+    args: Vec<Vec<ArrayRef>>,
+    filters: Vec<Option<ArrayRef>>,
+    rows: usize,
+}
+
+impl Inputs {
+    fn evaluate(spec: &WindowAggregateSpec, batch: &RecordBatch) -> Result<Self> {
+        let keys = evaluate_all(&spec.keys, batch)?;
+        let args = spec
+            .aggregates
+            .iter()
+            .map(|a| evaluate_all(&a.function.expressions(), batch))
+            .collect::<Result<_>>()?;
+        let filters = spec
+            .aggregates
+            .iter()
+            .map(|a| {
+                a.filter
+                    .as_ref()
+                    .map(|f| Ok(evaluate_all(std::slice::from_ref(f), batch)?.remove(0)))
+                    .transpose()
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            keys,
+            args,
+            filters,
+            rows: batch.num_rows(),
+        })
+    }
 }
 
 /// Grouped aggregation per event-time window.
@@ -101,6 +139,8 @@ pub struct WindowAggregateOp {
     pending: BTreeSet<i64>,
     /// Starts of windows changed since the last early result.
     dirty: BTreeSet<i64>,
+    /// Starts of windows that fired and still take late rows.
+    fired: BTreeSet<i64>,
     watermark: i64,
 }
 
@@ -139,6 +179,7 @@ impl WindowAggregateOp {
             panes: BTreeMap::new(),
             pending: BTreeSet::new(),
             dirty: BTreeSet::new(),
+            fired: BTreeSet::new(),
             watermark: i64::MIN,
         }
     }
@@ -188,9 +229,8 @@ impl WindowAggregateOp {
         }
     }
 
-    /// The pane of each row, split into per-pane row lists; a batch inside
-    /// one pane (the common case) is passed whole.
-    fn rows_by_pane(&self, batch: &RecordBatch) -> Result<Vec<(i64, Option<UInt32Array>)>> {
+    /// The pane of each row.
+    fn row_panes(&self, batch: &RecordBatch) -> Result<Vec<i64>> {
         let column = self
             .spec
             .window
@@ -203,17 +243,61 @@ impl WindowAggregateOp {
         } else {
             0
         };
-        if values.iter().all(|v| *v == values[0]) {
-            return Ok(vec![(values[0] - back, None)]);
+        Ok(values.iter().map(|v| v - back).collect())
+    }
+
+    /// Folds rows (all of the batch when `rows` is `None`) into `pane`.
+    fn add(&mut self, pane: i64, rows: Option<&UInt32Array>, inputs: &Inputs) -> Result<()> {
+        if !self.panes.contains_key(&pane) {
+            let live = self.new_groups()?;
+            self.panes.insert(
+                pane,
+                Pane {
+                    live,
+                    frozen: Vec::new(),
+                },
+            );
         }
-        let mut by_pane: HashMap<i64, Vec<u32>> = HashMap::new();
-        for (row, v) in values.iter().enumerate() {
-            by_pane.entry(v - back).or_default().push(row as u32);
+        let size = self.size_ms();
+        for window in self.windows_of(pane) {
+            if window + size > self.watermark {
+                self.pending.insert(window);
+                if self.spec.early_every.is_some() {
+                    self.dirty.insert(window);
+                }
+            }
         }
-        Ok(by_pane
+        let keys = pick(&inputs.keys, rows)?;
+        let args: Vec<Vec<ArrayRef>> = inputs
+            .args
+            .iter()
+            .map(|a| pick(a, rows))
+            .collect::<Result<_>>()?;
+        let filters: Vec<Option<BooleanArray>> = inputs
+            .filters
+            .iter()
+            .map(|f| {
+                f.as_ref()
+                    .map(|f| {
+                        Ok(pick(std::slice::from_ref(f), rows)?
+                            .remove(0)
+                            .as_boolean()
+                            .clone())
+                    })
+                    .transpose()
+            })
+            .collect::<Result<_>>()?;
+        let count = rows.map_or(inputs.rows, |r| r.len());
+        let live = &mut self.panes.get_mut(&pane).expect("inserted above").live;
+        live.update(&keys, count, &args, &filters)
+    }
+
+    /// Fired windows (still within allowed lateness) that hold `pane`.
+    fn fired_windows_of(&self, pane: i64) -> Vec<i64> {
+        self.windows_of(pane)
             .into_iter()
-            .map(|(pane, rows)| (pane, Some(UInt32Array::from(rows))))
-            .collect())
+            .filter(|w| self.fired.contains(w))
+            .collect()
     }
 
     /// The span of pane starts a window reads: all panes inside it, or for
@@ -233,16 +317,20 @@ impl WindowAggregateOp {
         };
         // A window of one pane that no later window reads (always so for a
         // tumbling window) is evaluated in place, without a merge.
-        let alone =
-            in_window.next().is_none() && pane.frozen.is_empty() && self.pane_done_by(first, start);
+        let alone = in_window.next().is_none()
+            && pane.frozen.is_empty()
+            && self.spec.lateness_ms == 0
+            && self.pane_done_by(first, start);
         let evaluated = if alone {
             let pane = self.panes.get_mut(&first).expect("found above");
             pane.live.evaluate()?
         } else {
             self.merge_panes(span)?
         };
-        self.panes
-            .retain(|&pane, _| !done_by(self.spec.grid, pane, start));
+        if self.spec.lateness_ms == 0 {
+            self.panes
+                .retain(|&pane, _| !done_by(self.spec.grid, pane, start));
+        }
         self.assemble(start, evaluated)
     }
 
@@ -265,6 +353,21 @@ impl WindowAggregateOp {
             self.spec.schema.clone(),
             columns,
         )?))
+    }
+
+    /// Forgets windows, and the panes only they read, whose allowed
+    /// lateness has passed.
+    fn expire(&mut self, watermark: i64) {
+        let horizon = self.size_ms() + self.spec.lateness_ms;
+        self.fired.retain(|w| w.saturating_add(horizon) > watermark);
+        let grid = self.spec.grid;
+        self.panes.retain(|&pane, _| {
+            let last = match grid {
+                WindowGrid::Panes(spec) => spec.last_window_start(pane),
+                WindowGrid::Exact { .. } => pane,
+            };
+            last.saturating_add(horizon) > watermark
+        });
     }
 
     fn pane_done_by(&self, pane: i64, start: i64) -> bool {
@@ -479,65 +582,37 @@ impl Operator for WindowAggregateOp {
         )
     }
 
-    fn on_batch(&mut self, batch: RecordBatch, _out: &mut Vec<Message>) -> Result<()> {
-        let keys = evaluate_all(&self.spec.keys, &batch)?;
-        let args: Vec<Vec<ArrayRef>> = self
-            .spec
-            .aggregates
-            .iter()
-            .map(|a| evaluate_all(&a.function.expressions(), &batch))
-            .collect::<Result<_>>()?;
-        let filters: Vec<Option<ArrayRef>> = self
-            .spec
-            .aggregates
-            .iter()
-            .map(|a| {
-                a.filter
-                    .as_ref()
-                    .map(|f| evaluate_all(std::slice::from_ref(f), &batch).map(|mut v| v.remove(0)))
-                    .transpose()
-            })
-            .collect::<Result<_>>()?;
-        for (pane, rows) in self.rows_by_pane(&batch)? {
-            if !self.panes.contains_key(&pane) {
-                let live = self.new_groups()?;
-                self.panes.insert(
-                    pane,
-                    Pane {
-                        live,
-                        frozen: Vec::new(),
-                    },
-                );
+    fn on_batch(&mut self, batch: RecordBatch, out: &mut Vec<Message>) -> Result<()> {
+        let inputs = Inputs::evaluate(&self.spec, &batch)?;
+        let panes = self.row_panes(&batch)?;
+        if panes.iter().all(|p| *p == panes[0]) && self.fired_windows_of(panes[0]).is_empty() {
+            return self.add(panes[0], None, &inputs);
+        }
+        // Rows for windows that already fired (within allowed lateness)
+        // make them fire again, one row at a time in arrival order, as if
+        // rows came one by one; the other rows go in per pane.
+        let mut on_time: HashMap<i64, Vec<u32>> = HashMap::new();
+        let mut late = Vec::new();
+        for (row, &pane) in panes.iter().enumerate() {
+            if self.fired_windows_of(pane).is_empty() {
+                on_time.entry(pane).or_default().push(row as u32);
+            } else {
+                late.push(row as u32);
             }
-            let size = self.size_ms();
-            for window in self.windows_of(pane) {
-                if window + size > self.watermark {
-                    self.pending.insert(window);
-                    if self.spec.early_every.is_some() {
-                        self.dirty.insert(window);
-                    }
+        }
+        for (pane, rows) in on_time {
+            self.add(pane, Some(&UInt32Array::from(rows)), &inputs)?;
+        }
+        for row in late {
+            let pane = panes[row as usize];
+            self.add(pane, Some(&UInt32Array::from(vec![row])), &inputs)?;
+            for window in self.fired_windows_of(pane) {
+                let span = self.pane_span(window);
+                let evaluated = self.merge_panes(span)?;
+                if let Some(batch) = self.assemble(window, evaluated)? {
+                    out.push(Message::Changes(batch, RowKind::Update));
                 }
             }
-            let rows = rows.as_ref();
-            let pane_keys = pick(&keys, rows)?;
-            let pane_args: Vec<Vec<ArrayRef>> =
-                args.iter().map(|a| pick(a, rows)).collect::<Result<_>>()?;
-            let pane_filters: Vec<Option<BooleanArray>> = filters
-                .iter()
-                .map(|f| {
-                    f.as_ref()
-                        .map(|f| {
-                            Ok(pick(std::slice::from_ref(f), rows)?
-                                .remove(0)
-                                .as_boolean()
-                                .clone())
-                        })
-                        .transpose()
-                })
-                .collect::<Result<_>>()?;
-            let pane_rows = rows.map_or(batch.num_rows(), |r| r.len());
-            let live = &mut self.panes.get_mut(&pane).expect("inserted above").live;
-            live.update(&pane_keys, pane_rows, &pane_args, &pane_filters)?;
         }
         Ok(())
     }
@@ -573,6 +648,12 @@ impl Operator for WindowAggregateOp {
             if let Some(batch) = self.fire(start)? {
                 out.push(Message::Batch(batch));
             }
+            if self.spec.lateness_ms > 0 {
+                self.fired.insert(start);
+            }
+        }
+        if self.spec.lateness_ms > 0 {
+            self.expire(watermark);
         }
         out.push(Message::Watermark(watermark));
         Ok(())

@@ -23,6 +23,7 @@ pub struct WindowAssignOp {
     time_column: usize,
     spec: WindowSpec,
     delay_ms: i64,
+    lateness_ms: i64,
     max_seen: i64,
     /// `WindowSpec::closed_windows` at the last watermark sent.
     closed: i64,
@@ -37,6 +38,7 @@ impl WindowAssignOp {
         time_column: usize,
         spec: WindowSpec,
         delay_ms: i64,
+        lateness_ms: i64,
         schema: SchemaRef,
         stats: Arc<QueryStats>,
     ) -> Self {
@@ -44,6 +46,7 @@ impl WindowAssignOp {
             time_column,
             spec,
             delay_ms,
+            lateness_ms,
             max_seen: i64::MIN,
             closed: i64::MIN,
             schema,
@@ -94,7 +97,7 @@ impl Operator for WindowAssignOp {
                     segment_start = row;
                 }
             }
-            let on_time = self.spec.last_window_start(t) + size > watermark;
+            let on_time = self.spec.last_window_start(t) + size + self.lateness_ms > watermark;
             keep.push(on_time);
             if on_time {
                 panes.push(self.spec.pane_start(t));
@@ -192,7 +195,7 @@ mod tests {
             )));
         }
         let spec = WindowSpec::tumble(10_000, 0);
-        WindowAssignOp::new(0, spec, 2_000, Arc::new(Schema::new(fields)), stats)
+        WindowAssignOp::new(0, spec, 2_000, 0, Arc::new(Schema::new(fields)), stats)
     }
 
     /// A late row is judged against the watermark at its own arrival, so one

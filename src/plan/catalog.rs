@@ -28,6 +28,9 @@ pub struct StreamDef {
     pub event_time: Option<usize>,
     /// Bounded out-of-orderness declared by the watermark, in milliseconds.
     pub delay_ms: i64,
+    /// How long after a window fires it still takes rows (and fires again
+    /// as an update), in milliseconds; `allowed_lateness` in `WITH`.
+    pub lateness_ms: i64,
     /// How to read it.
     pub source: SourceConfig,
 }
@@ -102,9 +105,17 @@ impl Catalog {
     }
 }
 
-/// Builds a stream definition from its statement; `delay_ms` comes from the
-/// already evaluated watermark interval.
-pub fn stream_def(create: &CreateStream, delay_ms: i64, base_dir: &Path) -> Result<StreamDef> {
+/// The `WITH` option that is about event time rather than the connector.
+pub const ALLOWED_LATENESS: &str = "allowed_lateness";
+
+/// Builds a stream definition from its statement; `delay_ms` and
+/// `lateness_ms` come from the already evaluated intervals.
+pub fn stream_def(
+    create: &CreateStream,
+    delay_ms: i64,
+    lateness_ms: i64,
+    base_dir: &Path,
+) -> Result<StreamDef> {
     let mut fields = Vec::with_capacity(create.columns.len());
     for column in &create.columns {
         if fields.iter().any(|f: &Field| f.name() == &column.name) {
@@ -123,11 +134,17 @@ pub fn stream_def(create: &CreateStream, delay_ms: i64, base_dir: &Path) -> Resu
     }
     let schema = Arc::new(Schema::new(fields));
     let event_time = event_time_column(create, &schema)?;
+    let connector_options: Vec<(String, String)> = create
+        .options
+        .iter()
+        .filter(|(k, _)| k != ALLOWED_LATENESS)
+        .cloned()
+        .collect();
     let source = SourceConfig::from_options(
         &create.name,
         schema.clone(),
         event_time,
-        &create.options,
+        &connector_options,
         base_dir,
     )?;
     Ok(StreamDef {
@@ -135,6 +152,7 @@ pub fn stream_def(create: &CreateStream, delay_ms: i64, base_dir: &Path) -> Resu
         schema,
         event_time,
         delay_ms,
+        lateness_ms,
         source,
     })
 }

@@ -19,8 +19,13 @@ pub const FINAL_COLUMN: &str = "_final";
 /// An emit policy (trigger).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd)]
 pub enum EmitPolicy {
-    /// One final row per window and key, when the window closes.
-    OnWindowClose,
+    /// One final row per window and key, when the window closes; with
+    /// `late_updates`, a window that takes late rows (allowed lateness) fires
+    /// again, and rows are marked `+I` (first result) or `+U` (update).
+    OnWindowClose {
+        /// Whether updates can follow the first result.
+        late_updates: bool,
+    },
     /// Early partial results every `interval_ms` of processing time, then
     /// the final row.
     Every {
@@ -35,9 +40,13 @@ impl EmitPolicy {
     /// The column the policy adds to each result row, if any.
     pub fn marker(&self) -> Option<Field> {
         match self {
-            EmitPolicy::OnWindowClose => None,
+            EmitPolicy::OnWindowClose {
+                late_updates: false,
+            } => None,
             EmitPolicy::Every { .. } => Some(Field::new(FINAL_COLUMN, DataType::Boolean, false)),
-            EmitPolicy::Changes => Some(Field::new(OP_COLUMN, DataType::Utf8, false)),
+            EmitPolicy::Changes | EmitPolicy::OnWindowClose { late_updates: true } => {
+                Some(Field::new(OP_COLUMN, DataType::Utf8, false))
+            }
         }
     }
 }
@@ -45,7 +54,12 @@ impl EmitPolicy {
 impl fmt::Display for EmitPolicy {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         match self {
-            EmitPolicy::OnWindowClose => f.write_str("on window close"),
+            EmitPolicy::OnWindowClose {
+                late_updates: false,
+            } => f.write_str("on window close"),
+            EmitPolicy::OnWindowClose { late_updates: true } => {
+                f.write_str("on window close, then on late rows")
+            }
             EmitPolicy::Every { interval_ms } => write!(f, "every {interval_ms} ms"),
             EmitPolicy::Changes => f.write_str("changes"),
         }

@@ -15,6 +15,7 @@ pub mod window_node;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::DataType;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{DFSchema, ScalarValue, TableReference};
 use datafusion::config::ConfigOptions;
 use datafusion::error::DataFusionError;
@@ -113,6 +114,28 @@ impl SqlPlanner {
         literal_interval_ms(&planned)
             .ok_or_else(|| Error::Plan(format!("expected a fixed-length interval, got {expr}")))
     }
+}
+
+/// True if the plan windows a stream that has an allowed lateness, so its
+/// windows can fire again as updates.
+pub fn windows_take_late_rows(plan: &LogicalPlan) -> bool {
+    let mut found = false;
+    let _ = plan.apply(|node| {
+        if let LogicalPlan::Extension(ext) = node
+            && let Some(window) = ext.node.as_any().downcast_ref::<WindowNode>()
+        {
+            let _ = window.input.apply(|below| {
+                if let LogicalPlan::TableScan(scan) = below
+                    && let Some(stream) = scan.source.as_ref().downcast_ref::<StreamSource>()
+                {
+                    found |= stream.def.lateness_ms > 0;
+                }
+                Ok(TreeNodeRecursion::Continue)
+            });
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
 }
 
 /// Reads a literal interval as milliseconds; `None` if it is not a literal

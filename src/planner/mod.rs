@@ -205,6 +205,13 @@ struct Builder {
     planning: PhysicalPlanningContext,
 }
 
+fn late_updates_unsupported(what: &str) -> Error {
+    unbounded(
+        "allowed lateness",
+        format!("{what} over a stream with allowed_lateness is not supported yet"),
+    )
+}
+
 fn window_without_aggregate() -> Error {
     unbounded(
         "window without aggregate",
@@ -353,11 +360,17 @@ impl Builder {
                 built.stream.delay_ms,
                 self.stats.clone(),
             );
+            let lateness = built.stream.lateness_ms;
             let (op, kind): (Box<dyn Operator>, _) = match window.window {
                 Window::Aligned(spec) => (
-                    Box::new(WindowAssignOp::new(time, spec, delay, schema, stats)),
+                    Box::new(WindowAssignOp::new(
+                        time, spec, delay, lateness, schema, stats,
+                    )),
                     Windowing::Grid(WindowGrid::Panes(spec)),
                 ),
+                Window::Session { .. } if lateness > 0 => {
+                    return Err(late_updates_unsupported("SESSION windows"));
+                }
                 Window::Session { gap_ms } => (
                     Box::new(SessionAssignOp::new(time, gap_ms, delay, schema, stats)),
                     Windowing::Session { gap_ms },
@@ -467,6 +480,13 @@ impl Builder {
             WindowGrid::Panes(spec) => spec.size_ms(),
             WindowGrid::Exact { size_ms } => size_ms,
         };
+        let lateness_ms = match grid {
+            WindowGrid::Panes(_) => built.stream.lateness_ms,
+            WindowGrid::Exact { .. } => 0,
+        };
+        if matches!(grid, WindowGrid::Exact { .. }) && built.stream.lateness_ms > 0 {
+            return Err(late_updates_unsupported("grouping window results again"));
+        }
         built.window = Some(WindowColumns {
             start: layout.iter().position(|s| *s == GroupSlot::WindowStart),
             end: layout.iter().position(|s| *s == GroupSlot::WindowEnd),
@@ -481,6 +501,7 @@ impl Builder {
             aggregates,
             schema,
             early_every,
+            lateness_ms,
         });
         built.ops.push((Box::new(op), true));
         Ok(built)
@@ -553,6 +574,7 @@ impl Builder {
             groups,
             group_schema,
             window_end,
+            lateness_ms: built.stream.lateness_ms,
             aggregates: self.lower_aggregates(aggregate)?,
             schema: Arc::new(output.clone()),
         });
@@ -575,6 +597,9 @@ impl Builder {
                     "OVER (...) needs a stream of window results, ordered by window_start or window_end: apply it to a windowed aggregate",
                 )
             })?;
+        if built.stream.lateness_ms > 0 {
+            return Err(late_updates_unsupported("OVER (...)"));
+        }
         let specs = window
             .window_expr
             .iter()
