@@ -12,7 +12,7 @@ use datafusion::sql::sqlparser::parser::Parser;
 
 use crate::connectors::SinkConfig;
 use crate::error::{Error, Result};
-use crate::plan::catalog::{ALLOWED_LATENESS, stream_def};
+use crate::plan::catalog::{ALLOWED_LATENESS, IDLE_TIMEOUT, StreamTiming, stream_def};
 use crate::plan::{Catalog, SqlPlanner};
 use crate::plan::{EmitNode, EmitPolicy, windows_take_late_rows};
 use crate::planner::{ExecutionMode, QueryGraph, plan_incremental};
@@ -138,19 +138,30 @@ impl Engine {
                 create.name
             )));
         }
-        let lateness_ms = match create.options.iter().find(|(k, _)| k == ALLOWED_LATENESS) {
-            Some((_, text)) => self.lateness_ms(&create.name, text)?,
-            None => 0,
+        let option = |key: &str| {
+            create
+                .options
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, text)| self.option_ms(&create.name, key, text))
+                .transpose()
+        };
+        let timing = StreamTiming {
+            delay_ms,
+            lateness_ms: option(ALLOWED_LATENESS)?.unwrap_or(0),
+            idle_timeout: option(IDLE_TIMEOUT)?
+                .map(|ms| std::time::Duration::from_millis(ms as u64)),
         };
         self.catalog
-            .add_stream(stream_def(create, delay_ms, lateness_ms, base_dir)?)
+            .add_stream(stream_def(create, timing, base_dir)?)
     }
 
-    /// Reads `allowed_lateness = '5 seconds'` as milliseconds.
-    fn lateness_ms(&self, stream: &str, text: &str) -> Result<i64> {
+    /// Reads an interval option such as `allowed_lateness = '5 seconds'` as
+    /// milliseconds.
+    fn option_ms(&self, stream: &str, key: &str, text: &str) -> Result<i64> {
         let bad = |why: String| {
             Error::Plan(format!(
-                "stream '{stream}': bad value '{text}' for option 'allowed_lateness' ({why}; write e.g. '30 seconds')"
+                "stream '{stream}': bad value '{text}' for option '{key}' ({why}; write e.g. '30 seconds')"
             ))
         };
         let literal = format!("INTERVAL '{}'", text.replace('\'', "''"));

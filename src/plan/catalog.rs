@@ -31,6 +31,10 @@ pub struct StreamDef {
     /// How long after a window fires it still takes rows (and fires again
     /// as an update), in milliseconds; `allowed_lateness` in `WITH`.
     pub lateness_ms: i64,
+    /// After this long without rows, the stream stops holding back the
+    /// watermark of queries that merge it with others; `idle_timeout` in
+    /// `WITH`.
+    pub idle_timeout: Option<std::time::Duration>,
     /// How to read it.
     pub source: SourceConfig,
 }
@@ -105,15 +109,28 @@ impl Catalog {
     }
 }
 
-/// The `WITH` option that is about event time rather than the connector.
+/// `WITH` option about event time rather than the connector: how long a
+/// fired window still takes rows.
 pub const ALLOWED_LATENESS: &str = "allowed_lateness";
+/// `WITH` option about event time rather than the connector: when an input
+/// counts as idle.
+pub const IDLE_TIMEOUT: &str = "idle_timeout";
 
-/// Builds a stream definition from its statement; `delay_ms` and
-/// `lateness_ms` come from the already evaluated intervals.
+/// A stream's event-time settings, evaluated from its statement.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StreamTiming {
+    /// Watermark delay in milliseconds.
+    pub delay_ms: i64,
+    /// Allowed lateness in milliseconds.
+    pub lateness_ms: i64,
+    /// Idle timeout, if any.
+    pub idle_timeout: Option<std::time::Duration>,
+}
+
+/// Builds a stream definition from its statement and its evaluated timing.
 pub fn stream_def(
     create: &CreateStream,
-    delay_ms: i64,
-    lateness_ms: i64,
+    timing: StreamTiming,
     base_dir: &Path,
 ) -> Result<StreamDef> {
     let mut fields = Vec::with_capacity(create.columns.len());
@@ -137,7 +154,7 @@ pub fn stream_def(
     let connector_options: Vec<(String, String)> = create
         .options
         .iter()
-        .filter(|(k, _)| k != ALLOWED_LATENESS)
+        .filter(|(k, _)| k != ALLOWED_LATENESS && k != IDLE_TIMEOUT)
         .cloned()
         .collect();
     let source = SourceConfig::from_options(
@@ -151,8 +168,9 @@ pub fn stream_def(
         name: create.name.clone(),
         schema,
         event_time,
-        delay_ms,
-        lateness_ms,
+        delay_ms: timing.delay_ms,
+        lateness_ms: timing.lateness_ms,
+        idle_timeout: timing.idle_timeout,
         source,
     })
 }

@@ -2,26 +2,45 @@
 
 use std::fmt::Write;
 
-use super::QueryGraph;
+use super::{QueryGraph, Stages};
 use crate::connectors::SourceLocation;
+use crate::plan::StreamDef;
 
 /// Describes the graph one task per line, in data-flow order.
 pub fn describe(graph: &QueryGraph) -> String {
     let mut text = String::new();
-    let source = match &graph.stream.source.location {
+    let _ = writeln!(text, "operator graph ({}):", graph.mode);
+    let several = graph.inputs.len() > 1;
+    let mut task = 0;
+    for input in &graph.inputs {
+        let indent = if several { "    " } else { "  " };
+        let _ = writeln!(text, "{indent}source {}", source(&input.stream));
+        stages(&mut text, &input.stages, indent, &mut task);
+    }
+    if several {
+        let _ = writeln!(
+            text,
+            "  -> merge {} inputs (watermark: the minimum of theirs)",
+            graph.inputs.len()
+        );
+    }
+    stages(&mut text, &graph.stages, "  ", &mut task);
+    let _ = write!(text, "  -> sink");
+    text
+}
+
+fn source(stream: &StreamDef) -> String {
+    let location = match &stream.source.location {
         SourceLocation::File(path) => format!("file {}", path.display()),
         SourceLocation::Stdin => "stdin".to_string(),
     };
-    let _ = writeln!(text, "operator graph ({}):", graph.mode);
-    let _ = writeln!(
-        text,
-        "  source {} ({source}, {:?})",
-        graph.stream.name, graph.stream.source.format
-    );
-    for (i, stage) in graph.stages.iter().enumerate() {
+    format!("{} ({location}, {:?})", stream.name, stream.source.format)
+}
+
+fn stages(text: &mut String, stages: &Stages, indent: &str, task: &mut usize) {
+    for stage in stages {
+        *task += 1;
         let ops: Vec<String> = stage.iter().map(|op| op.describe()).collect();
-        let _ = writeln!(text, "  -> task {}: {}", i + 1, ops.join(" | "));
+        let _ = writeln!(text, "{indent}-> task {task}: {}", ops.join(" | "));
     }
-    let _ = write!(text, "  -> sink");
-    text
 }

@@ -72,19 +72,32 @@ impl fmt::Display for ExecutionMode {
     }
 }
 
-/// A query rewritten for incremental execution: a stream feeding a line of
-/// tasks, each running a fused chain of operators.
+/// Tasks in data-flow order; each runs a chain of fused operators.
+pub type Stages = Vec<Vec<Box<dyn Operator>>>;
+
+/// A query rewritten for incremental execution: one or more streams, each
+/// feeding a line of tasks; where there are several, their rows merge (with
+/// the minimum of their watermarks) into the tasks that follow.
 pub struct QueryGraph {
-    /// The stream the query reads.
-    pub stream: Arc<StreamDef>,
-    /// Tasks in data-flow order; each is a chain of fused operators.
-    pub stages: Vec<Vec<Box<dyn Operator>>>,
+    /// The streams the query reads, each with the tasks before the merge.
+    pub inputs: Vec<QueryInput>,
+    /// Tasks after the inputs merge (every task when there is one input).
+    pub stages: Stages,
     /// Schema of the result rows.
     pub schema: SchemaRef,
     /// The chosen execution mode.
     pub mode: ExecutionMode,
     /// Counters the operators update.
     pub stats: Arc<QueryStats>,
+}
+
+/// One stream a query reads and the tasks its rows pass before they meet
+/// the other inputs.
+pub struct QueryInput {
+    /// The stream.
+    pub stream: Arc<StreamDef>,
+    /// Its own tasks.
+    pub stages: Stages,
 }
 
 impl fmt::Debug for QueryGraph {
@@ -114,30 +127,63 @@ pub fn plan_incremental(plan: &LogicalPlan, mode: ExecutionMode) -> Result<Query
         return Err(window_without_aggregate());
     }
     let schema = Arc::new(plan.schema().as_arrow().clone());
-    let mut stages: Vec<Vec<Box<dyn Operator>>> = vec![Vec::new()];
-    for (op, stateful) in built.ops {
-        if stateful && !stages.last().is_some_and(|s| s.is_empty()) {
-            stages.push(Vec::new());
-        }
-        stages.last_mut().expect("never empty").push(op);
-    }
-    stages.retain(|s| !s.is_empty());
+    let inputs = built
+        .inputs
+        .into_iter()
+        .map(|(stream, ops)| QueryInput {
+            stream,
+            stages: fuse(ops),
+        })
+        .collect();
     Ok(QueryGraph {
-        stream: built.stream,
-        stages,
+        inputs,
+        stages: fuse(built.ops),
         schema,
         mode,
         stats,
     })
 }
 
+/// Fuses operators into tasks: a new task starts at each stateful one.
+fn fuse(ops: Vec<(Box<dyn Operator>, bool)>) -> Stages {
+    let mut stages: Stages = vec![Vec::new()];
+    for (op, stateful) in ops {
+        if stateful && !stages.last().is_some_and(|s| s.is_empty()) {
+            stages.push(Vec::new());
+        }
+        stages.last_mut().expect("never empty").push(op);
+    }
+    stages.retain(|s| !s.is_empty());
+    stages
+}
+
+/// Operators, each with whether it keeps state across batches.
+type Ops = Vec<(Box<dyn Operator>, bool)>;
+
 /// The operators built so far for a subtree, bottom first.
 struct Built {
-    stream: Arc<StreamDef>,
-    /// Each operator, and whether it keeps state across batches.
-    ops: Vec<(Box<dyn Operator>, bool)>,
+    /// The streams read, each with the operators before the merge.
+    inputs: Vec<(Arc<StreamDef>, Ops)>,
+    /// Operators after the inputs merge.
+    ops: Ops,
     /// Where the window columns are in the current schema, if any.
     window: Option<WindowColumns>,
+}
+
+impl Built {
+    /// The stream of a single-input subtree (where windows are assigned).
+    fn stream(&self) -> &Arc<StreamDef> {
+        &self.inputs[0].0
+    }
+
+    /// The largest allowed lateness of the streams read.
+    fn lateness_ms(&self) -> i64 {
+        self.inputs
+            .iter()
+            .map(|(s, _)| s.lateness_ms)
+            .max()
+            .unwrap_or(0)
+    }
 }
 
 /// Where the window columns are in the current schema, and what they hold.
@@ -149,7 +195,7 @@ struct WindowColumns {
 }
 
 /// How the rows' window columns become windows.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum Windowing {
     /// Panes or exact windows on a fixed grid.
     Grid(WindowGrid),
@@ -278,9 +324,7 @@ impl Builder {
             LogicalPlan::Join(_) => {
                 Err(unbounded("join", "joins of streams are not supported yet"))
             }
-            LogicalPlan::Union(_) => {
-                Err(unbounded("union", "UNION of streams is not supported yet"))
-            }
+            LogicalPlan::Union(union) => self.union(union),
             LogicalPlan::Window(window) => self.over(window),
             LogicalPlan::Distinct(_) => Err(unbounded(
                 "unbounded aggregate",
@@ -305,7 +349,7 @@ impl Builder {
             )));
         };
         let mut built = Built {
-            stream: source.def.clone(),
+            inputs: vec![(source.def.clone(), Vec::new())],
             ops: Vec::new(),
             window: None,
         };
@@ -357,10 +401,10 @@ impl Builder {
             let schema = Arc::new(node.schema().as_arrow().clone());
             let (time, delay, stats) = (
                 window.time_column,
-                built.stream.delay_ms,
+                built.stream().delay_ms,
                 self.stats.clone(),
             );
-            let lateness = built.stream.lateness_ms;
+            let lateness = built.stream().lateness_ms;
             let (op, kind): (Box<dyn Operator>, _) = match window.window {
                 Window::Aligned(spec) => (
                     Box::new(WindowAssignOp::new(
@@ -481,10 +525,10 @@ impl Builder {
             WindowGrid::Exact { size_ms } => size_ms,
         };
         let lateness_ms = match grid {
-            WindowGrid::Panes(_) => built.stream.lateness_ms,
+            WindowGrid::Panes(_) => built.lateness_ms(),
             WindowGrid::Exact { .. } => 0,
         };
-        if matches!(grid, WindowGrid::Exact { .. }) && built.stream.lateness_ms > 0 {
+        if matches!(grid, WindowGrid::Exact { .. }) && built.lateness_ms() > 0 {
             return Err(late_updates_unsupported("grouping window results again"));
         }
         built.window = Some(WindowColumns {
@@ -574,7 +618,7 @@ impl Builder {
             groups,
             group_schema,
             window_end,
-            lateness_ms: built.stream.lateness_ms,
+            lateness_ms: built.lateness_ms(),
             aggregates: self.lower_aggregates(aggregate)?,
             schema: Arc::new(output.clone()),
         });
@@ -597,7 +641,7 @@ impl Builder {
                     "OVER (...) needs a stream of window results, ordered by window_start or window_end: apply it to a windowed aggregate",
                 )
             })?;
-        if built.stream.lateness_ms > 0 {
+        if built.lateness_ms() > 0 {
             return Err(late_updates_unsupported("OVER (...)"));
         }
         let specs = window
@@ -725,6 +769,46 @@ impl Builder {
             arg: self.physical(arg, input)?,
             offset,
             default,
+        })
+    }
+
+    /// `UNION ALL` of streams: each input keeps its own operators, and the
+    /// rows meet in a merge that forwards the minimum of their watermarks.
+    fn union(&mut self, union: &datafusion::logical_expr::Union) -> Result<Built> {
+        let mut inputs = Vec::new();
+        let mut windows = Vec::new();
+        for input in &union.inputs {
+            let built = self.build(input)?;
+            if built.lateness_ms() > 0 {
+                return Err(late_updates_unsupported("UNION ALL"));
+            }
+            windows.push(built.window);
+            if built.inputs.len() == 1 {
+                let (stream, mut ops) = built.inputs.into_iter().next().expect("one input");
+                ops.extend(built.ops);
+                inputs.push((stream, ops));
+            } else if built.ops.is_empty() {
+                inputs.extend(built.inputs);
+            } else {
+                return Err(unbounded(
+                    "union",
+                    "a UNION ALL whose input is itself a UNION ALL with operators after it is not supported",
+                ));
+            }
+        }
+        // The union is windowed when every input carries the same windows in
+        // the same columns.
+        let window = windows[0].filter(|first| {
+            windows.iter().all(|w| {
+                w.is_some_and(|w| {
+                    w.start == first.start && w.end == first.end && w.kind == first.kind
+                })
+            })
+        });
+        Ok(Built {
+            inputs,
+            ops: Vec::new(),
+            window,
         })
     }
 

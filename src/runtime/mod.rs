@@ -7,6 +7,8 @@
 //! limit. At the end of a finite input the source sends the final
 //! watermark, every window fires, and the tasks end in order.
 
+mod merge;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -18,7 +20,7 @@ use tokio::task::JoinHandle;
 use crate::connectors::{Sink, SourceConfig, SourceStats, read_source};
 use crate::error::{Error, Result};
 use crate::exec::{Chain, END_OF_INPUT, Message, QueryStats};
-use crate::planner::{ExecutionMode, QueryGraph};
+use crate::planner::{ExecutionMode, QueryGraph, Stages};
 
 /// Messages buffered between two tasks before the sender waits.
 pub const CHANNEL_CAPACITY: usize = 16;
@@ -46,27 +48,32 @@ pub async fn run(queries: Vec<RunnableQuery>) -> Result<RunReport> {
     let mut report = RunReport::default();
     let mut sources: BTreeMap<String, (SourceConfig, Vec<Subscriber>)> = BTreeMap::new();
     let mut tasks: Vec<JoinHandle<Result<()>>> = Vec::new();
-    for query in queries {
-        report.queries.push(query.graph.stats.clone());
-        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-        let stream = &query.graph.stream;
-        sources
-            .entry(stream.name.clone())
-            .or_insert_with(|| (stream.source.clone(), Vec::new()))
-            .1
-            .push(Subscriber {
-                tx,
-                per_record: query.graph.mode == ExecutionMode::PerRecord,
-            });
-        let stats = query.graph.stats.clone();
-        let mut input = rx;
-        for stage in query.graph.stages {
+    for RunnableQuery { graph, sink } in queries {
+        report.queries.push(graph.stats.clone());
+        let per_record = graph.mode == ExecutionMode::PerRecord;
+        let mut branches = Vec::with_capacity(graph.inputs.len());
+        for input in graph.inputs {
             let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-            tasks.push(tokio::spawn(run_stage(Chain::new(stage), input, tx)));
-            input = rx;
+            let stream = &input.stream;
+            sources
+                .entry(stream.name.clone())
+                .or_insert_with(|| (stream.source.clone(), Vec::new()))
+                .1
+                .push(Subscriber { tx, per_record });
+            let output = spawn_stages(input.stages, rx, &mut tasks);
+            branches.push((output, stream.idle_timeout));
         }
+        let merged = if branches.len() == 1 {
+            branches.pop().expect("one input").0
+        } else {
+            let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+            tasks.push(tokio::spawn(merge::run(branches, tx)));
+            rx
+        };
+        let output = spawn_stages(graph.stages, merged, &mut tasks);
+        let stats = graph.stats.clone();
         tasks.push(tokio::task::spawn_blocking(move || {
-            run_sink(query.sink, input, &stats)
+            run_sink(sink, output, &stats)
         }));
     }
     for (name, (config, subscribers)) in sources {
@@ -89,6 +96,20 @@ pub async fn run(queries: Vec<RunnableQuery>) -> Result<RunReport> {
         Some(e) => Err(e),
         None => Ok(report),
     }
+}
+
+/// Starts one task per stage, chained; returns the last one's output.
+fn spawn_stages(
+    stages: Stages,
+    mut input: Receiver<Message>,
+    tasks: &mut Vec<JoinHandle<Result<()>>>,
+) -> Receiver<Message> {
+    for stage in stages {
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        tasks.push(tokio::spawn(run_stage(Chain::new(stage), input, tx)));
+        input = rx;
+    }
+    input
 }
 
 /// A query reading a source.

@@ -1,0 +1,150 @@
+//! Where the inputs of a multi-stream query meet.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::{self, Receiver, Sender};
+
+use super::CHANNEL_CAPACITY;
+use crate::error::Result;
+use crate::exec::Message;
+
+/// How often idle inputs are looked for.
+const IDLE_CHECK: Duration = Duration::from_millis(100);
+
+/// Forwards every input's rows as they come and, as the watermark, the
+/// minimum of the inputs' watermarks. An input that has ended no longer
+/// holds the minimum back, and neither does one that has sent nothing for
+/// its stream's `idle_timeout` (until it sends again).
+pub async fn run(
+    inputs: Vec<(Receiver<Message>, Option<Duration>)>,
+    output: Sender<Message>,
+) -> Result<()> {
+    let (tagged_tx, mut tagged) = mpsc::channel(CHANNEL_CAPACITY);
+    let mut state = Watermarks::new(inputs.iter().map(|(_, idle)| *idle).collect());
+    for (index, (mut input, _)) in inputs.into_iter().enumerate() {
+        let tx = tagged_tx.clone();
+        tokio::spawn(async move {
+            while let Some(message) = input.recv().await {
+                if tx.send((index, Some(message))).await.is_err() {
+                    return;
+                }
+            }
+            let _ = tx.send((index, None)).await;
+        });
+    }
+    drop(tagged_tx);
+    let mut ticker = tokio::time::interval(IDLE_CHECK);
+    loop {
+        let advanced = tokio::select! {
+            item = tagged.recv() => match item {
+                None => return Ok(()),
+                Some((index, None)) => state.end(index),
+                Some((index, Some(Message::Watermark(w)))) => state.observe(index, Some(w)),
+                Some((index, Some(rows))) => {
+                    state.observe(index, None);
+                    if output.send(rows).await.is_err() {
+                        return Ok(());
+                    }
+                    None
+                }
+            },
+            _ = ticker.tick(), if state.watches_idleness() => state.current(),
+        };
+        if let Some(watermark) = advanced
+            && output.send(Message::Watermark(watermark)).await.is_err()
+        {
+            return Ok(());
+        }
+    }
+}
+
+/// Per-input watermarks and the merged one.
+struct Watermarks {
+    watermarks: Vec<i64>,
+    ended: Vec<bool>,
+    last_seen: Vec<Instant>,
+    idle_after: Vec<Option<Duration>>,
+    emitted: i64,
+}
+
+impl Watermarks {
+    fn new(idle_after: Vec<Option<Duration>>) -> Self {
+        let n = idle_after.len();
+        Self {
+            watermarks: vec![i64::MIN; n],
+            ended: vec![false; n],
+            last_seen: vec![Instant::now(); n],
+            idle_after,
+            emitted: i64::MIN,
+        }
+    }
+
+    fn watches_idleness(&self) -> bool {
+        self.idle_after.iter().any(|d| d.is_some())
+    }
+
+    /// Notes a message from `index`; returns the merged watermark if it
+    /// advanced.
+    fn observe(&mut self, index: usize, watermark: Option<i64>) -> Option<i64> {
+        self.last_seen[index] = Instant::now();
+        if let Some(w) = watermark {
+            self.watermarks[index] = self.watermarks[index].max(w);
+        }
+        self.current()
+    }
+
+    fn end(&mut self, index: usize) -> Option<i64> {
+        self.ended[index] = true;
+        self.current()
+    }
+
+    /// The minimum over inputs that still count, if it is past what was
+    /// sent.
+    fn current(&mut self) -> Option<i64> {
+        let now = Instant::now();
+        let counted = (0..self.watermarks.len()).filter_map(|i| {
+            let idle =
+                self.idle_after[i].is_some_and(|d| now.duration_since(self.last_seen[i]) > d);
+            match (self.ended[i], idle) {
+                (true, _) => Some(i64::MAX),
+                (false, true) => None,
+                (false, false) => Some(self.watermarks[i]),
+            }
+        });
+        let merged = counted.min()?;
+        (merged > self.emitted).then(|| {
+            self.emitted = merged;
+            merged
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_minimum_of_inputs_and_ended_inputs_stop_counting() {
+        let mut w = Watermarks::new(vec![None, None]);
+        assert_eq!(w.observe(0, Some(10)), None, "input 1 has no watermark yet");
+        assert_eq!(w.observe(1, Some(5)), Some(5));
+        assert_eq!(w.observe(1, Some(20)), Some(10));
+        assert_eq!(w.observe(0, Some(8)), None, "watermarks never go back");
+        assert_eq!(w.end(0), Some(20));
+        assert_eq!(w.end(1), Some(i64::MAX));
+    }
+
+    #[test]
+    fn an_idle_input_stops_holding_the_watermark_back() {
+        let mut w = Watermarks::new(vec![None, Some(Duration::from_millis(1))]);
+        assert_eq!(w.observe(1, Some(1)), None);
+        assert_eq!(w.observe(0, Some(50)), Some(1));
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(w.current(), Some(50));
+        assert_eq!(
+            w.observe(1, Some(2)),
+            None,
+            "back, but behind: no regression"
+        );
+    }
+}
