@@ -9,6 +9,7 @@
 
 mod changelog;
 mod filter;
+mod join;
 mod limit;
 mod mark;
 mod over;
@@ -24,6 +25,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 
 pub use changelog::{ChangelogAggregateOp, ChangelogAggregateSpec};
 pub use filter::FilterOp;
+pub use join::{WindowJoin, WindowJoinSpec};
 pub use limit::LimitOp;
 pub use mark::MarkOp;
 pub use over::{OverFunction, OverOp, OverSpec};

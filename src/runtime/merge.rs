@@ -6,17 +6,19 @@ use tokio::sync::mpsc::{self, Receiver, Sender};
 
 use super::CHANNEL_CAPACITY;
 use crate::error::Result;
-use crate::exec::Message;
+use crate::exec::{Message, WindowJoin};
 
 /// How often idle inputs are looked for.
 const IDLE_CHECK: Duration = Duration::from_millis(100);
 
-/// Forwards every input's rows as they come and, as the watermark, the
-/// minimum of the inputs' watermarks. An input that has ended no longer
-/// holds the minimum back, and neither does one that has sent nothing for
-/// its stream's `idle_timeout` (until it sends again).
+/// Forwards every input's rows as they come (or, for a join, hands them to
+/// the join) and, as the watermark, the minimum of the inputs' watermarks.
+/// An input that has ended no longer holds the minimum back, and neither
+/// does one that has sent nothing for its stream's `idle_timeout` (until it
+/// sends again).
 pub async fn run(
     inputs: Vec<(Receiver<Message>, Option<Duration>)>,
+    mut join: Option<WindowJoin>,
     output: Sender<Message>,
 ) -> Result<()> {
     let (tagged_tx, mut tagged) = mpsc::channel(CHANNEL_CAPACITY);
@@ -42,18 +44,33 @@ pub async fn run(
                 Some((index, Some(Message::Watermark(w)))) => state.observe(index, Some(w)),
                 Some((index, Some(rows))) => {
                     state.observe(index, None);
-                    if output.send(rows).await.is_err() {
-                        return Ok(());
+                    match (&mut join, rows) {
+                        (Some(join), Message::Batch(batch) | Message::Changes(batch, _)) => {
+                            join.on_rows(index, batch)?;
+                        }
+                        (_, rows) => {
+                            if output.send(rows).await.is_err() {
+                                return Ok(());
+                            }
+                        }
                     }
                     None
                 }
             },
             _ = ticker.tick(), if state.watches_idleness() => state.current(),
         };
-        if let Some(watermark) = advanced
-            && output.send(Message::Watermark(watermark)).await.is_err()
-        {
-            return Ok(());
+        let Some(watermark) = advanced else {
+            continue;
+        };
+        let mut out = Vec::new();
+        match &mut join {
+            Some(join) => join.on_watermark(watermark, &mut out)?,
+            None => out.push(Message::Watermark(watermark)),
+        }
+        for message in out {
+            if output.send(message).await.is_err() {
+                return Ok(());
+            }
         }
     }
 }

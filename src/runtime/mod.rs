@@ -50,9 +50,17 @@ pub async fn run(queries: Vec<RunnableQuery>) -> Result<RunReport> {
     let mut tasks: Vec<JoinHandle<Result<()>>> = Vec::new();
     for RunnableQuery { graph, sink } in queries {
         report.queries.push(graph.stats.clone());
-        let per_record = graph.mode == ExecutionMode::PerRecord;
-        let mut branches = Vec::with_capacity(graph.inputs.len());
-        for input in graph.inputs {
+        let QueryGraph {
+            inputs,
+            join,
+            stages,
+            mode,
+            stats,
+            ..
+        } = graph;
+        let per_record = mode == ExecutionMode::PerRecord;
+        let mut branches = Vec::with_capacity(inputs.len());
+        for input in inputs {
             let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
             let stream = &input.stream;
             sources
@@ -63,15 +71,14 @@ pub async fn run(queries: Vec<RunnableQuery>) -> Result<RunReport> {
             let output = spawn_stages(input.stages, rx, &mut tasks);
             branches.push((output, stream.idle_timeout));
         }
-        let merged = if branches.len() == 1 {
+        let merged = if branches.len() == 1 && join.is_none() {
             branches.pop().expect("one input").0
         } else {
             let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-            tasks.push(tokio::spawn(merge::run(branches, tx)));
+            tasks.push(tokio::spawn(merge::run(branches, join, tx)));
             rx
         };
-        let output = spawn_stages(graph.stages, merged, &mut tasks);
-        let stats = graph.stats.clone();
+        let output = spawn_stages(stages, merged, &mut tasks);
         tasks.push(tokio::task::spawn_blocking(move || {
             run_sink(sink, output, &stats)
         }));
