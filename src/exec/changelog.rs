@@ -13,8 +13,8 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::aggregates::group_values::{GroupValues, new_group_values};
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 
-use super::window_aggregate::evaluate_all;
-use super::{AggregateSpec, Message, Operator, RowKind};
+use super::aggregate::{self, AggregateInputs, AggregateSpec, evaluate_all};
+use super::{Message, Operator, RowKind};
 use crate::error::Result;
 
 /// The planner's description of a changelog aggregate.
@@ -210,39 +210,17 @@ impl Keyed {
 
 impl Operator for ChangelogAggregateOp {
     fn describe(&self) -> String {
-        let groups: Vec<String> = self.spec.groups.iter().map(|e| e.to_string()).collect();
-        let aggs: Vec<&str> = self
-            .spec
-            .aggregates
-            .iter()
-            .map(|a| a.function.name())
-            .collect();
-        format!(
-            "changelog aggregate group by [{}] compute [{}]",
-            groups.join(", "),
-            aggs.join(", ")
+        aggregate::describe(
+            "changelog aggregate",
+            &self.spec.groups,
+            &self.spec.aggregates,
         )
     }
 
     fn on_batch(&mut self, batch: RecordBatch, out: &mut Vec<Message>) -> Result<()> {
         let groups = evaluate_all(&self.spec.groups, &batch)?;
-        let args: Vec<Vec<ArrayRef>> = self
-            .spec
-            .aggregates
-            .iter()
-            .map(|a| evaluate_all(&a.function.expressions(), &batch))
-            .collect::<Result<_>>()?;
-        let filters: Vec<Option<ArrayRef>> = self
-            .spec
-            .aggregates
-            .iter()
-            .map(|a| {
-                a.filter
-                    .as_ref()
-                    .map(|f| Ok(evaluate_all(std::slice::from_ref(f), &batch)?.remove(0)))
-                    .transpose()
-            })
-            .collect::<Result<_>>()?;
+        let AggregateInputs { args, filters } =
+            AggregateInputs::evaluate(&self.spec.aggregates, &batch)?;
         let mut changed = Changed {
             key_rows: Vec::new(),
             values: Vec::new(),

@@ -12,7 +12,7 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::Message;
-use super::window_aggregate::evaluate_all;
+use super::aggregate::evaluate_all;
 use crate::error::Result;
 
 /// The planner's description of a window join.

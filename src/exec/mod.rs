@@ -7,6 +7,7 @@
 //! `GroupsAccumulator`s. Operators never block and never spawn: the runtime
 //! decides which of them share a task.
 
+mod aggregate;
 mod changelog;
 mod filter;
 mod join;
@@ -23,6 +24,7 @@ use std::sync::atomic::AtomicU64;
 
 use datafusion::arrow::record_batch::RecordBatch;
 
+pub use aggregate::AggregateSpec;
 pub use changelog::{ChangelogAggregateOp, ChangelogAggregateSpec};
 pub use filter::FilterOp;
 pub use join::{WindowJoin, WindowJoinSpec};
@@ -33,7 +35,7 @@ pub use project::ProjectOp;
 pub use session::{SessionAggregateOp, SessionAggregateSpec, SessionAssignOp};
 pub use watermark::WatermarkOp;
 pub use window_aggregate::{
-    AggregateSpec, GroupSlot, WindowAggregateOp, WindowAggregateSpec, WindowGrid, WindowInput,
+    GroupSlot, WindowAggregateOp, WindowAggregateSpec, WindowGrid, WindowInput,
 };
 pub use window_assign::WindowAssignOp;
 

@@ -14,7 +14,7 @@ use datafusion::logical_expr::Accumulator;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
-use super::window_aggregate::evaluate_all;
+use super::aggregate::evaluate_all;
 use super::{Message, Operator};
 use crate::error::Result;
 

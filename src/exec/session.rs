@@ -12,8 +12,9 @@ use datafusion::arrow::datatypes::{SchemaRef, TimestampMillisecondType};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{RowConverter, SortField};
 
-use super::window_aggregate::{GroupSlot, Groups, evaluate_all};
-use super::{AggregateSpec, Message, Operator, QueryStats};
+use super::aggregate::{self, AggregateInputs, AggregateSpec, evaluate_all};
+use super::window_aggregate::{GroupSlot, Groups};
+use super::{Message, Operator, QueryStats};
 use crate::error::Result;
 
 /// Gives each row its own session `[t, t + gap)` in `window_start` and
@@ -267,19 +268,8 @@ impl SessionAggregateOp {
 
 impl Operator for SessionAggregateOp {
     fn describe(&self) -> String {
-        let keys: Vec<String> = self.spec.keys.iter().map(|e| e.to_string()).collect();
-        let aggs: Vec<&str> = self
-            .spec
-            .aggregates
-            .iter()
-            .map(|a| a.function.name())
-            .collect();
-        format!(
-            "session aggregate (gap {} ms) by [{}] compute [{}]",
-            self.spec.gap_ms,
-            keys.join(", "),
-            aggs.join(", ")
-        )
+        let kind = format!("session aggregate (gap {} ms)", self.spec.gap_ms);
+        aggregate::describe(&kind, &self.spec.keys, &self.spec.aggregates)
     }
 
     fn on_batch(&mut self, batch: RecordBatch, _out: &mut Vec<Message>) -> Result<()> {
@@ -314,23 +304,8 @@ impl Operator for SessionAggregateOp {
             let id = self.resolve(*id, key(i), starts[i]);
             by_session.entry(id).or_default().push(i as u32);
         }
-        let args: Vec<Vec<ArrayRef>> = self
-            .spec
-            .aggregates
-            .iter()
-            .map(|a| evaluate_all(&a.function.expressions(), &batch))
-            .collect::<Result<_>>()?;
-        let filters: Vec<Option<ArrayRef>> = self
-            .spec
-            .aggregates
-            .iter()
-            .map(|a| {
-                a.filter
-                    .as_ref()
-                    .map(|f| Ok(evaluate_all(std::slice::from_ref(f), &batch)?.remove(0)))
-                    .transpose()
-            })
-            .collect::<Result<_>>()?;
+        let AggregateInputs { args, filters } =
+            AggregateInputs::evaluate(&self.spec.aggregates, &batch)?;
         for (id, indices) in by_session {
             let indices = UInt32Array::from(indices);
             let session_args: Vec<Vec<ArrayRef>> = args

@@ -9,11 +9,11 @@ use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::{SchemaRef, TimestampMillisecondType};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
-use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
-use datafusion::physical_expr::{GroupsAccumulatorAdapter, PhysicalExpr};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::aggregates::group_values::{GroupValues, new_group_values};
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 
+use super::aggregate::{self, AggregateInputs, AggregateSpec, evaluate_all, new_accumulator};
 use super::{Message, Operator, RowKind};
 use crate::error::Result;
 use crate::plan::WindowSpec;
@@ -52,15 +52,6 @@ pub struct WindowInput {
     pub is_end: bool,
 }
 
-/// One aggregate of the query, lowered to physical form.
-#[derive(Debug, Clone)]
-pub struct AggregateSpec {
-    /// The aggregate function with its arguments.
-    pub function: Arc<AggregateFunctionExpr>,
-    /// Its `FILTER (WHERE ...)` clause, if any.
-    pub filter: Option<Arc<dyn PhysicalExpr>>,
-}
-
 /// The planner's description of a windowed aggregate.
 #[derive(Debug, Clone)]
 pub struct WindowAggregateSpec {
@@ -89,33 +80,15 @@ pub struct WindowAggregateSpec {
 /// A batch's grouping keys, aggregate arguments and filters, evaluated once.
 struct Inputs {
     keys: Vec<ArrayRef>,
-    args: Vec<Vec<ArrayRef>>,
-    filters: Vec<Option<ArrayRef>>,
+    aggregates: AggregateInputs,
     rows: usize,
 }
 
 impl Inputs {
     fn evaluate(spec: &WindowAggregateSpec, batch: &RecordBatch) -> Result<Self> {
-        let keys = evaluate_all(&spec.keys, batch)?;
-        let args = spec
-            .aggregates
-            .iter()
-            .map(|a| evaluate_all(&a.function.expressions(), batch))
-            .collect::<Result<_>>()?;
-        let filters = spec
-            .aggregates
-            .iter()
-            .map(|a| {
-                a.filter
-                    .as_ref()
-                    .map(|f| Ok(evaluate_all(std::slice::from_ref(f), batch)?.remove(0)))
-                    .transpose()
-            })
-            .collect::<Result<_>>()?;
         Ok(Self {
-            keys,
-            args,
-            filters,
+            keys: evaluate_all(&spec.keys, batch)?,
+            aggregates: AggregateInputs::evaluate(&spec.aggregates, batch)?,
             rows: batch.num_rows(),
         })
     }
@@ -269,11 +242,13 @@ impl WindowAggregateOp {
         }
         let keys = pick(&inputs.keys, rows)?;
         let args: Vec<Vec<ArrayRef>> = inputs
+            .aggregates
             .args
             .iter()
             .map(|a| pick(a, rows))
             .collect::<Result<_>>()?;
         let filters: Vec<Option<BooleanArray>> = inputs
+            .aggregates
             .filters
             .iter()
             .map(|f| {
@@ -531,27 +506,6 @@ fn constant_time(value: i64, rows: usize) -> ArrayRef {
     Arc::new(TimestampMillisecondArray::from(vec![value; rows]))
 }
 
-fn new_accumulator(function: &Arc<AggregateFunctionExpr>) -> Result<Box<dyn GroupsAccumulator>> {
-    if function.groups_accumulator_supported() {
-        return Ok(function.create_groups_accumulator()?);
-    }
-    let function = function.clone();
-    Ok(Box::new(GroupsAccumulatorAdapter::new(move || {
-        function.create_accumulator()
-    })))
-}
-
-/// Evaluates every expression over the batch.
-pub(super) fn evaluate_all(
-    exprs: &[Arc<dyn PhysicalExpr>],
-    batch: &RecordBatch,
-) -> Result<Vec<ArrayRef>> {
-    Ok(exprs
-        .iter()
-        .map(|e| e.evaluate(batch)?.into_array(batch.num_rows()))
-        .collect::<datafusion::error::Result<_>>()?)
-}
-
 fn pick(arrays: &[ArrayRef], rows: Option<&UInt32Array>) -> Result<Vec<ArrayRef>> {
     match rows {
         None => Ok(arrays.to_vec()),
@@ -564,22 +518,22 @@ fn pick(arrays: &[ArrayRef], rows: Option<&UInt32Array>) -> Result<Vec<ArrayRef>
 
 impl Operator for WindowAggregateOp {
     fn describe(&self) -> String {
-        let keys: Vec<String> = self.spec.keys.iter().map(|e| e.to_string()).collect();
-        let aggs: Vec<&str> = self
-            .spec
-            .aggregates
-            .iter()
-            .map(|a| a.function.name())
-            .collect();
         let grid = match self.spec.grid {
             WindowGrid::Panes(spec) => spec.to_string(),
             WindowGrid::Exact { size_ms } => format!("windows of {size_ms} ms from input"),
         };
-        format!(
-            "window aggregate {grid} group by [{}] compute [{}]",
-            keys.join(", "),
-            aggs.join(", ")
-        )
+        let mut text = aggregate::describe(
+            &format!("window aggregate {grid}"),
+            &self.spec.keys,
+            &self.spec.aggregates,
+        );
+        if let Some(every) = self.spec.early_every {
+            text.push_str(&format!(", early results every {} ms", every.as_millis()));
+        }
+        if self.spec.lateness_ms > 0 {
+            text.push_str(&format!(", allowed lateness {} ms", self.spec.lateness_ms));
+        }
+        text
     }
 
     fn on_batch(&mut self, batch: RecordBatch, out: &mut Vec<Message>) -> Result<()> {
