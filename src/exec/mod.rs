@@ -68,6 +68,44 @@ pub enum RowKind {
 /// The watermark that marks the end of input: every open window fires.
 pub const END_OF_INPUT: i64 = i64::MAX;
 
+/// Where window operators send the rows they drop as late, for queries
+/// over `late(stream)`. The runtime subscribes those queries' inputs before
+/// the run starts; once every operator holding it is gone, their inputs end.
+#[derive(Debug, Default)]
+pub struct LateRows {
+    subscribers: std::sync::Mutex<Vec<tokio::sync::mpsc::UnboundedSender<RecordBatch>>>,
+}
+
+impl LateRows {
+    /// Adds a receiver of late rows.
+    pub fn subscribe(&self, tx: tokio::sync::mpsc::UnboundedSender<RecordBatch>) {
+        self.subscribers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(tx);
+    }
+
+    /// Sends dropped rows to every subscriber.
+    pub fn send(&self, batch: &RecordBatch) {
+        if batch.num_rows() == 0 {
+            return;
+        }
+        let subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        for tx in subscribers.iter() {
+            let _ = tx.send(batch.clone());
+        }
+    }
+}
+
+/// Sends the rows of `batch` whose `keep` is false to `late`.
+fn send_late(late: &LateRows, batch: &RecordBatch, keep: &[bool]) -> Result<()> {
+    let mask: datafusion::arrow::array::BooleanArray = keep.iter().map(|k| Some(!k)).collect();
+    late.send(&datafusion::arrow::compute::filter_record_batch(
+        batch, &mask,
+    )?);
+    Ok(())
+}
+
 /// Counters one query's operators update, read for the run summary.
 #[derive(Debug, Default)]
 pub struct QueryStats {

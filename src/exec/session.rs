@@ -14,7 +14,7 @@ use datafusion::arrow::row::{RowConverter, SortField};
 
 use super::aggregate::{self, AggregateInputs, AggregateSpec, evaluate_all};
 use super::window_aggregate::{GroupSlot, Groups};
-use super::{Message, Operator, QueryStats};
+use super::{LateRows, Message, Operator, QueryStats, send_late};
 use crate::error::Result;
 
 /// Gives each row its own session `[t, t + gap)` in `window_start` and
@@ -27,6 +27,7 @@ pub struct SessionAssignOp {
     max_seen: i64,
     schema: SchemaRef,
     stats: Arc<QueryStats>,
+    late_rows: Arc<LateRows>,
 }
 
 impl SessionAssignOp {
@@ -38,6 +39,7 @@ impl SessionAssignOp {
         delay_ms: i64,
         schema: SchemaRef,
         stats: Arc<QueryStats>,
+        late_rows: Arc<LateRows>,
     ) -> Self {
         Self {
             time_column,
@@ -46,6 +48,7 @@ impl SessionAssignOp {
             max_seen: i64::MIN,
             schema,
             stats,
+            late_rows,
         }
     }
 }
@@ -80,6 +83,7 @@ impl Operator for SessionAssignOp {
             self.stats
                 .late_rows
                 .fetch_add(late as u64, Ordering::Relaxed);
+            send_late(&self.late_rows, &batch, &keep)?;
             let mask = BooleanArray::from(keep);
             columns = columns
                 .iter()

@@ -7,7 +7,7 @@ use datafusion::arrow::compute::filter;
 use datafusion::arrow::datatypes::{SchemaRef, TimestampMillisecondType};
 use datafusion::arrow::record_batch::RecordBatch;
 
-use super::{Message, Operator, QueryStats};
+use super::{LateRows, Message, Operator, QueryStats, send_late};
 use crate::error::Result;
 use crate::plan::WindowSpec;
 
@@ -29,6 +29,7 @@ pub struct WindowAssignOp {
     closed: i64,
     schema: SchemaRef,
     stats: Arc<QueryStats>,
+    late_rows: Arc<LateRows>,
 }
 
 impl WindowAssignOp {
@@ -41,6 +42,7 @@ impl WindowAssignOp {
         lateness_ms: i64,
         schema: SchemaRef,
         stats: Arc<QueryStats>,
+        late_rows: Arc<LateRows>,
     ) -> Self {
         Self {
             time_column,
@@ -51,6 +53,7 @@ impl WindowAssignOp {
             closed: i64::MIN,
             schema,
             stats,
+            late_rows,
         }
     }
 }
@@ -107,6 +110,7 @@ impl Operator for WindowAssignOp {
         }
         if late > 0 {
             self.stats.late_rows.fetch_add(late, Ordering::Relaxed);
+            send_late(&self.late_rows, &batch, &keep)?;
         }
         let segment = Segment {
             rows: segment_start..times.len(),
@@ -195,7 +199,15 @@ mod tests {
             )));
         }
         let spec = WindowSpec::tumble(10_000, 0);
-        WindowAssignOp::new(0, spec, 2_000, 0, Arc::new(Schema::new(fields)), stats)
+        WindowAssignOp::new(
+            0,
+            spec,
+            2_000,
+            0,
+            Arc::new(Schema::new(fields)),
+            stats,
+            Arc::default(),
+        )
     }
 
     /// A late row is judged against the watermark at its own arrival, so one

@@ -37,6 +37,21 @@ pub struct StreamDef {
     pub idle_timeout: Option<std::time::Duration>,
     /// How to read it.
     pub source: SourceConfig,
+    /// For `late(stream)`: the stream whose late rows this is. Its rows are
+    /// not read from `source` but sent by the window operators of the other
+    /// queries over that stream.
+    pub late_of: Option<String>,
+}
+
+impl StreamDef {
+    /// The stream of rows that queries over this one drop as late.
+    pub fn late_rows(&self) -> StreamDef {
+        StreamDef {
+            name: format!("late({})", self.name),
+            late_of: Some(self.name.clone()),
+            ..self.clone()
+        }
+    }
 }
 
 /// Streams and sinks by name.
@@ -172,6 +187,7 @@ pub fn stream_def(
         lateness_ms: timing.lateness_ms,
         idle_timeout: timing.idle_timeout,
         source,
+        late_of: None,
     })
 }
 

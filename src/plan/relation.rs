@@ -37,6 +37,13 @@ impl RelationPlanner for WindowRelationPlanner {
             return Ok(RelationPlanning::Original(Box::new(relation)));
         };
         let function = name.to_string().to_ascii_uppercase();
+        if function == "LATE" {
+            let plan = plan_late(&args.args, context)?;
+            return Ok(RelationPlanning::Planned(Box::new(PlannedRelation::new(
+                plan,
+                alias.clone(),
+            ))));
+        }
         let kind = match function.as_str() {
             "TUMBLE" => WindowKind::Tumble,
             "HOP" => WindowKind::Hop,
@@ -146,6 +153,31 @@ fn plan_window(
     Ok(LogicalPlan::Extension(Extension {
         node: Arc::new(node),
     }))
+}
+
+/// `late(stream)`: the rows that the other queries' windows over `stream`
+/// drop as late, as a stream of their own.
+fn plan_late(
+    args: &[FunctionArg],
+    context: &mut dyn RelationPlannerContext,
+) -> Result<LogicalPlan> {
+    let [FunctionArg::Unnamed(FunctionArgExpr::Expr(SqlExpr::Identifier(id)))] = args else {
+        return plan_err!("late takes one stream name: late(stream)");
+    };
+    let name = context.normalize_ident(id.clone());
+    let source = context
+        .context_provider()
+        .get_table_source(TableReference::bare(name.as_str()))?;
+    let Some(stream) = source.as_ref().downcast_ref::<StreamSource>() else {
+        return plan_err!("late needs a stream, '{name}' is not one");
+    };
+    if stream.def.late_of.is_some() {
+        return plan_err!("late(late(...)) is not a stream");
+    }
+    let late = StreamSource {
+        def: Arc::new(stream.def.late_rows()),
+    };
+    LogicalPlanBuilder::scan(format!("late_{name}"), Arc::new(late), None)?.build()
 }
 
 /// `TableScan(stream)` under a `Watermark` on the stream's event time.

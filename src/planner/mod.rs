@@ -29,10 +29,10 @@ use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 
 use crate::error::{Error, Result};
 use crate::exec::{
-    AggregateSpec, ChangelogAggregateOp, ChangelogAggregateSpec, FilterOp, GroupSlot, LimitOp,
-    MarkOp, Operator, OverFunction, OverOp, OverSpec, ProjectOp, QueryStats, SessionAggregateOp,
-    SessionAggregateSpec, SessionAssignOp, WatermarkOp, WindowAggregateOp, WindowAggregateSpec,
-    WindowAssignOp, WindowGrid, WindowInput, WindowJoin, WindowJoinSpec,
+    AggregateSpec, ChangelogAggregateOp, ChangelogAggregateSpec, FilterOp, GroupSlot, LateRows,
+    LimitOp, MarkOp, Operator, OverFunction, OverOp, OverSpec, ProjectOp, QueryStats,
+    SessionAggregateOp, SessionAggregateSpec, SessionAssignOp, WatermarkOp, WindowAggregateOp,
+    WindowAggregateSpec, WindowAssignOp, WindowGrid, WindowInput, WindowJoin, WindowJoinSpec,
 };
 use crate::plan::{
     EmitNode, EmitPolicy, StreamDef, StreamSource, WatermarkNode, Window, WindowNode,
@@ -92,6 +92,8 @@ pub struct QueryGraph {
     pub mode: ExecutionMode,
     /// Counters the operators update.
     pub stats: Arc<QueryStats>,
+    /// Where each window operator sends its late rows, by stream.
+    pub late_outputs: Vec<(String, Arc<LateRows>)>,
 }
 
 /// One stream a query reads and the tasks its rows pass before they meet
@@ -120,6 +122,7 @@ impl QueryGraph {
 pub fn plan_incremental(plan: &LogicalPlan, mode: ExecutionMode) -> Result<QueryGraph> {
     let stats = Arc::new(QueryStats::default());
     let mut builder = Builder {
+        late_outputs: Vec::new(),
         emit: None,
         stats: stats.clone(),
         props: ExecutionProps::new(),
@@ -145,6 +148,7 @@ pub fn plan_incremental(plan: &LogicalPlan, mode: ExecutionMode) -> Result<Query
         schema,
         mode,
         stats,
+        late_outputs: builder.late_outputs,
     })
 }
 
@@ -250,6 +254,8 @@ impl WindowColumns {
 }
 
 struct Builder {
+    /// Late-row outputs of the window operators built, by stream.
+    late_outputs: Vec<(String, Arc<LateRows>)>,
     /// The emit policy, until the outermost aggregate takes it.
     emit: Option<EmitPolicy>,
     stats: Arc<QueryStats>,
@@ -410,10 +416,13 @@ impl Builder {
                 self.stats.clone(),
             );
             let lateness = built.stream().lateness_ms;
+            let late_rows = Arc::new(LateRows::default());
+            self.late_outputs
+                .push((built.stream().name.clone(), late_rows.clone()));
             let (op, kind): (Box<dyn Operator>, _) = match window.window {
                 Window::Aligned(spec) => (
                     Box::new(WindowAssignOp::new(
-                        time, spec, delay, lateness, schema, stats,
+                        time, spec, delay, lateness, schema, stats, late_rows,
                     )),
                     Windowing::Grid(WindowGrid::Panes(spec)),
                 ),
@@ -421,7 +430,9 @@ impl Builder {
                     return Err(late_updates_unsupported("SESSION windows"));
                 }
                 Window::Session { gap_ms } => (
-                    Box::new(SessionAssignOp::new(time, gap_ms, delay, schema, stats)),
+                    Box::new(SessionAssignOp::new(
+                        time, gap_ms, delay, schema, stats, late_rows,
+                    )),
                     Windowing::Session { gap_ms },
                 ),
             };

@@ -9,7 +9,7 @@
 
 mod merge;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -19,7 +19,8 @@ use tokio::task::JoinHandle;
 
 use crate::connectors::{Sink, SourceConfig, SourceStats, read_source};
 use crate::error::{Error, Result};
-use crate::exec::{Chain, END_OF_INPUT, Message, QueryStats};
+use crate::exec::{Chain, END_OF_INPUT, LateRows, Message, QueryStats};
+use crate::plan::StreamDef;
 use crate::planner::{ExecutionMode, QueryGraph, Stages};
 
 /// Messages buffered between two tasks before the sender waits.
@@ -46,7 +47,8 @@ pub struct RunReport {
 /// first error any task met.
 pub async fn run(queries: Vec<RunnableQuery>) -> Result<RunReport> {
     let mut report = RunReport::default();
-    let mut sources: BTreeMap<String, (SourceConfig, Vec<Subscriber>)> = BTreeMap::new();
+    let mut sources: BTreeMap<String, (Arc<StreamDef>, Vec<Subscriber>)> = BTreeMap::new();
+    let mut late_outputs: HashMap<String, Vec<Arc<LateRows>>> = HashMap::new();
     let mut tasks: Vec<JoinHandle<Result<()>>> = Vec::new();
     for RunnableQuery { graph, sink } in queries {
         report.queries.push(graph.stats.clone());
@@ -56,8 +58,12 @@ pub async fn run(queries: Vec<RunnableQuery>) -> Result<RunReport> {
             stages,
             mode,
             stats,
+            late_outputs: outputs,
             ..
         } = graph;
+        for (stream, output) in outputs {
+            late_outputs.entry(stream).or_default().push(output);
+        }
         let per_record = mode == ExecutionMode::PerRecord;
         let mut branches = Vec::with_capacity(inputs.len());
         for input in inputs {
@@ -65,7 +71,7 @@ pub async fn run(queries: Vec<RunnableQuery>) -> Result<RunReport> {
             let stream = &input.stream;
             sources
                 .entry(stream.name.clone())
-                .or_insert_with(|| (stream.source.clone(), Vec::new()))
+                .or_insert_with(|| (stream.clone(), Vec::new()))
                 .1
                 .push(Subscriber { tx, per_record });
             let output = spawn_stages(input.stages, rx, &mut tasks);
@@ -83,13 +89,25 @@ pub async fn run(queries: Vec<RunnableQuery>) -> Result<RunReport> {
             run_sink(sink, output, &stats)
         }));
     }
-    for (name, (config, subscribers)) in sources {
+    for (name, (stream, subscribers)) in sources {
         let stats = Arc::new(SourceStats::default());
         report.streams.push((name, stats.clone()));
-        tasks.push(tokio::task::spawn_blocking(move || {
-            run_source(&config, &stats, subscribers)
-        }));
+        match &stream.late_of {
+            Some(of) => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                for output in late_outputs.get(of).into_iter().flatten() {
+                    output.subscribe(tx.clone());
+                }
+                tasks.push(tokio::spawn(run_late_source(rx, subscribers, stats)));
+            }
+            None => tasks.push(tokio::task::spawn_blocking(move || {
+                run_source(&stream.source, &stats, subscribers)
+            })),
+        }
     }
+    // The window operators now hold the only handles: when the last of them
+    // ends, the late-row streams end too.
+    drop(late_outputs);
     let mut first_error = None;
     for task in tasks {
         let outcome = task
@@ -127,6 +145,25 @@ struct Subscriber {
 }
 
 impl Subscriber {
+    /// Sends a batch from async code; false once the query has stopped
+    /// listening.
+    async fn send_async(&self, batch: &RecordBatch) -> bool {
+        if !self.per_record {
+            return self.tx.send(Message::Batch(batch.clone())).await.is_ok();
+        }
+        for row in 0..batch.num_rows() {
+            if self
+                .tx
+                .send(Message::Batch(batch.slice(row, 1)))
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
+        true
+    }
+
     /// Sends a batch; false once the query has stopped listening.
     fn send(&self, batch: &RecordBatch) -> bool {
         if !self.per_record {
@@ -138,6 +175,26 @@ impl Subscriber {
                 .is_ok()
         })
     }
+}
+
+/// Feeds `late(stream)` queries the rows other queries dropped as late.
+async fn run_late_source(
+    mut rows: mpsc::UnboundedReceiver<RecordBatch>,
+    subscribers: Vec<Subscriber>,
+    stats: Arc<SourceStats>,
+) -> Result<()> {
+    while let Some(batch) = rows.recv().await {
+        stats
+            .rows
+            .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+        for subscriber in &subscribers {
+            subscriber.send_async(&batch).await;
+        }
+    }
+    for subscriber in &subscribers {
+        let _ = subscriber.tx.send(Message::Watermark(END_OF_INPUT)).await;
+    }
+    Ok(())
 }
 
 fn run_source(
