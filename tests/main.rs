@@ -3,3 +3,4 @@
 mod cli;
 mod conformance;
 mod examples;
+mod library;
