@@ -105,6 +105,9 @@ impl Engine {
                     None => None,
                 };
                 let (logical, graph) = self.plan(query, emit.as_ref())?;
+                if let Some(sink) = sink.as_ref().filter(|s| s.append_only) {
+                    check_append_only(&logical, sink)?;
+                }
                 Ok(Outcome::Query(Box::new(PreparedQuery {
                     logical,
                     graph,
@@ -230,6 +233,31 @@ impl Engine {
             graph.describe()
         ))
     }
+}
+
+/// Rejects a query whose rows are not all final for a sink that takes
+/// only final rows.
+fn check_append_only(plan: &LogicalPlan, sink: &SinkConfig) -> Result<()> {
+    let LogicalPlan::Extension(ext) = plan else {
+        return Ok(());
+    };
+    let Some(emit) = ext.node.as_any().downcast_ref::<EmitNode>() else {
+        return Ok(());
+    };
+    let what = match emit.policy {
+        EmitPolicy::Changes => "a changelog (EMIT CHANGES)",
+        EmitPolicy::Every { .. } => "early results (EMIT EVERY)",
+        EmitPolicy::OnWindowClose { late_updates: true } => {
+            "updates of windows that take late rows (allowed_lateness)"
+        }
+        EmitPolicy::OnWindowClose {
+            late_updates: false,
+        } => return Ok(()),
+    };
+    Err(Error::Plan(format!(
+        "sink '{}' is append_only and takes final rows only, but the query emits {what}",
+        sink.name
+    )))
 }
 
 fn indent(text: &str) -> String {

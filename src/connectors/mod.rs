@@ -135,4 +135,7 @@ pub struct SinkConfig {
     pub target: SinkTarget,
     /// How it writes.
     pub format: OutputFormat,
+    /// Takes final rows only (`append_only = 'true'`): queries that emit
+    /// updates or early results are rejected when planned.
+    pub append_only: bool,
 }

@@ -27,7 +27,7 @@ const SOURCE_KEYS: &[&str] = &[
     "dead_letter",
 ];
 
-const SINK_KEYS: &[&str] = &["connector", "path", "format"];
+const SINK_KEYS: &[&str] = &["connector", "path", "format", "append_only"];
 
 /// Looks options up by key, rejecting unknown and repeated keys.
 struct Options<'a> {
@@ -229,9 +229,9 @@ impl SinkConfig {
     /// options.
     ///
     /// Accepted keys: `connector` (`file` | `stdout`, default `file`), `path`
-    /// (required for `file`, resolved against `base_dir`) and `format`
+    /// (required for `file`, resolved against `base_dir`), `format`
     /// (`csv` | `jsonl` | `table`, aliases `json`, `ndjson`; default from the
-    /// path's extension, else csv).
+    /// path's extension, else csv) and `append_only` (`true` | `false`).
     pub fn from_options(
         name: &str,
         options: &[(String, String)],
@@ -270,10 +270,20 @@ impl SinkConfig {
             },
         };
 
+        let append_only = match opts
+            .get("append_only")
+            .map(|v| v.trim().to_ascii_lowercase())
+        {
+            None => false,
+            Some(v) if v == "true" => true,
+            Some(v) if v == "false" => false,
+            Some(v) => return Err(opts.bad_value("append_only", &v, "true, false")),
+        };
         Ok(SinkConfig {
             name: name.to_string(),
             target,
             format,
+            append_only,
         })
     }
 }

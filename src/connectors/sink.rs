@@ -424,6 +424,7 @@ mod tests {
             name: "out".to_string(),
             target: SinkTarget::File(path.clone()),
             format: OutputFormat::Csv,
+            append_only: false,
         };
         let mut sink = open_sink(&config).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
