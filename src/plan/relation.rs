@@ -4,18 +4,19 @@
 
 use std::sync::Arc;
 
+use datafusion::common::Column;
 use datafusion::common::{DFSchema, TableReference, plan_err};
 use datafusion::error::Result;
 use datafusion::logical_expr::planner::{
     PlannedRelation, RelationPlanner, RelationPlannerContext, RelationPlanning,
 };
-use datafusion::logical_expr::{Extension, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::{Expr, Extension, LogicalPlan, LogicalPlanBuilder};
 use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, FunctionArg, FunctionArgExpr, TableFactor};
 
-use super::catalog::{StreamSource, TIME_TYPE};
+use super::catalog::{StreamSource, TIME_TYPE, ViewSource};
 use super::literal_interval_ms;
 use super::watermark_node::WatermarkNode;
-use super::window_node::{Window, WindowNode, WindowSpec};
+use super::window_node::{WINDOW_END, WINDOW_START, Window, WindowNode, WindowSpec};
 
 /// Turns window table functions into window nodes over a watermarked scan.
 #[derive(Debug)]
@@ -192,6 +193,9 @@ fn watermarked_scan(
     let source = context
         .context_provider()
         .get_table_source(TableReference::bare(name.as_str()))?;
+    if source.as_ref().downcast_ref::<ViewSource>().is_some() {
+        return view_input(&name, source);
+    }
     let Some(stream) = source.as_ref().downcast_ref::<StreamSource>() else {
         return plan_err!("a window needs a stream, '{name}' is not one");
     };
@@ -210,25 +214,60 @@ fn watermarked_scan(
     }))
 }
 
+/// A view as a window's input, for windows over window results. The view's
+/// own `window_start`/`window_end` are renamed `inner_window_start` and
+/// `inner_window_end`, so that the new window's columns keep their names.
+fn view_input(
+    name: &str,
+    source: Arc<dyn datafusion::logical_expr::TableSource>,
+) -> Result<LogicalPlan> {
+    let view = LogicalPlanBuilder::scan(name, source, None)?.build()?;
+    let columns: Vec<Expr> = view
+        .schema()
+        .iter()
+        .map(|(qualifier, field)| {
+            let column = Expr::Column(Column::from((qualifier, field.as_ref())));
+            match inner_name(field.name()) {
+                Some(renamed) => column.alias(renamed),
+                None => column,
+            }
+        })
+        .collect();
+    LogicalPlanBuilder::from(view).project(columns)?.build()
+}
+
+fn inner_name(name: &str) -> Option<String> {
+    [WINDOW_START, WINDOW_END]
+        .contains(&name)
+        .then(|| format!("inner_{name}"))
+}
+
 /// Checks that the named column is the stream's event time, and returns it.
 fn time_column(
     arg: &SqlExpr,
     scan: &LogicalPlan,
     context: &mut dyn RelationPlannerContext,
 ) -> Result<usize> {
-    let LogicalPlan::Extension(ext) = scan else {
-        unreachable!("watermarked_scan returns an extension node")
-    };
-    let watermark = ext
-        .node
-        .as_any()
-        .downcast_ref::<WatermarkNode>()
-        .expect("watermarked_scan returns a Watermark node");
     let name = match arg {
         SqlExpr::Identifier(id) => context.normalize_ident(id.clone()),
         other => return plan_err!("a window's second argument must be a column name, got {other}"),
     };
     let schema = scan.schema();
+    let watermark = match scan {
+        LogicalPlan::Extension(ext) => ext.node.as_any().downcast_ref::<WatermarkNode>(),
+        _ => None,
+    };
+    let Some(watermark) = watermark else {
+        // A view: any TIMESTAMP column, its window columns by their new names.
+        let wanted = inner_name(&name).unwrap_or(name.clone());
+        let Some(index) = schema.fields().iter().position(|f| f.name() == &wanted) else {
+            return plan_err!("window: unknown column '{name}'");
+        };
+        if schema.field(index).data_type() != &TIME_TYPE {
+            return plan_err!("window: column '{name}' is not a TIMESTAMP");
+        }
+        return Ok(index);
+    };
     let Some(index) = schema.index_of_column_by_name(None, &name) else {
         return plan_err!("window: unknown column '{name}'");
     };

@@ -410,12 +410,16 @@ impl Builder {
         if let Some(window) = node.as_any().downcast_ref::<WindowNode>() {
             let mut built = self.build(&window.input)?;
             let schema = Arc::new(node.schema().as_arrow().clone());
-            let (time, delay, stats) = (
-                window.time_column,
-                built.stream().delay_ms,
-                self.stats.clone(),
-            );
-            let lateness = built.stream().lateness_ms;
+            // Over a stream, the watermark's delay and the stream's lateness;
+            // over window results (a view), neither: they come in order.
+            let over_stream = matches!(&window.input, LogicalPlan::Extension(e)
+                if e.node.as_any().downcast_ref::<WatermarkNode>().is_some());
+            let (delay, lateness) = match over_stream {
+                true => (built.stream().delay_ms, built.stream().lateness_ms),
+                false if built.window.is_some() => (0, 0),
+                false => (built.stream().delay_ms, 0),
+            };
+            let (time, stats) = (window.time_column, self.stats.clone());
             let late_rows = Arc::new(LateRows::default());
             self.late_outputs
                 .push((built.stream().name.clone(), late_rows.clone()));
