@@ -61,7 +61,10 @@ pub fn read_source(
             let file = File::open(path)
                 .map_err(|e| Error::Connector(format!("cannot open {}: {e}", path.display())))?;
             let name = path.display().to_string();
-            read_format(config.format, file, &name, false, &mut driver)
+            // A pipe or socket is read like stdin: rows go on as soon as a
+            // read comes back short, not when a batch fills.
+            let live = file.metadata().is_ok_and(|m| !m.file_type().is_file());
+            read_format(config.format, file, &name, live, &mut driver)
         }
         SourceLocation::Stdin => {
             let stdin = io::stdin();
