@@ -14,16 +14,17 @@ use datafusion::arrow::row::{RowConverter, SortField};
 
 use super::aggregate::{self, AggregateInputs, AggregateSpec, evaluate_all};
 use super::window_aggregate::{GroupSlot, Groups};
-use super::{LateRows, Message, Operator, QueryStats, send_late};
+use super::{LateRows, Message, Operator, QueryStats, RowKind, send_late};
 use crate::error::Result;
 
 /// Gives each row its own session `[t, t + gap)` in `window_start` and
-/// `window_end`, and drops rows that are late: `t + gap <= watermark` at
-/// their arrival.
+/// `window_end`, and drops rows that are late: `t + gap + allowed lateness
+/// <= watermark` at their arrival.
 pub struct SessionAssignOp {
     time_column: usize,
     gap_ms: i64,
     delay_ms: i64,
+    lateness_ms: i64,
     max_seen: i64,
     schema: SchemaRef,
     stats: Arc<QueryStats>,
@@ -37,6 +38,7 @@ impl SessionAssignOp {
         time_column: usize,
         gap_ms: i64,
         delay_ms: i64,
+        lateness_ms: i64,
         schema: SchemaRef,
         stats: Arc<QueryStats>,
         late_rows: Arc<LateRows>,
@@ -45,6 +47,7 @@ impl SessionAssignOp {
             time_column,
             gap_ms,
             delay_ms,
+            lateness_ms,
             max_seen: i64::MIN,
             schema,
             stats,
@@ -62,6 +65,18 @@ impl Operator for SessionAssignOp {
     }
 
     fn on_batch(&mut self, batch: RecordBatch, out: &mut Vec<Message>) -> Result<()> {
+        if self.lateness_ms > 0 && batch.num_rows() > 1 {
+            // Sessions that take late rows fire again on them, so each row
+            // must meet the watermark its arrival made, as it would one by
+            // one: the batch goes on a row at a time, each followed by the
+            // watermark after it.
+            for row in 0..batch.num_rows() {
+                self.on_batch(batch.slice(row, 1), out)?;
+                let watermark = self.max_seen.saturating_sub(self.delay_ms);
+                out.push(Message::Watermark(watermark));
+            }
+            return Ok(());
+        }
         let times = batch
             .column(self.time_column)
             .as_primitive::<TimestampMillisecondType>();
@@ -70,7 +85,7 @@ impl Operator for SessionAssignOp {
         for t in times.iter() {
             let on_time = t.is_some_and(|t| {
                 self.max_seen = self.max_seen.max(t);
-                t + self.gap_ms > self.max_seen.saturating_sub(self.delay_ms)
+                t + self.gap_ms + self.lateness_ms > self.max_seen.saturating_sub(self.delay_ms)
             });
             keep.push(on_time);
             if let (true, Some(t)) = (on_time, t) {
@@ -121,6 +136,9 @@ pub struct SessionAggregateSpec {
     pub start: Arc<dyn datafusion::physical_expr::PhysicalExpr>,
     /// Inactivity gap in milliseconds.
     pub gap_ms: i64,
+    /// How long after firing a session still takes rows (each firing it
+    /// again as an update).
+    pub lateness_ms: i64,
     /// The aggregates, in output order after the grouping columns.
     pub aggregates: Vec<AggregateSpec>,
     /// Output schema: grouping columns, then aggregates.
@@ -142,6 +160,7 @@ pub struct SessionAggregateOp {
     /// Open sessions by end, for firing in order.
     by_end: BTreeSet<(i64, u64)>,
     next_id: u64,
+    watermark: i64,
 }
 
 struct Session {
@@ -149,6 +168,10 @@ struct Session {
     start: i64,
     end: i64,
     groups: Groups,
+    /// A result has been sent for this session.
+    emitted: bool,
+    /// Rows came in since the last result.
+    dirty: bool,
 }
 
 impl SessionAggregateOp {
@@ -167,6 +190,7 @@ impl SessionAggregateOp {
             by_key: HashMap::new(),
             by_end: BTreeSet::new(),
             next_id: 0,
+            watermark: i64::MIN,
         })
     }
 
@@ -195,18 +219,21 @@ impl SessionAggregateOp {
                     start: t,
                     end,
                     groups,
+                    emitted: false,
+                    dirty: true,
                 },
             );
             self.by_end.insert((end, id));
             return Ok(id);
         };
         ids.retain(|id| !absorbed.contains(id));
-        let (mut start, mut new_end) = (t, end);
+        let (mut start, mut new_end, mut emitted) = (t, end, false);
         for id in absorbed {
             let mut gone = self.sessions.remove(id).expect("open session");
             self.by_end.remove(&(gone.end, *id));
             start = start.min(gone.start);
             new_end = new_end.max(gone.end);
+            emitted |= gone.emitted;
             let frozen = gone.groups.freeze()?;
             self.sessions
                 .get_mut(&keep)
@@ -218,11 +245,42 @@ impl SessionAggregateOp {
         self.by_end.remove(&(session.end, keep));
         session.start = session.start.min(start);
         session.end = session.end.max(new_end);
+        session.emitted |= emitted;
+        session.dirty = true;
         self.by_end.insert((session.end, keep));
         Ok(keep)
     }
 
-    fn fire(&mut self, ids: Vec<u64>) -> Result<Option<RecordBatch>> {
+    /// Forgets a session.
+    fn remove(&mut self, id: u64) -> Session {
+        let session = self.sessions.remove(&id).expect("open session");
+        self.by_end.remove(&(session.end, id));
+        if let Some(open) = self.by_key.get_mut(&session.key) {
+            open.retain(|other| *other != id);
+            if open.is_empty() {
+                self.by_key.remove(&session.key);
+            }
+        }
+        session
+    }
+
+    /// The current result of a session, keeping its state (for sessions
+    /// that may still take late rows).
+    fn peek(&mut self, id: u64) -> Result<Vec<ArrayRef>> {
+        let aggregates = &self.spec.aggregates;
+        let session = self.sessions.get_mut(&id).expect("open session");
+        let frozen = session.groups.freeze()?;
+        let mut kept = Groups::new(None, aggregates)?;
+        kept.merge(&frozen)?;
+        let mut copy = Groups::new(None, aggregates)?;
+        copy.merge(&frozen)?;
+        session.groups = kept;
+        Ok(copy.evaluate()?.1)
+    }
+
+    /// Result rows for the sessions `ids`; with `forget`, their state is
+    /// dropped, else kept for late rows.
+    fn fire(&mut self, ids: &[u64], forget: bool) -> Result<Option<RecordBatch>> {
         if ids.is_empty() {
             return Ok(None);
         }
@@ -230,21 +288,23 @@ impl SessionAggregateOp {
         let mut starts = Vec::with_capacity(ids.len());
         let mut ends = Vec::with_capacity(ids.len());
         let mut values: Vec<Vec<ArrayRef>> = vec![Vec::new(); self.spec.aggregates.len()];
-        for id in ids {
-            let mut session = self.sessions.remove(&id).expect("open session");
-            if let Some(open) = self.by_key.get_mut(&session.key) {
-                open.retain(|other| *other != id);
-                if open.is_empty() {
-                    self.by_key.remove(&session.key);
-                }
-            }
-            let (_, evaluated, _) = session.groups.evaluate()?;
+        for &id in ids {
+            let session = &self.sessions[&id];
+            keys.push(session.key.clone());
+            starts.push(session.start);
+            ends.push(session.end);
+            let evaluated = if forget {
+                self.remove(id).groups.evaluate()?.1
+            } else {
+                let values = self.peek(id)?;
+                let session = self.sessions.get_mut(&id).expect("open session");
+                session.emitted = true;
+                session.dirty = false;
+                values
+            };
             for (column, value) in values.iter_mut().zip(evaluated) {
                 column.push(value);
             }
-            keys.push(session.key);
-            starts.push(session.start);
-            ends.push(session.end);
         }
         let parser = self.converter.parser();
         let key_columns = self
@@ -276,7 +336,7 @@ impl Operator for SessionAggregateOp {
         aggregate::describe(&kind, &self.spec.keys, &self.spec.aggregates)
     }
 
-    fn on_batch(&mut self, batch: RecordBatch, _out: &mut Vec<Message>) -> Result<()> {
+    fn on_batch(&mut self, batch: RecordBatch, out: &mut Vec<Message>) -> Result<()> {
         let keys = evaluate_all(&self.spec.keys, &batch)?;
         let rows = self.converter.convert_columns(&keys)?;
         // With no key columns every row has the same, empty key.
@@ -296,6 +356,9 @@ impl Operator for SessionAggregateOp {
             .as_primitive::<TimestampMillisecondType>()
             .values()
             .clone();
+        if self.spec.lateness_ms > 0 {
+            return self.on_rows_one_by_one(&batch, &key, &starts, out);
+        }
         // Rows are placed one by one (a row may merge sessions); the
         // aggregates are then updated once per session.
         let mut placed: Vec<u64> = Vec::with_capacity(batch.num_rows());
@@ -337,18 +400,35 @@ impl Operator for SessionAggregateOp {
     }
 
     fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
-        let closed: Vec<u64> = self
+        self.watermark = self.watermark.max(watermark);
+        let lateness = self.spec.lateness_ms;
+        let due: Vec<(i64, u64)> = self
             .by_end
             .iter()
             .take_while(|(end, _)| *end <= watermark)
-            .map(|(_, id)| *id)
+            .copied()
             .collect();
-        for id in &closed {
-            let end = self.sessions[id].end;
-            self.by_end.remove(&(end, *id));
+        let (mut first, mut again, mut expired) = (Vec::new(), Vec::new(), Vec::new());
+        for (end, id) in due {
+            let session = &self.sessions[&id];
+            match (session.dirty, session.emitted) {
+                (true, false) => first.push(id),
+                (true, true) => again.push(id),
+                (false, _) => {}
+            }
+            if lateness > 0 && end.saturating_add(lateness) <= watermark {
+                expired.push(id);
+            }
         }
-        if let Some(batch) = self.fire(closed)? {
+        // Without allowed lateness a session is done when it fires.
+        if let Some(batch) = self.fire(&first, lateness == 0)? {
             out.push(Message::Batch(batch));
+        }
+        if let Some(batch) = self.fire(&again, false)? {
+            out.push(Message::Changes(batch, RowKind::Update));
+        }
+        for id in expired {
+            self.remove(id);
         }
         out.push(Message::Watermark(watermark));
         Ok(())
@@ -356,6 +436,40 @@ impl Operator for SessionAggregateOp {
 }
 
 impl SessionAggregateOp {
+    /// With allowed lateness, rows go in one at a time, and a row that
+    /// changes a session that already fired (and whose end the watermark
+    /// has passed) makes it fire again at once, as an update.
+    fn on_rows_one_by_one<'k>(
+        &mut self,
+        batch: &RecordBatch,
+        key: &dyn Fn(usize) -> &'k [u8],
+        starts: &[i64],
+        out: &mut Vec<Message>,
+    ) -> Result<()> {
+        let AggregateInputs { args, filters } =
+            AggregateInputs::evaluate(&self.spec.aggregates, batch)?;
+        for (row, t) in starts.iter().enumerate() {
+            let id = self.place(key(row), *t)?;
+            let row_args: Vec<Vec<ArrayRef>> = args
+                .iter()
+                .map(|a| a.iter().map(|c| c.slice(row, 1)).collect())
+                .collect();
+            let row_filters: Vec<Option<BooleanArray>> = filters
+                .iter()
+                .map(|f| f.as_ref().map(|f| f.slice(row, 1).as_boolean().clone()))
+                .collect();
+            let session = self.sessions.get_mut(&id).expect("placed");
+            session.groups.update(&[], 1, &row_args, &row_filters)?;
+            if session.emitted
+                && session.end <= self.watermark
+                && let Some(batch) = self.fire(&[id], false)?
+            {
+                out.push(Message::Changes(batch, RowKind::Update));
+            }
+        }
+        Ok(())
+    }
+
     /// The open session of `key` that holds time `t`.
     fn resolve(&self, id: u64, key: &[u8], t: i64) -> u64 {
         if self.sessions.contains_key(&id) {

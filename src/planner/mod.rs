@@ -430,12 +430,9 @@ impl Builder {
                     )),
                     Windowing::Grid(WindowGrid::Panes(spec)),
                 ),
-                Window::Session { .. } if lateness > 0 => {
-                    return Err(late_updates_unsupported("SESSION windows"));
-                }
                 Window::Session { gap_ms } => (
                     Box::new(SessionAssignOp::new(
-                        time, gap_ms, delay, schema, stats, late_rows,
+                        time, gap_ms, delay, lateness, schema, stats, late_rows,
                     )),
                     Windowing::Session { gap_ms },
                 ),
@@ -530,6 +527,7 @@ impl Builder {
                         start,
                     )),
                     gap_ms,
+                    lateness_ms: built.lateness_ms(),
                     aggregates,
                     schema,
                 })?;
