@@ -354,6 +354,10 @@ mod tests {
             err("SELECT * FROM HOP(m, ts, INTERVAL '20' SECOND, INTERVAL '10' SECOND)")
                 .contains("must not exceed")
         );
+        assert!(
+            err("SELECT count(*) FROM HOP(m, ts, INTERVAL '1' MILLISECOND, INTERVAL '1' DAY) GROUP BY window_end")
+                .contains("at most 10000")
+        );
         let Ok(Outcome::Explain(text)) = run(&format!(
             "EXPLAIN SELECT window_end, host, avg(cpu) FROM {hop} GROUP BY window_end, host"
         )) else {

@@ -24,7 +24,7 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use serde_json::Value;
 
-use super::timestamp::parse_timestamp_ms;
+use super::timestamp::{in_range, parse_timestamp_ms};
 use super::{BadRow, Format, Replay, SourceConfig, SourceLocation, SourceStats};
 use crate::error::{Error, Result};
 
@@ -761,6 +761,9 @@ fn json_value(
             Val::Text(start, arena.len())
         }
         (Kind::Float, Value::Number(n)) => Val::Float(n.as_f64().ok_or_else(mismatch)?),
+        (Kind::Timestamp, Value::Number(n)) if n.as_i64().is_some_and(|ms| !in_range(ms)) => {
+            return Err(format!("column {column}: timestamp {n} is out of range"));
+        }
         (Kind::Int | Kind::Timestamp, Value::Number(n)) => match n.as_i64() {
             Some(i) => Val::Int(i),
             None => match n.as_f64().and_then(integral) {

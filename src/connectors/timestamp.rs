@@ -29,9 +29,17 @@ pub fn parse_timestamp_ms(s: &str) -> Option<i64> {
         b
     };
     if !digits.is_empty() && digits.iter().all(u8::is_ascii_digit) {
-        return s.parse::<i64>().ok();
+        return s.parse::<i64>().ok().filter(|ms| in_range(*ms));
     }
     parse_iso(b)
+}
+
+/// Whether epoch milliseconds name a representable date (chrono's range,
+/// about ±262,000 years), which keeps window arithmetic far from overflow.
+pub fn in_range(ms: i64) -> bool {
+    let min = chrono::DateTime::<chrono::Utc>::MIN_UTC.timestamp_millis();
+    let max = chrono::DateTime::<chrono::Utc>::MAX_UTC.timestamp_millis();
+    (min..=max).contains(&ms)
 }
 
 /// Reads exactly `n` ASCII digits at `pos` as a number.
@@ -148,6 +156,21 @@ pub fn write_timestamp_ms(out: &mut String, ms: i64) {
         None => {
             let _ = write!(out, "{ms}");
         }
+    }
+}
+
+#[cfg(test)]
+mod range_tests {
+    use super::*;
+
+    #[test]
+    fn epoch_millis_outside_the_calendar_are_rejected() {
+        assert_eq!(parse_timestamp_ms("9223372036854775807"), None);
+        assert_eq!(parse_timestamp_ms("-9223372036854775808"), None);
+        assert_eq!(
+            parse_timestamp_ms("8000000000000000"),
+            Some(8_000_000_000_000_000)
+        );
     }
 }
 

@@ -64,6 +64,10 @@ impl RelationPlanner for WindowRelationPlanner {
     }
 }
 
+/// The most windows a HOP may put one row in: each pane registers its
+/// windows, so a huge size/slide ratio would cost memory per pane.
+const MAX_WINDOWS_PER_ROW: i64 = 10_000;
+
 /// The window table functions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum WindowKind {
@@ -146,6 +150,12 @@ fn plan_window(
             let (slide, size) = (lengths[0], lengths[1]);
             if slide > size {
                 return plan_err!("HOP slide ({slide} ms) must not exceed its size ({size} ms)");
+            }
+            if size / slide > MAX_WINDOWS_PER_ROW {
+                return plan_err!(
+                    "HOP puts each row in {} windows (size / slide); at most {MAX_WINDOWS_PER_ROW} are supported",
+                    size / slide
+                );
             }
             Window::Aligned(WindowSpec::hop(slide, size, offset_ms))
         }
