@@ -240,3 +240,58 @@ fn emit_every_sends_early_results_then_the_final_one() {
         .collect();
     assert!(totals.windows(2).all(|w| w[0] <= w[1]), "{totals:?}");
 }
+
+#[test]
+fn rows_written_into_a_pipe_come_out_before_the_pipe_closes() {
+    use std::io::{BufRead, BufReader};
+    let dir = setup(&[(
+        "q.sql",
+        "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE) WITH (path = 'in.fifo', format = 'csv');
+         SELECT host, cpu FROM m WHERE cpu > 90;",
+    )]);
+    let fifo = dir.path().join("in.fifo");
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(["run", "q.sql", "--format", "csv"])
+        .current_dir(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("vigil starts");
+    // Opening the write end waits for vigil to open the read end.
+    let mut writer = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&fifo)
+        .expect("open fifo");
+    writer
+        .write_all(b"ts,host,cpu\n1000,a,95\n2000,b,10\n")
+        .expect("write rows");
+    writer.flush().expect("flush");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line.expect("a line")).is_err() {
+                return;
+            }
+        }
+    });
+    let wait = std::time::Duration::from_secs(20);
+    // The pipe is still open: these lines can only come from rows sent on as
+    // soon as they were read, not at end of input.
+    assert_eq!(
+        rx.recv_timeout(wait)
+            .expect("header while the pipe is open"),
+        "host,cpu"
+    );
+    assert_eq!(
+        rx.recv_timeout(wait).expect("row while the pipe is open"),
+        "a,95.0"
+    );
+    drop(writer);
+    assert!(child.wait().expect("vigil ends").success());
+}
