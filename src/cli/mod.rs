@@ -2,7 +2,7 @@
 
 mod output;
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -163,7 +163,10 @@ fn load_script(engine: &mut Engine, file: &Path) -> Result<Vec<PreparedQuery>> {
             .map_err(|e| Error::Plan(format!("{name}:{}: {e}", statement.line)))?;
         match outcome {
             Outcome::Done => {}
-            Outcome::Explain(text) => println!("{text}"),
+            Outcome::Explain(text) => {
+                // A closed stdout (`| head`) must not panic the run.
+                let _ = writeln!(std::io::stdout(), "{text}");
+            }
             Outcome::Query(query) => queries.push(*query),
         }
     }
