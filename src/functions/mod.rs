@@ -1,6 +1,8 @@
 //! vigil's SQL functions: DataFusion's built-ins, with overrides where
-//! vigil's semantics differ, registered with the SQL planner.
+//! vigil's semantics differ and additions for robust statistics,
+//! registered with the SQL planner.
 
+mod mad;
 mod median;
 
 use std::sync::Arc;
@@ -19,5 +21,6 @@ pub fn register(state: &mut SessionState) -> Result<()> {
             builtin,
         ))))?;
     }
+    state.register_udaf(Arc::new(AggregateUDF::from(mad::Mad::default())))?;
     Ok(())
 }
