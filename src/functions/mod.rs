@@ -4,6 +4,7 @@
 
 mod mad;
 mod median;
+mod sketch;
 
 use std::sync::Arc;
 
@@ -22,5 +23,8 @@ pub fn register(state: &mut SessionState) -> Result<()> {
         ))))?;
     }
     state.register_udaf(Arc::new(AggregateUDF::from(mad::Mad::default())))?;
+    state.register_udaf(Arc::new(AggregateUDF::from(
+        sketch::ApproxPercentile::default(),
+    )))?;
     Ok(())
 }
