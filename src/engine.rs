@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Extension, LogicalPlan};
 use datafusion::sql::sqlparser::ast::Query;
 use datafusion::sql::sqlparser::dialect::GenericDialect;
@@ -13,10 +14,10 @@ use datafusion::sql::sqlparser::parser::Parser;
 use crate::connectors::SinkConfig;
 use crate::error::{Error, Result};
 use crate::plan::catalog::{ALLOWED_LATENESS, IDLE_TIMEOUT, StreamTiming, stream_def};
+use crate::plan::{AlertNode, EmitNode, EmitPolicy, windows_take_late_rows};
 use crate::plan::{Catalog, SqlPlanner};
-use crate::plan::{EmitNode, EmitPolicy, windows_take_late_rows};
 use crate::planner::{ExecutionMode, QueryGraph, plan_incremental};
-use crate::sql::{CreateStream, Emit, Statement, StatementKind};
+use crate::sql::{AlertClause, CreateStream, Emit, Statement, StatementKind};
 
 /// A query planned and ready to run.
 pub struct PreparedQuery {
@@ -29,6 +30,46 @@ pub struct PreparedQuery {
     pub sink: Option<SinkConfig>,
     /// Line of the statement in its script.
     pub line: u64,
+    /// The alert a `CREATE ALERT` declares: it prints its changes unless a
+    /// later query reads it (see [`drop_routed_alerts`]).
+    pub declares_alert: Option<String>,
+}
+
+impl PreparedQuery {
+    /// Names of the alerts whose state changes this query reads or makes.
+    pub fn alerts(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        let _ = self.logical.apply(|node| {
+            if let LogicalPlan::Extension(ext) = node
+                && let Some(alert) = ext.node.as_any().downcast_ref::<AlertNode>()
+            {
+                names.push(alert.spec.name.clone());
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        names
+    }
+}
+
+/// Drops the queries of `CREATE ALERT`s that another query reads: the
+/// reader (typically `INSERT INTO sink SELECT * FROM alert`) has taken over
+/// where the alert's changes go.
+pub fn drop_routed_alerts(queries: Vec<PreparedQuery>) -> Vec<PreparedQuery> {
+    let read: Vec<String> = queries
+        .iter()
+        .filter(|q| q.declares_alert.is_none())
+        .flat_map(|q| q.alerts())
+        .chain(queries.iter().flat_map(|q| {
+            let own = q.declares_alert.clone();
+            q.alerts()
+                .into_iter()
+                .filter(move |n| Some(n) != own.as_ref())
+        }))
+        .collect();
+    queries
+        .into_iter()
+        .filter(|q| q.declares_alert.as_ref().is_none_or(|n| !read.contains(n)))
+        .collect()
 }
 
 /// What executing one statement produced.
@@ -49,6 +90,8 @@ pub struct Engine {
     /// `None` lets the planner choose: per-record for `EMIT CHANGES`,
     /// micro-batch otherwise.
     mode: Option<ExecutionMode>,
+    /// Files that replace the `path` of the streams so named.
+    inputs: Vec<(String, PathBuf)>,
 }
 
 impl Engine {
@@ -67,6 +110,13 @@ impl Engine {
         self.mode = Some(mode);
     }
 
+    /// Reads stream `name` from `path` (relative to the working directory)
+    /// instead of the file its `CREATE STREAM` names: the same script runs
+    /// over other data.
+    pub fn override_input(&mut self, name: &str, path: PathBuf) {
+        self.inputs.push((name.to_string(), path));
+    }
+
     /// Executes one statement; relative paths in it resolve against
     /// `base_dir`.
     pub fn execute(&mut self, statement: &Statement, base_dir: &Path) -> Result<Outcome> {
@@ -79,8 +129,29 @@ impl Engine {
                 self.catalog.add_sink(create, base_dir)?;
                 Ok(Outcome::Done)
             }
-            StatementKind::Explain { query, emit } => {
-                self.explain(query, emit.as_ref()).map(Outcome::Explain)
+            StatementKind::Explain { query, emit, alert } => {
+                let alert = alert.as_deref().map(|a| (a, alert_name(statement)));
+                self.explain(query, emit.as_ref(), alert)
+                    .map(Outcome::Explain)
+            }
+            StatementKind::CreateAlert {
+                name,
+                query,
+                emit,
+                alert,
+            } => {
+                let clause = alert.as_deref().ok_or_else(|| {
+                    Error::Plan(format!("CREATE ALERT {name} has no ALERT clause"))
+                })?;
+                let (logical, graph) = self.plan_alert(query, emit.as_ref(), (clause, name))?;
+                self.catalog.add_view(name, logical.clone())?;
+                Ok(Outcome::Query(Box::new(PreparedQuery {
+                    logical,
+                    graph,
+                    sink: None,
+                    line: statement.line,
+                    declares_alert: Some(name.clone()),
+                })))
             }
             StatementKind::CreateView { name, query } => {
                 // Planned in full now, so a view that cannot run is
@@ -94,7 +165,12 @@ impl Engine {
                 self.set(name, value)?;
                 Ok(Outcome::Done)
             }
-            StatementKind::Query { query, sink, emit } => {
+            StatementKind::Query {
+                query,
+                sink,
+                emit,
+                alert,
+            } => {
                 let sink = match sink {
                     Some(name) => Some(
                         self.catalog
@@ -104,7 +180,12 @@ impl Engine {
                     ),
                     None => None,
                 };
-                let (logical, graph) = self.plan(query, emit.as_ref())?;
+                let (logical, graph) = match alert.as_deref() {
+                    Some(clause) => {
+                        self.plan_alert(query, emit.as_ref(), (clause, &alert_name(statement)))?
+                    }
+                    None => self.plan(query, emit.as_ref())?,
+                };
                 if let Some(sink) = sink.as_ref().filter(|s| s.append_only) {
                     check_append_only(&logical, sink)?;
                 }
@@ -113,6 +194,7 @@ impl Engine {
                     graph,
                     sink,
                     line: statement.line,
+                    declares_alert: None,
                 })))
             }
         }
@@ -155,8 +237,24 @@ impl Engine {
             idle_timeout: option(IDLE_TIMEOUT)?
                 .map(|ms| std::time::Duration::from_millis(ms as u64)),
         };
+        let create = self.with_input_override(create);
         self.catalog
-            .add_stream(stream_def(create, timing, base_dir)?)
+            .add_stream(stream_def(&create, timing, base_dir)?)
+    }
+
+    /// `create` reading from its override file, if it has one.
+    fn with_input_override(&self, create: &CreateStream) -> CreateStream {
+        let mut create = create.clone();
+        if let Some((_, path)) = self.inputs.iter().rev().find(|(n, _)| *n == create.name) {
+            create
+                .options
+                .retain(|(k, _)| k != "path" && k != "connector");
+            let absolute = std::path::absolute(path).unwrap_or_else(|_| path.clone());
+            create
+                .options
+                .push(("path".into(), absolute.display().to_string()));
+        }
+        create
     }
 
     /// Reads an interval option such as `allowed_lateness = '5 seconds'` as
@@ -185,6 +283,36 @@ impl Engine {
     /// Plans a query with its `EMIT` clause into its logical plan and
     /// operator graph.
     pub fn plan(&self, query: &Query, emit: Option<&Emit>) -> Result<(LogicalPlan, QueryGraph)> {
+        let logical = self.plan_logical(query, emit)?;
+        self.plan_graph(logical, emit)
+    }
+
+    /// Plans a query that ends with an `ALERT` clause; `alert` is the
+    /// clause and the alert's name.
+    pub fn plan_alert(
+        &self,
+        query: &Query,
+        emit: Option<&Emit>,
+        alert: (&AlertClause, &str),
+    ) -> Result<(LogicalPlan, QueryGraph)> {
+        let logical = self.plan_logical(query, emit)?;
+        if let LogicalPlan::Extension(ext) = &logical
+            && let Some(node) = ext.node.as_any().downcast_ref::<EmitNode>()
+            && node.policy.marker().is_some()
+        {
+            return Err(Error::Plan(format!(
+                "ALERT needs final rows, but the query emits {} (drop the EMIT clause, or allowed_lateness)",
+                node.policy
+            )));
+        }
+        let (clause, name) = alert;
+        let logical = self
+            .planner
+            .plan_alert(&self.catalog, logical, clause, name)?;
+        self.plan_graph(logical, emit)
+    }
+
+    fn plan_logical(&self, query: &Query, emit: Option<&Emit>) -> Result<LogicalPlan> {
         let mut logical = self.planner.plan_query(&self.catalog, query)?;
         let mut policy = emit.map(|e| self.emit_policy(e)).transpose()?;
         if windows_take_late_rows(&logical)
@@ -198,6 +326,15 @@ impl Engine {
                 node: Arc::new(node),
             });
         }
+        Ok(logical)
+    }
+
+    fn plan_graph(
+        &self,
+        logical: LogicalPlan,
+        emit: Option<&Emit>,
+    ) -> Result<(LogicalPlan, QueryGraph)> {
+        let policy = emit.map(|e| self.emit_policy(e)).transpose()?;
         let mode = self.mode.unwrap_or(match policy {
             Some(EmitPolicy::Changes) => ExecutionMode::PerRecord,
             _ => ExecutionMode::MicroBatch,
@@ -225,8 +362,16 @@ impl Engine {
     }
 
     /// The logical plan and the operator graph of a query, as text.
-    pub fn explain(&self, query: &Query, emit: Option<&Emit>) -> Result<String> {
-        let (logical, graph) = self.plan(query, emit)?;
+    pub fn explain(
+        &self,
+        query: &Query,
+        emit: Option<&Emit>,
+        alert: Option<(&AlertClause, String)>,
+    ) -> Result<String> {
+        let (logical, graph) = match alert {
+            Some((clause, name)) => self.plan_alert(query, emit, (clause, &name))?,
+            None => self.plan(query, emit)?,
+        };
         Ok(format!(
             "logical plan:\n{}\n{}",
             indent(&logical.display_indent().to_string()),
@@ -258,6 +403,12 @@ fn check_append_only(plan: &LogicalPlan, sink: &SinkConfig) -> Result<()> {
         "sink '{}' is append_only and takes final rows only, but the query emits {what}",
         sink.name
     )))
+}
+
+/// The name of an alert written inline (not with `CREATE ALERT`): after
+/// the line of its statement.
+fn alert_name(statement: &Statement) -> String {
+    format!("alert_{}", statement.line)
 }
 
 fn indent(text: &str) -> String {

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::connectors::{OutputFormat, make_sink, sink::open_sink};
-use crate::engine::{Engine, Outcome, PreparedQuery, script_dir};
+use crate::engine::{Engine, Outcome, PreparedQuery, drop_routed_alerts, script_dir};
 use crate::error::{Error, Result};
 use crate::planner::ExecutionMode;
 use crate::runtime::{self, RunReport, RunnableQuery};
@@ -47,6 +47,19 @@ struct RunArgs {
     /// (default: per-record for EMIT CHANGES, micro-batch otherwise).
     #[arg(long, value_enum)]
     execution_mode: Option<ModeArg>,
+    /// Read stream NAME from PATH instead of the file its CREATE STREAM
+    /// names (repeatable), e.g. `--input metrics=my_metrics.csv`.
+    #[arg(long, value_name = "NAME=PATH", value_parser = parse_input)]
+    input: Vec<(String, PathBuf)>,
+}
+
+fn parse_input(text: &str) -> std::result::Result<(String, PathBuf), String> {
+    match text.split_once('=') {
+        Some((name, path)) if !name.trim().is_empty() && !path.is_empty() => {
+            Ok((name.trim().to_ascii_lowercase(), PathBuf::from(path)))
+        }
+        _ => Err(format!("expected NAME=PATH, got '{text}'")),
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -111,10 +124,14 @@ async fn run(args: RunArgs) -> Result<()> {
     if let Some(mode) = args.execution_mode {
         engine.set_execution_mode(mode.into());
     }
+    for (name, path) in &args.input {
+        engine.override_input(name, path.clone());
+    }
     let mut queries = Vec::new();
     for file in &args.files {
         queries.extend(load_script(&mut engine, file)?);
     }
+    let queries = drop_routed_alerts(queries);
     if queries.is_empty() {
         return Ok(());
     }

@@ -8,6 +8,7 @@
 //! decides which of them share a task.
 
 mod aggregate;
+mod alert;
 mod changelog;
 mod filter;
 mod join;
@@ -16,6 +17,7 @@ mod mark;
 mod over;
 mod project;
 mod session;
+mod template;
 mod watermark;
 mod window_aggregate;
 mod window_assign;
@@ -25,6 +27,7 @@ use std::sync::atomic::AtomicU64;
 use datafusion::arrow::record_batch::RecordBatch;
 
 pub use aggregate::AggregateSpec;
+pub use alert::AlertOp;
 pub use changelog::{ChangelogAggregateOp, ChangelogAggregateSpec};
 pub use filter::FilterOp;
 pub use join::{WindowJoin, WindowJoinSpec};
@@ -33,6 +36,7 @@ pub use mark::MarkOp;
 pub use over::{OverFunction, OverOp, OverSpec};
 pub use project::ProjectOp;
 pub use session::{SessionAggregateOp, SessionAggregateSpec, SessionAssignOp};
+pub use template::MessageTemplate;
 pub use watermark::WatermarkOp;
 pub use window_aggregate::{
     GroupSlot, WindowAggregateOp, WindowAggregateSpec, WindowGrid, WindowInput,

@@ -6,6 +6,8 @@
 //! `TUMBLE(stream, ts, size)` in `FROM` into
 //! `WindowAssign <- Watermark <- TableScan(stream)`.
 
+mod alert;
+pub mod alert_node;
 pub mod catalog;
 pub mod emit_node;
 mod relation;
@@ -30,6 +32,7 @@ use datafusion::optimizer::{Optimizer, OptimizerContext};
 use datafusion::sql::planner::{ParserOptions, PlannerContext, SqlToRel};
 use datafusion::sql::sqlparser::ast;
 
+pub use alert_node::{AlertHold, AlertNode, AlertRule, AlertSpec};
 pub use catalog::{Catalog, StreamDef, StreamSource, ViewSource};
 pub use emit_node::{EmitNode, EmitPolicy, FINAL_COLUMN, OP_COLUMN};
 pub use watermark_node::WatermarkNode;
@@ -81,6 +84,11 @@ impl SqlPlanner {
     /// Plans a query into an analysed (type-coerced) logical plan.
     pub fn plan_query(&self, catalog: &Catalog, query: &ast::Query) -> Result<LogicalPlan> {
         let plan = self.plan_raw(catalog, query)?;
+        self.analyze(plan)
+    }
+
+    /// Type-checks and coerces a plan, then simplifies its expressions.
+    fn analyze(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
         let plan = self
             .state
             .analyzer()

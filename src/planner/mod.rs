@@ -29,13 +29,13 @@ use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 
 use crate::error::{Error, Result};
 use crate::exec::{
-    AggregateSpec, ChangelogAggregateOp, ChangelogAggregateSpec, FilterOp, GroupSlot, LateRows,
-    LimitOp, MarkOp, Operator, OverFunction, OverOp, OverSpec, ProjectOp, QueryStats,
+    AggregateSpec, AlertOp, ChangelogAggregateOp, ChangelogAggregateSpec, FilterOp, GroupSlot,
+    LateRows, LimitOp, MarkOp, Operator, OverFunction, OverOp, OverSpec, ProjectOp, QueryStats,
     SessionAggregateOp, SessionAggregateSpec, SessionAssignOp, WatermarkOp, WindowAggregateOp,
     WindowAggregateSpec, WindowAssignOp, WindowGrid, WindowInput, WindowJoin, WindowJoinSpec,
 };
 use crate::plan::{
-    EmitNode, EmitPolicy, StreamDef, StreamSource, WatermarkNode, Window, WindowNode,
+    AlertNode, EmitNode, EmitPolicy, StreamDef, StreamSource, WatermarkNode, Window, WindowNode,
 };
 
 /// How rows move through a query's operators. Both modes give the same
@@ -399,6 +399,15 @@ impl Builder {
                     .ops
                     .push((Box::new(MarkOp::new(emit.policy, schema)), false));
             }
+            return Ok(built);
+        }
+        if let Some(alert) = node.as_any().downcast_ref::<AlertNode>() {
+            let mut built = self.build(&alert.input)?;
+            let input = Arc::new(alert.input.schema().as_arrow().clone());
+            let output = Arc::new(node.schema().as_arrow().clone());
+            let op = AlertOp::try_new(alert.spec.clone(), input, output)?;
+            built.ops.push((Box::new(op), true));
+            built.window = None;
             return Ok(built);
         }
         if let Some(watermark) = node.as_any().downcast_ref::<WatermarkNode>() {

@@ -6,6 +6,7 @@
 //! parsed here from the same token stream. Every error carries the line and
 //! column of the offending token and renders it with a caret.
 
+mod alert;
 mod error;
 
 use datafusion::sql::sqlparser::ast::{
@@ -19,6 +20,7 @@ use datafusion::sql::sqlparser::tokenizer::{
 };
 
 use crate::error::{Error, Result};
+pub use alert::{AlertClause, AlertCondition, Hold};
 pub use error::render_error;
 
 /// One statement of a script, with where it starts.
@@ -47,13 +49,29 @@ pub enum StatementKind {
         sink: Option<String>,
         /// The `EMIT` clause, if any.
         emit: Option<Emit>,
+        /// The `ALERT` clause, if any.
+        alert: Option<Box<AlertClause>>,
     },
-    /// `EXPLAIN <query> [EMIT ...]`.
+    /// `EXPLAIN <query> [EMIT ...] [ALERT ...]`.
     Explain {
         /// The query.
         query: Box<Query>,
         /// The `EMIT` clause, if any.
         emit: Option<Emit>,
+        /// The `ALERT` clause, if any.
+        alert: Option<Box<AlertClause>>,
+    },
+    /// `CREATE ALERT name AS <query> [EMIT ...] ALERT ...`: an alert whose
+    /// state changes later queries can read by name.
+    CreateAlert {
+        /// Alert name.
+        name: String,
+        /// The query it watches.
+        query: Box<Query>,
+        /// The `EMIT` clause, if any.
+        emit: Option<Emit>,
+        /// The `ALERT` clause (always present once parsed).
+        alert: Option<Box<AlertClause>>,
     },
     /// `CREATE VIEW name AS <query>`: a named query that later queries can
     /// read like a stream.
@@ -141,15 +159,29 @@ pub fn parse_script(sql: &str) -> Result<Vec<Statement>> {
         if matches!(start.token, Token::SemiColon | Token::EOF) {
             continue;
         }
-        let (line, column) = (start.span.start.line, start.span.start.column);
-        // The EMIT clause is vigil's, and sqlparser would read `EMIT` as a
-        // table alias: parse it apart from the statement it ends.
-        let (body, emit) = split_emit(chunk);
+        let start = start.span.start;
+        let (line, column) = (start.line, start.column);
+        // The EMIT and ALERT clauses are vigil's, and sqlparser would read
+        // `EMIT` or `ALERT` as a table alias: parse them apart from the
+        // statement they end.
+        let (body, alert) = split_at(chunk, alert::alert_position);
+        let (body, emit) = split_at(body, emit_position);
         let kind = ScriptParser::new(sql, body).parse_one()?;
         let kind = match emit {
             None => kind,
             Some(tokens) => attach_emit(sql, kind, tokens)?,
         };
+        let kind = match alert {
+            None => kind,
+            Some(tokens) => alert::attach_alert(sql, kind, tokens)?,
+        };
+        if let StatementKind::CreateAlert { alert: None, .. } = kind {
+            return Err(Error::Parse(render_error(
+                sql,
+                "CREATE ALERT needs an ALERT WHEN ... clause after its query",
+                start,
+            )));
+        }
         statements.push(Statement { kind, line, column });
     }
     Ok(statements)
@@ -183,11 +215,14 @@ fn end_of(sql: &str) -> Location {
     Location { line, column }
 }
 
-/// Splits a statement's tokens at a top-level `EMIT CHANGES | EMIT ON ... |
-/// EMIT EVERY ...`: the statement (with the terminator) and the clause
-/// (likewise).
-fn split_emit(tokens: Vec<TokenWithSpan>) -> (Vec<TokenWithSpan>, Option<Vec<TokenWithSpan>>) {
-    match emit_position(&tokens) {
+/// Splits a statement's tokens where `position` finds a clause of vigil's
+/// (`EMIT ...`, `ALERT ...`): the statement (with the terminator) and the
+/// clause (likewise).
+fn split_at(
+    tokens: Vec<TokenWithSpan>,
+    position: fn(&[TokenWithSpan]) -> Option<usize>,
+) -> (Vec<TokenWithSpan>, Option<Vec<TokenWithSpan>>) {
+    match position(&tokens) {
         None => (tokens, None),
         Some(index) => {
             let mut body = tokens;
@@ -238,8 +273,23 @@ fn attach_emit(
     let emit = parser.parse_emit()?;
     parser.expect_end()?;
     match kind {
-        StatementKind::Query { query, sink, .. } => Ok(StatementKind::Query { query, sink, emit }),
-        StatementKind::Explain { query, .. } => Ok(StatementKind::Explain { query, emit }),
+        StatementKind::Query { query, sink, .. } => Ok(StatementKind::Query {
+            query,
+            sink,
+            emit,
+            alert: None,
+        }),
+        StatementKind::Explain { query, .. } => Ok(StatementKind::Explain {
+            query,
+            emit,
+            alert: None,
+        }),
+        StatementKind::CreateAlert { name, query, .. } => Ok(StatementKind::CreateAlert {
+            name,
+            query,
+            emit,
+            alert: None,
+        }),
         _ => Err(Error::Parse(render_error(
             sql,
             "EMIT belongs to a query",
@@ -301,6 +351,11 @@ impl<'a> ScriptParser<'a> {
             self.parser.next_token();
             return self.parse_set();
         }
+        if self.peek_words(&["CREATE", "ALERT"]) {
+            self.parser.next_token();
+            self.parser.next_token();
+            return self.parse_create_alert();
+        }
         if self.peek_words(&["CREATE", "SINK"]) {
             self.parser.next_token();
             self.parser.next_token();
@@ -342,6 +397,7 @@ impl<'a> ScriptParser<'a> {
                 query,
                 sink: None,
                 emit: None,
+                alert: None,
             }),
             ast::Statement::Insert(insert) => {
                 let TableObject::TableName(name) = &insert.table else {
@@ -354,6 +410,7 @@ impl<'a> ScriptParser<'a> {
                     query: source,
                     sink: Some(object_name(name)),
                     emit: None,
+                    alert: None,
                 })
             }
             ast::Statement::CreateView(view) => Ok(StatementKind::CreateView {
@@ -361,7 +418,11 @@ impl<'a> ScriptParser<'a> {
                 query: view.query,
             }),
             ast::Statement::Explain { statement, .. } => match *statement {
-                ast::Statement::Query(query) => Ok(StatementKind::Explain { query, emit: None }),
+                ast::Statement::Query(query) => Ok(StatementKind::Explain {
+                    query,
+                    emit: None,
+                    alert: None,
+                }),
                 _ => Err(self.error_at("EXPLAIN takes a query", start)),
             },
             other => Err(self.error_at(

@@ -132,3 +132,76 @@ fn emit_clauses() {
         }
     ));
 }
+
+#[test]
+fn alert_clauses() {
+    let StatementKind::Query {
+        alert: Some(a),
+        emit: None,
+        ..
+    } = one(
+        "SELECT * FROM m ALERT BY host, job WHEN cpu > 90 FOR INTERVAL '5' MINUTE
+         RESOLVE WHEN cpu < 70 MESSAGE 'cpu {cpu}' SEVERITY 'critical'",
+    )
+    else {
+        panic!("a query with an alert")
+    };
+    assert_eq!(a.by, ["host", "job"]);
+    assert_eq!(a.severity.as_deref(), Some("critical"));
+    assert_eq!(a.message.as_deref(), Some("cpu {cpu}"));
+    let AlertCondition::When {
+        when,
+        hold,
+        resolve,
+    } = a.condition
+    else {
+        panic!("when")
+    };
+    assert_eq!(when.to_string(), "cpu > 90");
+    assert!(matches!(hold, Some(Hold::Interval(e)) if e.to_string() == "INTERVAL '5' MINUTE"));
+    assert_eq!(resolve.unwrap().to_string(), "cpu < 70");
+
+    let StatementKind::CreateAlert {
+        name,
+        alert: Some(a),
+        emit: Some(Emit::OnWindowClose),
+        ..
+    } = one(
+        "CREATE ALERT quiet AS SELECT ts, host FROM m EMIT ON WINDOW CLOSE
+             ALERT BY host WHEN ABSENT FOR INTERVAL '1' MINUTE",
+    )
+    else {
+        panic!("create alert")
+    };
+    assert_eq!(name, "quiet");
+    assert!(matches!(a.condition, AlertCondition::Absent { .. }));
+    let StatementKind::Query { alert: Some(a), .. } =
+        one("SELECT * FROM m ALERT WHEN x FOR 3 WINDOWS")
+    else {
+        panic!("query")
+    };
+    assert!(matches!(
+        a.condition,
+        AlertCondition::When {
+            hold: Some(Hold::Windows(3)),
+            ..
+        }
+    ));
+}
+
+#[test]
+fn bad_alert_clauses() {
+    let e = error("CREATE ALERT a AS SELECT * FROM m;");
+    assert!(e.contains("needs an ALERT WHEN"), "{e}");
+    let e = error("SELECT * FROM m ALERT WHEN x SEVERITY 'a' SEVERITY 'b';");
+    assert!(
+        e.contains("each appear once") && e.contains("column 43"),
+        "{e}"
+    );
+    let e = error("SELECT * FROM m ALERT BY host cpu > 1;");
+    assert!(e.contains("Expected: WHEN"), "{e}");
+    let e = error("CREATE SINK s WITH (path = 'x') ALERT WHEN x;");
+    assert!(e.contains("ALERT belongs to a query"), "{e}");
+    // A column named `alert` is still SQL's.
+    assert!(parse_script("SELECT alert FROM m;").is_ok());
+}

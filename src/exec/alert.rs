@@ -1,0 +1,463 @@
+//! The alert operator: per key, inactive -> pending -> firing -> resolved,
+//! in event time.
+//!
+//! Rows wait until the watermark passes their event time and are then
+//! taken in event-time order, so an alert's changes do not depend on how
+//! its input was batched or how out of order it arrived. Only changes are
+//! emitted (`firing`, `resolved`); a condition that keeps holding emits
+//! nothing more.
+//!
+//! `FOR INTERVAL` counts event time from the first row of the episode (the
+//! Prometheus `for:` rule): the alert fires at the first row at least that
+//! long after it. `FOR n WINDOWS` fires at the n-th consecutive row. When
+//! the query's rows are windows of a grid, a key that skips a window breaks
+//! a pending episode. A deadman (`WHEN ABSENT FOR`) fires at `last row +
+//! interval` once the watermark passes that time with no row of the key,
+//! and resolves at the key's next row; the end of a finite input is not
+//! silence, so it fires nothing.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray, TimestampMillisecondArray,
+    UInt32Array, new_null_array,
+};
+use datafusion::arrow::compute::{cast, concat_batches, take, take_record_batch};
+use datafusion::arrow::datatypes::{
+    DataType, Schema, SchemaRef, TimeUnit, TimestampMillisecondType,
+};
+use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
+
+use super::template::MessageTemplate;
+use super::{END_OF_INPUT, Message, Operator};
+use crate::error::Result;
+use crate::plan::{AlertHold, AlertRule, AlertSpec};
+
+/// Turns a query's rows into the alert's state changes.
+pub struct AlertOp {
+    spec: AlertSpec,
+    input: SchemaRef,
+    output: SchemaRef,
+    converter: RowConverter,
+    template: Option<MessageTemplate>,
+    keys: HashMap<OwnedRow, KeyState>,
+    /// Rows whose event time the watermark has not passed yet.
+    waiting: Vec<RecordBatch>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct KeyState {
+    phase: Phase,
+    /// Event time of the key's latest row.
+    last: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    Inactive,
+    Pending { since: i64, rows: u64 },
+    Firing { since: i64 },
+}
+
+/// One state change, before it becomes an output row.
+struct Change {
+    key: OwnedRow,
+    firing: bool,
+    event_time: i64,
+    since: i64,
+    /// The input row it comes from (none for a deadman firing).
+    row: Option<u32>,
+}
+
+impl AlertOp {
+    /// An operator for `spec` over rows of `input`, producing `output`.
+    pub fn try_new(spec: AlertSpec, input: SchemaRef, output: SchemaRef) -> Result<Self> {
+        let fields = spec
+            .keys
+            .iter()
+            .map(|&i| SortField::new(input.field(i).data_type().clone()))
+            .collect();
+        let template = spec
+            .message
+            .as_deref()
+            .map(MessageTemplate::parse)
+            .transpose()?;
+        Ok(Self {
+            converter: RowConverter::new(fields)?,
+            spec,
+            input,
+            output,
+            template,
+            keys: HashMap::new(),
+            waiting: Vec::new(),
+        })
+    }
+
+    /// Takes the waiting rows with event time <= `watermark`, in event-time
+    /// order (arrival order among equal times).
+    fn take_ready(&mut self, watermark: i64) -> Result<Option<(RecordBatch, Vec<i64>)>> {
+        if self.waiting.is_empty() {
+            return Ok(None);
+        }
+        let all = concat_batches(&self.input, &std::mem::take(&mut self.waiting))?;
+        let times = event_times(all.column(self.spec.event_time))?;
+        let (mut ready, wait): (Vec<u32>, Vec<u32>) =
+            (0..all.num_rows() as u32).partition(|&i| times[i as usize] <= watermark);
+        ready.sort_by_key(|&i| times[i as usize]);
+        if !wait.is_empty() {
+            self.waiting
+                .push(take_record_batch(&all, &UInt32Array::from(wait))?);
+        }
+        if ready.is_empty() {
+            return Ok(None);
+        }
+        let ready_times = ready.iter().map(|&i| times[i as usize]).collect();
+        let batch = take_record_batch(&all, &UInt32Array::from(ready))?;
+        Ok(Some((batch, ready_times)))
+    }
+
+    /// Runs the ready rows through their keys' state machines.
+    fn apply_rows(&mut self, batch: &RecordBatch, times: &[i64]) -> Result<Vec<Change>> {
+        let key_columns: Vec<ArrayRef> = self
+            .spec
+            .keys
+            .iter()
+            .map(|&i| batch.column(i).clone())
+            .collect();
+        let rows = self.converter.convert_columns(&key_columns)?;
+        let mut changes = Vec::new();
+        match self.spec.rule {
+            AlertRule::When {
+                when,
+                resolve,
+                hold,
+            } => {
+                let when = batch.column(when).as_boolean();
+                let resolve = resolve.map(|r| batch.column(r).as_boolean());
+                let step_ms = self.spec.step_ms;
+                for (i, &t) in times.iter().enumerate() {
+                    let holds = is_true(when, i);
+                    let resolves = resolve.map_or(!holds, |r| is_true(r, i));
+                    let state = self.state(rows.row(i).owned(), t);
+                    if let Some((firing, since)) =
+                        step_when(state, t, holds, resolves, hold, step_ms)
+                    {
+                        changes.push(change(rows.row(i).owned(), firing, t, since, Some(i)));
+                    }
+                }
+            }
+            AlertRule::Absent { interval_ms } => {
+                for (i, &t) in times.iter().enumerate() {
+                    let key = rows.row(i).owned();
+                    let state = self.state(key.clone(), t);
+                    for (firing, at, since) in step_absent(state, t, interval_ms) {
+                        changes.push(change(key.clone(), firing, at, since, Some(i)));
+                    }
+                }
+            }
+        }
+        Ok(changes)
+    }
+
+    /// The state of `key`, created (as seen at `t`) on its first row.
+    fn state(&mut self, key: OwnedRow, t: i64) -> &mut KeyState {
+        self.keys.entry(key).or_insert(KeyState {
+            phase: Phase::Inactive,
+            last: t,
+        })
+    }
+
+    /// Deadman firings of keys silent since before `watermark - interval`.
+    fn silent_keys(&mut self, watermark: i64) -> Vec<Change> {
+        let AlertRule::Absent { interval_ms } = self.spec.rule else {
+            return Vec::new();
+        };
+        let mut changes: Vec<Change> = self
+            .keys
+            .iter_mut()
+            .filter(|(_, s)| s.phase == Phase::Inactive && s.last + interval_ms < watermark)
+            .map(|(key, s)| {
+                s.phase = Phase::Firing { since: s.last };
+                change(key.clone(), true, s.last + interval_ms, s.last, None)
+            })
+            .collect();
+        changes.sort_by(|a, b| (a.event_time, &a.key).cmp(&(b.event_time, &b.key)));
+        changes
+    }
+
+    /// The alert rows for `changes`, whose rows index `batch`.
+    fn output_batch(&self, changes: &[Change], batch: Option<&RecordBatch>) -> Result<RecordBatch> {
+        let n = changes.len();
+        let mut columns: Vec<ArrayRef> =
+            vec![Arc::new(StringArray::from(vec![
+                self.spec.name.as_str();
+                n
+            ]))];
+        let keys = self
+            .converter
+            .convert_rows(changes.iter().map(|c| c.key.row()))?;
+        columns.extend(keys);
+        let state = changes
+            .iter()
+            .map(|c| if c.firing { "firing" } else { "resolved" });
+        columns.push(Arc::new(StringArray::from_iter_values(state)));
+        let times = |f: fn(&Change) -> i64| {
+            Arc::new(TimestampMillisecondArray::from_iter_values(
+                changes.iter().map(f),
+            )) as ArrayRef
+        };
+        columns.push(times(|c| c.event_time));
+        columns.push(times(|c| c.since));
+        let rows: UInt32Array = changes.iter().map(|c| c.row).collect();
+        for &i in &self.spec.values {
+            columns.push(match batch {
+                Some(b) => take(b.column(i), &rows, None)?,
+                None => new_null_array(self.input.field(i).data_type(), n),
+            });
+        }
+        columns.push(Arc::new(StringArray::from(vec![
+            self.spec
+                .severity
+                .as_deref();
+            n
+        ])));
+        let message = match &self.template {
+            Some(template) => {
+                let fields = self.output.fields()[..columns.len()].to_vec();
+                let partial = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns.clone())?;
+                template.render(&partial)?
+            }
+            None => new_null_array(&DataType::Utf8, n),
+        };
+        columns.push(message);
+        let columns = columns
+            .into_iter()
+            .zip(self.output.fields())
+            .map(|(c, f)| match c.data_type() == f.data_type() {
+                true => Ok(c),
+                false => cast(&c, f.data_type()),
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(RecordBatch::try_new(self.output.clone(), columns)?)
+    }
+}
+
+fn change(key: OwnedRow, firing: bool, event_time: i64, since: i64, row: Option<usize>) -> Change {
+    Change {
+        key,
+        firing,
+        event_time,
+        since,
+        row: row.map(|r| r as u32),
+    }
+}
+
+fn is_true(column: &BooleanArray, i: usize) -> bool {
+    column.is_valid(i) && column.value(i)
+}
+
+/// One row of a `WHEN` alert's key: the change it causes, as
+/// `(firing, since)`, if any.
+fn step_when(
+    state: &mut KeyState,
+    t: i64,
+    holds: bool,
+    resolves: bool,
+    hold: AlertHold,
+    step_ms: Option<i64>,
+) -> Option<(bool, i64)> {
+    let skipped_window = step_ms.is_some_and(|step| t - state.last > step);
+    state.last = state.last.max(t);
+    if let Phase::Pending { .. } = state.phase
+        && skipped_window
+    {
+        state.phase = Phase::Inactive;
+    }
+    match state.phase {
+        Phase::Firing { since } => {
+            if resolves {
+                state.phase = Phase::Inactive;
+                return Some((false, since));
+            }
+            None
+        }
+        _ if !holds => {
+            state.phase = Phase::Inactive;
+            None
+        }
+        Phase::Inactive => advance(state, t, t, 1, hold),
+        Phase::Pending { since, rows } => advance(state, t, since, rows + 1, hold),
+    }
+}
+
+/// A row at `t` where the condition holds, the episode having begun at
+/// `since` with `rows` rows so far (this one included).
+fn advance(
+    state: &mut KeyState,
+    t: i64,
+    since: i64,
+    rows: u64,
+    hold: AlertHold,
+) -> Option<(bool, i64)> {
+    let fires = match hold {
+        AlertHold::Now => true,
+        AlertHold::Interval(ms) => t - since >= ms,
+        AlertHold::Rows(n) => rows >= n,
+    };
+    if fires {
+        state.phase = Phase::Firing { since };
+        Some((true, since))
+    } else {
+        state.phase = Phase::Pending { since, rows };
+        None
+    }
+}
+
+/// One row of a deadman alert's key: `(firing, event_time, since)` of each
+/// change it causes.
+fn step_absent(state: &mut KeyState, t: i64, interval_ms: i64) -> Vec<(bool, i64, i64)> {
+    let last = state.last;
+    state.last = last.max(t);
+    match state.phase {
+        Phase::Firing { since } => {
+            state.phase = Phase::Inactive;
+            vec![(false, t, since)]
+        }
+        _ if t - last > interval_ms => vec![(true, last + interval_ms, last), (false, t, last)],
+        _ => Vec::new(),
+    }
+}
+
+fn event_times(column: &ArrayRef) -> Result<Vec<i64>> {
+    let millis = cast(column, &DataType::Timestamp(TimeUnit::Millisecond, None))?;
+    let millis = millis.as_primitive::<TimestampMillisecondType>();
+    // A row without event time cannot wait for the watermark: take it now.
+    Ok((0..millis.len())
+        .map(|i| match millis.is_valid(i) {
+            true => millis.value(i),
+            false => i64::MIN,
+        })
+        .collect())
+}
+
+impl Operator for AlertOp {
+    fn describe(&self) -> String {
+        format!("alert {}", self.spec.name)
+    }
+
+    fn on_batch(&mut self, batch: RecordBatch, _out: &mut Vec<Message>) -> Result<()> {
+        self.waiting.push(batch);
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
+        if let Some((batch, times)) = self.take_ready(watermark)? {
+            let changes = self.apply_rows(&batch, &times)?;
+            if !changes.is_empty() {
+                out.push(Message::Batch(self.output_batch(&changes, Some(&batch))?));
+            }
+        }
+        if watermark != END_OF_INPUT {
+            let changes = self.silent_keys(watermark);
+            if !changes.is_empty() {
+                out.push(Message::Batch(self.output_batch(&changes, None)?));
+            }
+        }
+        out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_when(rows: &[(i64, bool)], hold: AlertHold, step: Option<i64>) -> Vec<(bool, i64, i64)> {
+        let mut state = KeyState {
+            phase: Phase::Inactive,
+            last: rows[0].0,
+        };
+        rows.iter()
+            .filter_map(|&(t, holds)| {
+                step_when(&mut state, t, holds, !holds, hold, step).map(|(f, since)| (f, t, since))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn without_for_a_true_row_fires_and_repeats_are_silent() {
+        let rows = [(10, true), (20, true), (30, false), (40, false), (50, true)];
+        assert_eq!(
+            run_when(&rows, AlertHold::Now, None),
+            [(true, 10, 10), (false, 30, 10), (true, 50, 50)]
+        );
+    }
+
+    #[test]
+    fn for_interval_counts_from_the_first_true_row() {
+        let rows = [
+            (10, true),
+            (20, true),
+            (25, false),
+            (30, true),
+            (49, true),
+            (50, true),
+        ];
+        assert_eq!(
+            run_when(&rows, AlertHold::Interval(20), None),
+            [(true, 50, 30)]
+        );
+    }
+
+    #[test]
+    fn for_rows_and_a_skipped_window() {
+        let rows = [(10, true), (20, true), (40, true), (50, true), (60, true)];
+        assert_eq!(
+            run_when(&rows, AlertHold::Rows(3), Some(10)),
+            [(true, 60, 40)],
+            "the gap 20 -> 40 restarts the count"
+        );
+        assert_eq!(run_when(&rows, AlertHold::Rows(3), None), [(true, 40, 10)]);
+    }
+
+    #[test]
+    fn a_firing_alert_waits_for_its_resolve_condition() {
+        let mut state = KeyState {
+            phase: Phase::Inactive,
+            last: 0,
+        };
+        let hold = AlertHold::Now;
+        assert_eq!(
+            step_when(&mut state, 0, true, false, hold, None),
+            Some((true, 0))
+        );
+        // Neither holding nor resolving (between the thresholds): silent.
+        assert_eq!(step_when(&mut state, 1, false, false, hold, None), None);
+        assert_eq!(state.phase, Phase::Firing { since: 0 });
+        assert_eq!(
+            step_when(&mut state, 2, false, true, hold, None),
+            Some((false, 0))
+        );
+        assert_eq!(state.phase, Phase::Inactive);
+    }
+
+    #[test]
+    fn deadman_gap_inside_the_rows_fires_and_resolves() {
+        let mut state = KeyState {
+            phase: Phase::Inactive,
+            last: 0,
+        };
+        assert!(step_absent(&mut state, 5, 10).is_empty());
+        assert!(
+            step_absent(&mut state, 15, 10).is_empty(),
+            "exactly the interval"
+        );
+        assert_eq!(
+            step_absent(&mut state, 40, 10),
+            [(true, 25, 15), (false, 40, 15)]
+        );
+        state.phase = Phase::Firing { since: 40 };
+        assert_eq!(step_absent(&mut state, 70, 10), [(false, 70, 40)]);
+    }
+}

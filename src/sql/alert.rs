@@ -1,0 +1,259 @@
+//! The `ALERT` clause that ends a query, and `CREATE ALERT`.
+//!
+//! ```text
+//! ALERT [BY col, ...]
+//!   WHEN condition [FOR INTERVAL '...' | FOR n WINDOWS] [RESOLVE WHEN condition]
+//!   | WHEN ABSENT FOR INTERVAL '...'
+//!   [SEVERITY 'text'] [MESSAGE 'template']
+//! ```
+//!
+//! Like `EMIT`, the clause is cut from the statement's tokens before
+//! sqlparser sees them and parsed here.
+
+use datafusion::sql::sqlparser::ast::{Expr, Value};
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan};
+
+use super::{ScriptParser, StatementKind, is_blank, is_word, render_error};
+use crate::error::{Error, Result};
+
+/// An `ALERT` clause.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertClause {
+    /// `BY` columns: the keys the alert's state is kept per. Empty means the
+    /// query's own keys (its GROUP BY or PARTITION BY columns).
+    pub by: Vec<String>,
+    /// What makes the alert fire.
+    pub condition: AlertCondition,
+    /// `SEVERITY 'text'`.
+    pub severity: Option<String>,
+    /// `MESSAGE 'template'`, with `{column}` placeholders.
+    pub message: Option<String>,
+    /// Where the clause starts.
+    pub location: Location,
+}
+
+/// What makes an alert fire.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AlertCondition {
+    /// `WHEN condition [FOR ...] [RESOLVE WHEN condition]`.
+    When {
+        /// The condition, over the query's output columns.
+        when: Box<Expr>,
+        /// How long the condition must hold before the alert fires.
+        hold: Option<Hold>,
+        /// When a firing alert resolves; `None` means when `when` is not
+        /// true.
+        resolve: Option<Box<Expr>>,
+    },
+    /// `WHEN ABSENT FOR INTERVAL '...'`: a key that has been seen sends no
+    /// row for that long.
+    Absent {
+        /// The interval.
+        interval: Box<Expr>,
+    },
+}
+
+/// The `FOR` of an alert.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Hold {
+    /// `FOR INTERVAL '...'`: event time since the condition became true.
+    Interval(Box<Expr>),
+    /// `FOR n WINDOWS`: consecutive rows (windows) of the key.
+    Windows(u64),
+}
+
+/// Index of the `ALERT` that starts a top-level alert clause, if any.
+pub(super) fn alert_position(tokens: &[TokenWithSpan]) -> Option<usize> {
+    let words: Vec<(usize, &Token)> = tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !is_blank(&t.token))
+        .map(|(i, t)| (i, &t.token))
+        .collect();
+    let mut depth = 0i32;
+    for (k, (index, token)) in words.iter().enumerate() {
+        match token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            Token::Word(w) if depth == 0 && is_word(w, "ALERT") => {
+                let starts_clause = matches!(words.get(k + 1), Some((_, Token::Word(n)))
+                    if is_word(n, "WHEN") || is_word(n, "BY"));
+                if starts_clause {
+                    return Some(*index);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Attaches a parsed `ALERT` clause to the statement it ends.
+pub(super) fn attach_alert(
+    sql: &str,
+    kind: StatementKind,
+    tokens: Vec<TokenWithSpan>,
+) -> Result<StatementKind> {
+    let at = tokens[0].span.start;
+    let mut parser = ScriptParser::new(sql, tokens);
+    let clause = Some(Box::new(parser.parse_alert()?));
+    parser.expect_end()?;
+    match kind {
+        StatementKind::Query {
+            query, sink, emit, ..
+        } => Ok(StatementKind::Query {
+            query,
+            sink,
+            emit,
+            alert: clause,
+        }),
+        StatementKind::Explain { query, emit, .. } => Ok(StatementKind::Explain {
+            query,
+            emit,
+            alert: clause,
+        }),
+        StatementKind::CreateAlert {
+            name, query, emit, ..
+        } => Ok(StatementKind::CreateAlert {
+            name,
+            query,
+            emit,
+            alert: clause,
+        }),
+        _ => Err(Error::Parse(render_error(
+            sql,
+            "ALERT belongs to a query",
+            at,
+        ))),
+    }
+}
+
+impl ScriptParser<'_> {
+    /// `CREATE ALERT name AS <query>`, after `CREATE ALERT`; the clause
+    /// itself is attached by [`attach_alert`].
+    pub(super) fn parse_create_alert(&mut self) -> Result<StatementKind> {
+        let name = self.parse_name()?;
+        if !self.parser.parse_keyword(Keyword::AS) {
+            return Err(self.unexpected("AS"));
+        }
+        let query = self.parser.parse_query().map_err(|e| self.wrap(e))?;
+        Ok(StatementKind::CreateAlert {
+            name,
+            query,
+            emit: None,
+            alert: None,
+        })
+    }
+
+    fn parse_alert(&mut self) -> Result<AlertClause> {
+        let location = self.parser.next_token().span.start; // ALERT
+        let mut by = Vec::new();
+        if self.parser.parse_keyword(Keyword::BY) {
+            loop {
+                by.push(self.parse_name()?);
+                if !self.parser.consume_token(&Token::Comma) {
+                    break;
+                }
+            }
+        }
+        if !self.parser.parse_keyword(Keyword::WHEN) {
+            return Err(self.unexpected("WHEN"));
+        }
+        let condition = if self.peek_words(&["ABSENT", "FOR"]) {
+            self.parser.next_token();
+            self.parser.next_token();
+            let interval = self.parser.parse_expr().map_err(|e| self.wrap(e))?;
+            AlertCondition::Absent {
+                interval: Box::new(interval),
+            }
+        } else {
+            self.parse_when()?
+        };
+        let mut clause = AlertClause {
+            by,
+            condition,
+            severity: None,
+            message: None,
+            location,
+        };
+        self.parse_alert_labels(&mut clause)?;
+        Ok(clause)
+    }
+
+    fn parse_when(&mut self) -> Result<AlertCondition> {
+        let when = Box::new(self.parser.parse_expr().map_err(|e| self.wrap(e))?);
+        let mut hold = None;
+        if self.parser.parse_keyword(Keyword::FOR) {
+            hold = Some(self.parse_hold()?);
+        }
+        let mut resolve = None;
+        if self.peek_words(&["RESOLVE"]) {
+            self.parser.next_token();
+            if !self.parser.parse_keyword(Keyword::WHEN) {
+                return Err(self.unexpected("WHEN"));
+            }
+            resolve = Some(Box::new(
+                self.parser.parse_expr().map_err(|e| self.wrap(e))?,
+            ));
+        }
+        Ok(AlertCondition::When {
+            when,
+            hold,
+            resolve,
+        })
+    }
+
+    /// `INTERVAL '...'` or `n WINDOWS`.
+    fn parse_hold(&mut self) -> Result<Hold> {
+        let next = self.parser.peek_token();
+        if let Token::Number(n, _) = &next.token
+            && matches!(&self.parser.peek_nth_token(1).token,
+                Token::Word(w) if is_word(w, "WINDOWS") || is_word(w, "WINDOW"))
+        {
+            let count: u64 = n.parse().ok().filter(|&c| c > 0).ok_or_else(|| {
+                self.error_at(
+                    &format!("FOR n WINDOWS needs a positive whole number, got {n}"),
+                    next.span.start,
+                )
+            })?;
+            self.parser.next_token();
+            self.parser.next_token();
+            return Ok(Hold::Windows(count));
+        }
+        let interval = self.parser.parse_expr().map_err(|e| self.wrap(e))?;
+        Ok(Hold::Interval(Box::new(interval)))
+    }
+
+    /// `SEVERITY '...'` and `MESSAGE '...'`, in either order, each at most
+    /// once.
+    fn parse_alert_labels(&mut self, clause: &mut AlertClause) -> Result<()> {
+        loop {
+            let at = self.parser.peek_token().span.start;
+            let slot = if self.peek_words(&["SEVERITY"]) {
+                &mut clause.severity
+            } else if self.peek_words(&["MESSAGE"]) {
+                &mut clause.message
+            } else {
+                return Ok(());
+            };
+            if slot.is_some() {
+                return Err(self.error_at("SEVERITY and MESSAGE may each appear once", at));
+            }
+            self.parser.next_token();
+            *slot = Some(self.parse_string()?);
+        }
+    }
+
+    fn parse_string(&mut self) -> Result<String> {
+        let next = self.parser.peek_token();
+        let value = self.parser.parse_value().map_err(|e| self.wrap(e))?;
+        match value.value {
+            Value::SingleQuotedString(s) => Ok(s),
+            other => Err(self.error_at(
+                &format!("expected a 'quoted string', found {other}"),
+                next.span.start,
+            )),
+        }
+    }
+}
