@@ -108,7 +108,9 @@ pub fn mad(values: &[f64]) -> Option<f64> {
     median(values.iter().map(|v| (v - center).abs()).collect())
 }
 
-fn median(mut values: Vec<f64>) -> Option<f64> {
+/// The median of `values` (an even count's is the mean of the two middle
+/// values), `None` when there are none.
+pub(super) fn median(mut values: Vec<f64>) -> Option<f64> {
     if values.is_empty() {
         return None;
     }
