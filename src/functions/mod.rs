@@ -41,6 +41,19 @@ pub fn register(state: &mut SessionState) -> Result<()> {
     Ok(())
 }
 
+/// Checks, when a query is planned, the constant arguments of a window
+/// function call that vigil can check early (`dbscan`'s eps and min_pts).
+pub fn check_window_call(expr: &datafusion::logical_expr::Expr) -> Result<()> {
+    use datafusion::logical_expr::{Expr, WindowFunctionDefinition};
+    if let Expr::WindowFunction(call) = expr.clone().unalias()
+        && let WindowFunctionDefinition::WindowUDF(udf) = &call.fun
+        && udf.name() == "dbscan"
+    {
+        return check_dbscan_args(&call.params.args);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;

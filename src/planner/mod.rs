@@ -7,6 +7,7 @@
 //! unbounded stream with an error naming the rule.
 
 mod explain;
+mod peer;
 
 use std::fmt;
 use std::sync::Arc;
@@ -671,6 +672,11 @@ impl Builder {
         if built.lateness_ms() > 0 {
             return Err(late_updates_unsupported("OVER (...)"));
         }
+        if self.over_peers(window, windows)? {
+            let mut built = built;
+            built.ops.push((Box::new(peer::peer_op(window)?), true));
+            return Ok(built);
+        }
         let specs = window
             .window_expr
             .iter()
@@ -686,6 +692,41 @@ impl Builder {
             .ops
             .push((Box::new(OverOp::new(specs, schema)?), true));
         Ok(built)
+    }
+
+    /// True if the window functions compare the rows of one window (they
+    /// partition by a window column); an error if only some do.
+    fn over_peers(
+        &self,
+        window: &datafusion::logical_expr::Window,
+        windows: WindowColumns,
+    ) -> Result<bool> {
+        let input = window.input.schema();
+        let peers: Vec<bool> = window
+            .window_expr
+            .iter()
+            .map(|e| match e.clone().unalias() {
+                Expr::WindowFunction(f) => f.params.partition_by.iter().any(|p| {
+                    column_index(p, input)
+                        .and_then(|i| windows.slot(i))
+                        .is_some()
+                }),
+                _ => false,
+            })
+            .collect();
+        if peers.iter().all(|p| *p) {
+            for expr in &window.window_expr {
+                crate::functions::check_window_call(expr)?;
+            }
+            return Ok(true);
+        }
+        if peers.iter().any(|p| *p) {
+            return Err(unbounded(
+                "window function",
+                "a query mixes window functions over peers (PARTITION BY window_end) with ones over a key's history; compute one kind in a view and the other over it",
+            ));
+        }
+        Ok(false)
     }
 
     fn over_spec(

@@ -1,0 +1,108 @@
+//! Window functions over the peers of one window: every key's result of
+//! the same window (`f(...) OVER (PARTITION BY window_end [, group])`).
+//!
+//! A window's results all arrive together, when the watermark closes it,
+//! and before that watermark. So the operator keeps the rows that came
+//! since the last watermark and, on the watermark, evaluates the window
+//! functions over them with DataFusion's own window operator: every
+//! built-in and user-defined window function (`rank`, `median`,
+//! `robust_z`, `dbscan`, ...) works over peers as it does over a table.
+//! The physical plan is made once; each evaluation swaps in the rows.
+
+use std::sync::Arc;
+
+use datafusion::arrow::compute::{cast, concat_batches};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::memory::MemorySourceConfig;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::{ExecutionPlan, collect};
+
+use super::{Message, Operator};
+use crate::error::Result;
+
+/// Evaluates peer window functions when each window's results are in.
+pub struct PeerOp {
+    /// The window plan over a placeholder input.
+    plan: Arc<dyn ExecutionPlan>,
+    task: Arc<TaskContext>,
+    input: SchemaRef,
+    output: SchemaRef,
+    rows: Vec<RecordBatch>,
+    description: String,
+}
+
+impl PeerOp {
+    /// An operator running `plan` (whose one leaf reads rows of `input`)
+    /// and producing rows of `output`.
+    pub fn new(
+        plan: Arc<dyn ExecutionPlan>,
+        task: Arc<TaskContext>,
+        input: SchemaRef,
+        output: SchemaRef,
+        description: String,
+    ) -> Self {
+        Self {
+            plan,
+            task,
+            input,
+            output,
+            rows: Vec::new(),
+            description,
+        }
+    }
+
+    fn evaluate(&mut self) -> Result<Option<RecordBatch>> {
+        if self.rows.is_empty() {
+            return Ok(None);
+        }
+        let rows = std::mem::take(&mut self.rows);
+        let leaf = MemorySourceConfig::try_new_exec(&[rows], self.input.clone(), None)?;
+        let plan = self
+            .plan
+            .clone()
+            .transform_up(|node| {
+                Ok(match node.children().is_empty() {
+                    true => Transformed::yes(leaf.clone() as Arc<dyn ExecutionPlan>),
+                    false => Transformed::no(node),
+                })
+            })?
+            .data;
+        // The plan is in-memory and single-partition: nothing in it waits
+        // on I/O or spawns, so driving it to completion here is quick.
+        let batches = futures::executor::block_on(collect(plan, self.task.clone()))?;
+        let all = concat_batches(&self.plan.schema(), &batches)?;
+        let columns = all
+            .columns()
+            .iter()
+            .zip(self.output.fields())
+            .map(|(c, f)| match c.data_type() == f.data_type() {
+                true => Ok(c.clone()),
+                false => cast(c, f.data_type()),
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(Some(RecordBatch::try_new(self.output.clone(), columns)?))
+    }
+}
+
+impl Operator for PeerOp {
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+
+    fn on_batch(&mut self, batch: RecordBatch, _out: &mut Vec<Message>) -> Result<()> {
+        self.rows.push(batch);
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
+        if let Some(batch) = self.evaluate()?
+            && batch.num_rows() > 0
+        {
+            out.push(Message::Batch(batch));
+        }
+        out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+}
