@@ -161,6 +161,24 @@ impl Engine {
                 self.catalog.add_view(name, raw)?;
                 Ok(Outcome::Done)
             }
+            StatementKind::CreateInvariant {
+                name,
+                query,
+                clause,
+            } => {
+                let clause = clause.as_deref().ok_or_else(|| {
+                    Error::Plan(format!("CREATE INVARIANT {name} has no LEARN clause"))
+                })?;
+                let logical = self.plan_logical(query, None)?;
+                let logical = self
+                    .planner
+                    .plan_invariant(&self.catalog, logical, clause, name)?;
+                // Planned in full now, so an invariant that cannot run is
+                // rejected where it is declared.
+                self.plan_graph(logical.clone(), None)?;
+                self.catalog.add_view(name, logical)?;
+                Ok(Outcome::Done)
+            }
             StatementKind::Set { name, value } => {
                 self.set(name, value)?;
                 Ok(Outcome::Done)

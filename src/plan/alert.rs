@@ -104,23 +104,7 @@ impl SqlPlanner {
         if clause.by.is_empty() {
             return Ok(key_columns(query));
         }
-        let schema = query.schema();
-        clause
-            .by
-            .iter()
-            .map(|name| {
-                schema
-                    .fields()
-                    .iter()
-                    .position(|f| f.name() == name)
-                    .ok_or_else(|| {
-                        Error::Plan(format!(
-                            "ALERT BY {name}: the query has no column '{name}' (columns: {})",
-                            column_list(schema)
-                        ))
-                    })
-            })
-            .collect()
+        keys_by_name(query.schema(), &clause.by, "ALERT BY")
     }
 
     /// Plans a condition over the query's output; it must be boolean.
@@ -190,9 +174,32 @@ impl SqlPlanner {
     }
 }
 
+/// The positions of the columns `names` in `schema`; errors name `clause`.
+pub(super) fn keys_by_name(
+    schema: &DFSchema,
+    names: &[String],
+    clause: &str,
+) -> Result<Vec<usize>> {
+    names
+        .iter()
+        .map(|name| {
+            schema
+                .fields()
+                .iter()
+                .position(|f| f.name() == name)
+                .ok_or_else(|| {
+                    Error::Plan(format!(
+                        "{clause} {name}: the query has no column '{name}' (columns: {})",
+                        column_list(schema)
+                    ))
+                })
+        })
+        .collect()
+}
+
 /// The column that carries event time: `window_end` for window results,
 /// else the stream's event-time column if the query keeps it.
-fn event_time_column(query: &LogicalPlan) -> Result<usize> {
+pub(super) fn event_time_column(query: &LogicalPlan) -> Result<usize> {
     let schema = query.schema();
     let timestamp = |name: &str| {
         schema

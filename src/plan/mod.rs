@@ -10,6 +10,8 @@ mod alert;
 pub mod alert_node;
 pub mod catalog;
 pub mod emit_node;
+mod invariant;
+pub mod invariant_node;
 mod relation;
 pub mod watermark_node;
 pub mod window_node;
@@ -35,6 +37,7 @@ use datafusion::sql::sqlparser::ast;
 pub use alert_node::{AlertHold, AlertNode, AlertRule, AlertSpec};
 pub use catalog::{Catalog, StreamDef, StreamSource, ViewSource};
 pub use emit_node::{EmitNode, EmitPolicy, FINAL_COLUMN, OP_COLUMN};
+pub use invariant_node::{InvariantNode, InvariantSpec, Training};
 pub use watermark_node::WatermarkNode;
 pub use window_node::{WINDOW_END, WINDOW_START, Window, WindowNode, WindowSpec};
 

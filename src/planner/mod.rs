@@ -31,12 +31,14 @@ use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 use crate::error::{Error, Result};
 use crate::exec::{
     AggregateSpec, AlertOp, ChangelogAggregateOp, ChangelogAggregateSpec, FilterOp, GroupSlot,
-    LateRows, LimitOp, MarkOp, Operator, OverFunction, OverOp, OverSpec, ProjectOp, QueryStats,
-    SessionAggregateOp, SessionAggregateSpec, SessionAssignOp, WatermarkOp, WindowAggregateOp,
-    WindowAggregateSpec, WindowAssignOp, WindowGrid, WindowInput, WindowJoin, WindowJoinSpec,
+    InvariantOp, LateRows, LimitOp, MarkOp, Operator, OverFunction, OverOp, OverSpec, ProjectOp,
+    QueryStats, SessionAggregateOp, SessionAggregateSpec, SessionAssignOp, WatermarkOp,
+    WindowAggregateOp, WindowAggregateSpec, WindowAssignOp, WindowGrid, WindowInput, WindowJoin,
+    WindowJoinSpec,
 };
 use crate::plan::{
-    AlertNode, EmitNode, EmitPolicy, StreamDef, StreamSource, WatermarkNode, Window, WindowNode,
+    AlertNode, EmitNode, EmitPolicy, InvariantNode, StreamDef, StreamSource, WatermarkNode, Window,
+    WindowNode,
 };
 
 /// How rows move through a query's operators. Both modes give the same
@@ -409,6 +411,14 @@ impl Builder {
             let op = AlertOp::try_new(alert.spec.clone(), input, output)?;
             built.ops.push((Box::new(op), true));
             built.window = None;
+            return Ok(built);
+        }
+        if let Some(invariant) = node.as_any().downcast_ref::<InvariantNode>() {
+            let mut built = self.build(&invariant.input)?;
+            let input = Arc::new(invariant.input.schema().as_arrow().clone());
+            let output = Arc::new(node.schema().as_arrow().clone());
+            let op = InvariantOp::try_new(invariant.spec.clone(), input, output)?;
+            built.ops.push((Box::new(op), true));
             return Ok(built);
         }
         if let Some(watermark) = node.as_any().downcast_ref::<WatermarkNode>() {

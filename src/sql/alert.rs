@@ -65,6 +65,16 @@ pub enum Hold {
 
 /// Index of the `ALERT` that starts a top-level alert clause, if any.
 pub(super) fn alert_position(tokens: &[TokenWithSpan]) -> Option<usize> {
+    clause_position(tokens, "ALERT", &["WHEN", "BY"])
+}
+
+/// Index of a top-level (not parenthesised) `word` followed by one of
+/// `next`: where one of vigil's clauses starts.
+pub(super) fn clause_position(
+    tokens: &[TokenWithSpan],
+    word: &str,
+    next: &[&str],
+) -> Option<usize> {
     let words: Vec<(usize, &Token)> = tokens
         .iter()
         .enumerate()
@@ -76,9 +86,9 @@ pub(super) fn alert_position(tokens: &[TokenWithSpan]) -> Option<usize> {
         match token {
             Token::LParen => depth += 1,
             Token::RParen => depth -= 1,
-            Token::Word(w) if depth == 0 && is_word(w, "ALERT") => {
+            Token::Word(w) if depth == 0 && is_word(w, word) => {
                 let starts_clause = matches!(words.get(k + 1), Some((_, Token::Word(n)))
-                    if is_word(n, "WHEN") || is_word(n, "BY"));
+                    if next.iter().any(|kw| is_word(n, kw)));
                 if starts_clause {
                     return Some(*index);
                 }
@@ -205,7 +215,7 @@ impl ScriptParser<'_> {
     }
 
     /// `INTERVAL '...'` or `n WINDOWS`.
-    fn parse_hold(&mut self) -> Result<Hold> {
+    pub(super) fn parse_hold(&mut self) -> Result<Hold> {
         let next = self.parser.peek_token();
         if let Token::Number(n, _) = &next.token
             && matches!(&self.parser.peek_nth_token(1).token,

@@ -8,6 +8,7 @@
 
 mod alert;
 mod error;
+mod invariant;
 
 use datafusion::sql::sqlparser::ast::{
     self, DataType, Expr, Ident, ObjectName, Query, TableObject, Value,
@@ -22,6 +23,7 @@ use datafusion::sql::sqlparser::tokenizer::{
 use crate::error::{Error, Result};
 pub use alert::{AlertClause, AlertCondition, Hold};
 pub use error::render_error;
+pub use invariant::{InvariantClause, Learn};
 
 /// One statement of a script, with where it starts.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +82,16 @@ pub enum StatementKind {
         name: String,
         /// Its query.
         query: Box<Query>,
+    },
+    /// `CREATE INVARIANT name AS <query> LEARN ...`: a named stream of the
+    /// query's rows after training, each judged against what was learned.
+    CreateInvariant {
+        /// Invariant name.
+        name: String,
+        /// The query whose rows are learned and judged.
+        query: Box<Query>,
+        /// The `LEARN` clause (always present once parsed).
+        clause: Option<Box<InvariantClause>>,
     },
     /// `SET name = value`: a setting for the statements that follow.
     Set {
@@ -164,7 +176,8 @@ pub fn parse_script(sql: &str) -> Result<Vec<Statement>> {
         // The EMIT and ALERT clauses are vigil's, and sqlparser would read
         // `EMIT` or `ALERT` as a table alias: parse them apart from the
         // statement they end.
-        let (body, alert) = split_at(chunk, alert::alert_position);
+        let (body, learn) = split_at(chunk, invariant::learn_position);
+        let (body, alert) = split_at(body, alert::alert_position);
         let (body, emit) = split_at(body, emit_position);
         let kind = ScriptParser::new(sql, body).parse_one()?;
         let kind = match emit {
@@ -175,6 +188,17 @@ pub fn parse_script(sql: &str) -> Result<Vec<Statement>> {
             None => kind,
             Some(tokens) => alert::attach_alert(sql, kind, tokens)?,
         };
+        let kind = match learn {
+            None => kind,
+            Some(tokens) => invariant::attach_learn(sql, kind, tokens)?,
+        };
+        if let StatementKind::CreateInvariant { clause: None, .. } = kind {
+            return Err(Error::Parse(render_error(
+                sql,
+                "CREATE INVARIANT needs a LEARN SET|RANGE OF ... TRAIN FOR ... clause after its query",
+                start,
+            )));
+        }
         if let StatementKind::CreateAlert { alert: None, .. } = kind {
             return Err(Error::Parse(render_error(
                 sql,
@@ -350,6 +374,16 @@ impl<'a> ScriptParser<'a> {
         if self.peek_words(&["SET"]) {
             self.parser.next_token();
             return self.parse_set();
+        }
+        if self.peek_words(&["CREATE", "INVARIANT"]) {
+            self.parser.next_token();
+            self.parser.next_token();
+            let (name, query) = self.parse_create_invariant()?;
+            return Ok(StatementKind::CreateInvariant {
+                name,
+                query,
+                clause: None,
+            });
         }
         if self.peek_words(&["CREATE", "ALERT"]) {
             self.parser.next_token();
