@@ -489,9 +489,10 @@ def alert_events(rows, source):
 
 
 def discover_queries(repo_root):
-    """queries/pack/*.sql with `-- score: nab` and/or `-- score: smd` lines."""
+    """queries/pack/**/*.sql with `-- score: nab` and/or `-- score: smd` lines."""
     out = []
-    for path in sorted(glob.glob(os.path.join(repo_root, "queries", "pack", "*.sql"))):
+    pattern = os.path.join(repo_root, "queries", "pack", "**", "*.sql")
+    for path in sorted(glob.glob(pattern, recursive=True)):
         sets = query_datasets(path)
         if sets:
             out.append((path, sets))
@@ -717,7 +718,7 @@ def main(argv=None):
     ap.add_argument("--vigil", default=os.path.join(REPO_ROOT, "target", "release", "vigil"),
                     help="vigil binary (default: target/release/vigil)")
     ap.add_argument("--queries", nargs="+", metavar="FILE",
-                    help="query files (default: queries/pack/*.sql with a `-- score: nab` "
+                    help="query files (default: queries/pack/**/*.sql with a `-- score: nab` "
                          "or `-- score: smd` line, each run on the data sets it names; "
                          "files given here without such a line run on both)")
     g = ap.add_mutually_exclusive_group()
@@ -766,7 +767,7 @@ def run(args):
     else:
         queries = discover_queries(REPO_ROOT)
         if not queries:
-            log("score.py: no queries/pack/*.sql with a `-- score:` line; baseline only")
+            log("score.py: no queries/pack/**/*.sql with a `-- score:` line; baseline only")
     if queries:
         if not (os.path.isfile(args.vigil) and os.access(args.vigil, os.X_OK)):
             raise ScoreError("vigil binary not found at %s (cargo build --release, or "
