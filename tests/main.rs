@@ -4,3 +4,4 @@ mod cli;
 mod conformance;
 mod examples;
 mod library;
+mod webhook;
