@@ -5,3 +5,4 @@ mod conformance;
 mod examples;
 mod library;
 mod series_pack;
+mod webhook;

@@ -17,7 +17,9 @@ const WINDOWS: [(&str, &str); 4] = [
 
 /// Runs a pack file on its bundled data; returns the `event_time` of every firing row.
 fn firings(file: &str) -> Vec<String> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("queries/pack/series").join(file);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("queries/pack/series")
+        .join(file);
     let output = Command::new(env!("CARGO_BIN_EXE_vigil"))
         .args(["run", path.to_str().unwrap(), "--format", "csv"])
         .output()
@@ -27,8 +29,14 @@ fn firings(file: &str) -> Vec<String> {
     assert!(output.status.success(), "{file}: {stderr}");
     let mut lines = stdout.lines();
     let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
-    let state = header.iter().position(|c| *c == "state").expect("state column");
-    let time = header.iter().position(|c| *c == "event_time").expect("event_time column");
+    let state = header
+        .iter()
+        .position(|c| *c == "state")
+        .expect("state column");
+    let time = header
+        .iter()
+        .position(|c| *c == "event_time")
+        .expect("event_time column");
     lines
         .map(|l| l.split(',').collect::<Vec<_>>())
         .filter(|f| f[state] == "firing")
@@ -52,5 +60,8 @@ fn robust_z_hourly_detects_every_labelled_failure_window() {
     // The per-sample baseline rule raises hundreds of alerts on this series; the hourly
     // rule with hysteresis stays in the tens over 2.5 months.
     let outside = fired.iter().filter(|t| !inside(t)).count();
-    assert!(outside < 60, "{outside} alerts outside the labelled windows");
+    assert!(
+        outside < 60,
+        "{outside} alerts outside the labelled windows"
+    );
 }

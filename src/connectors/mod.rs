@@ -3,12 +3,13 @@
 //! A source turns a file or stdin into Arrow [`RecordBatch`]es that match a
 //! stream's declared schema; malformed rows are skipped, counted and reported
 //! with their line number, never silently lost. A sink writes result batches
-//! in one of the output formats.
+//! in one of the output formats, or POSTs them to a webhook.
 
 pub mod options;
 pub mod sink;
 pub mod source;
 pub mod timestamp;
+pub mod webhook;
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -124,6 +125,8 @@ pub enum SinkTarget {
     Stdout,
     /// A file, created or truncated when the query starts.
     File(PathBuf),
+    /// An HTTP endpoint that each batch is POSTed to as a JSON array.
+    Webhook(webhook::WebhookConfig),
 }
 
 /// A sink declared with `CREATE SINK`.

@@ -30,13 +30,17 @@ const SOURCE_KEYS: &[&str] = &[
 const SINK_KEYS: &[&str] = &["connector", "path", "format", "append_only"];
 
 /// Looks options up by key, rejecting unknown and repeated keys.
-struct Options<'a> {
+pub(super) struct Options<'a> {
     what: String,
     options: &'a [(String, String)],
 }
 
 impl<'a> Options<'a> {
-    fn new(what: String, options: &'a [(String, String)], accepted: &[&str]) -> Result<Self> {
+    pub(super) fn new(
+        what: String,
+        options: &'a [(String, String)],
+        accepted: &[&str],
+    ) -> Result<Self> {
         for (i, (key, _)) in options.iter().enumerate() {
             if !accepted.contains(&key.as_str()) {
                 return Err(Error::Plan(format!(
@@ -53,18 +57,28 @@ impl<'a> Options<'a> {
         Ok(Options { what, options })
     }
 
-    fn get(&self, key: &str) -> Option<&'a str> {
+    pub(super) fn get(&self, key: &str) -> Option<&'a str> {
         self.options
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     }
 
-    fn bad_value(&self, key: &str, value: &str, accepted: &str) -> Error {
+    pub(super) fn bad_value(&self, key: &str, value: &str, accepted: &str) -> Error {
         Error::Plan(format!(
             "{}: bad value '{value}' for option '{key}' (accepted: {accepted})",
             self.what
         ))
+    }
+
+    /// A `true` / `false` option (any case); absent is false.
+    pub(super) fn flag(&self, key: &str) -> Result<bool> {
+        match self.get(key).map(|v| (v, v.trim().to_ascii_lowercase())) {
+            None => Ok(false),
+            Some((_, l)) if l == "true" => Ok(true),
+            Some((_, l)) if l == "false" => Ok(false),
+            Some((v, _)) => Err(self.bad_value(key, v, "true, false")),
+        }
     }
 
     /// A path option, resolved against `base_dir`; empty values are rejected.
@@ -228,15 +242,21 @@ impl SinkConfig {
     /// Builds a sink configuration from a `CREATE SINK` statement's `WITH`
     /// options.
     ///
-    /// Accepted keys: `connector` (`file` | `stdout`, default `file`), `path`
-    /// (required for `file`, resolved against `base_dir`), `format`
-    /// (`csv` | `jsonl` | `table`, aliases `json`, `ndjson`; default from the
-    /// path's extension, else csv) and `append_only` (`true` | `false`).
+    /// Accepted keys: `connector` (`file` | `stdout` | `webhook`, default
+    /// `file`), `path` (required for `file`, resolved against `base_dir`),
+    /// `format` (`csv` | `jsonl` | `table`, aliases `json`, `ndjson`; default
+    /// from the path's extension, else csv) and `append_only` (`true` |
+    /// `false`). A `webhook` sink has keys of its own, see
+    /// [`webhook`](super::webhook).
     pub fn from_options(
         name: &str,
         options: &[(String, String)],
         base_dir: &Path,
     ) -> Result<SinkConfig> {
+        let connector = options.iter().find(|(k, _)| k == "connector");
+        if connector.is_some_and(|(_, v)| v.trim().eq_ignore_ascii_case("webhook")) {
+            return super::webhook::sink_config(name, options);
+        }
         let opts = Options::new(format!("sink {name}"), options, SINK_KEYS)?;
 
         let connector = opts.get("connector").unwrap_or("file");
@@ -258,7 +278,7 @@ impl SinkConfig {
                 }
                 SinkTarget::Stdout
             }
-            _ => return Err(opts.bad_value("connector", connector, "file, stdout")),
+            _ => return Err(opts.bad_value("connector", connector, "file, stdout, webhook")),
         };
 
         let format = match opts.get("format") {
@@ -270,15 +290,7 @@ impl SinkConfig {
             },
         };
 
-        let append_only = match opts
-            .get("append_only")
-            .map(|v| v.trim().to_ascii_lowercase())
-        {
-            None => false,
-            Some(v) if v == "true" => true,
-            Some(v) if v == "false" => false,
-            Some(v) => return Err(opts.bad_value("append_only", &v, "true, false")),
-        };
+        let append_only = opts.flag("append_only")?;
         Ok(SinkConfig {
             name: name.to_string(),
             target,

@@ -18,10 +18,12 @@ use datafusion::arrow::datatypes::{
     DataType, Field, Schema, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
     TimestampNanosecondType, TimestampSecondType,
 };
+use datafusion::arrow::json::writer::{JsonFormat, LineDelimited};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 
 use super::timestamp::write_timestamp_ms;
+use super::webhook::WebhookSink;
 use super::{OutputFormat, SinkConfig, SinkTarget};
 use crate::error::{Error, Result};
 
@@ -53,9 +55,13 @@ pub fn make_sink(format: OutputFormat, out: Box<dyn Write + Send>) -> Box<dyn Si
 }
 
 /// Opens the destination of a `CREATE SINK` (creating or truncating its
-/// file, or using stdout) and returns a sink for its format.
+/// file, using stdout, or starting a webhook's delivery thread) and returns a
+/// sink for its format.
 pub fn open_sink(config: &SinkConfig) -> Result<Box<dyn Sink>> {
     let out: Box<dyn Write + Send> = match &config.target {
+        SinkTarget::Webhook(webhook) => {
+            return Ok(Box::new(WebhookSink::open(&config.name, webhook)?));
+        }
         SinkTarget::Stdout => Box::new(io::stdout()),
         SinkTarget::File(path) => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -151,20 +157,29 @@ impl Sink for JsonlSink {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        let batch = timestamps_as_text(batch)?;
         let buf = std::mem::take(&mut self.out.buf);
-        let mut writer = datafusion::arrow::json::WriterBuilder::new()
-            .with_explicit_nulls(true)
-            .build::<_, datafusion::arrow::json::writer::LineDelimited>(buf);
-        writer.write(&batch)?;
-        writer.finish()?;
-        self.out.buf = writer.into_inner();
+        self.out.buf = write_json_rows::<LineDelimited>(batch, buf)?;
         self.out.send()
     }
 
     fn finish(&mut self) -> Result<()> {
         self.out.flush()
     }
+}
+
+/// Appends `batch`'s rows to `buf` as JSON objects, every column present
+/// (NULL as `null`) and timestamps as text: one object a line with
+/// [`LineDelimited`], one JSON array with
+/// [`JsonArray`](datafusion::arrow::json::writer::JsonArray). Shared by the
+/// JSONL and webhook sinks so that both render a row the same way.
+pub(super) fn write_json_rows<F: JsonFormat>(batch: &RecordBatch, buf: Vec<u8>) -> Result<Vec<u8>> {
+    let batch = timestamps_as_text(batch)?;
+    let mut writer = datafusion::arrow::json::WriterBuilder::new()
+        .with_explicit_nulls(true)
+        .build::<_, F>(buf);
+    writer.write(&batch)?;
+    writer.finish()?;
+    Ok(writer.into_inner())
 }
 
 /// Replaces every timestamp column by its text form, so all formats print

@@ -1,0 +1,926 @@
+//! The webhook sink: result rows POSTed as JSON to an HTTP endpoint, so that
+//! alerts reach Alertmanager-style receivers, chat proxies and the like.
+//!
+//! # Payload
+//!
+//! Each non-empty batch a query emits becomes one `POST` to the sink's `url`
+//! with `Content-Type: application/json` and, as body, a JSON array with one
+//! object per row. Rows are rendered exactly as the JSONL sink renders its
+//! lines: every column present under its name, NULL as `null`, timestamps as
+//! text such as `"1970-01-01T00:00:10"`:
+//!
+//! ```json
+//! [{"window_start":"1970-01-01T00:00:10","host":"a","max_cpu":97.5},
+//!  {"window_start":"1970-01-01T00:00:10","host":"b","max_cpu":null}]
+//! ```
+//!
+//! Options `header_<name> = 'value'` add request headers; an underscore in
+//! `<name>` becomes a hyphen, as header names use hyphens and SQL
+//! identifiers cannot (`header_x_api_key` sends `x-api-key`).
+//!
+//! # Delivery
+//!
+//! [`Sink::write`] only renders the body; a dedicated delivery thread sends
+//! it. The two are joined by a bounded queue, so batches go out one at a time
+//! in the order they were written, and the query never waits on the network
+//! unless the endpoint falls [`QUEUE_CAPACITY`] batches behind: then `write`
+//! waits, and a slow endpoint slows the query the way a slow disk would,
+//! instead of buffering without limit. [`Sink::finish`] waits until every
+//! queued batch has been delivered or given up on, then prints one summary
+//! line on stderr, `vigil: sink NAME: delivered=D failed=F retried=R` (D and
+//! F count batches, R the requests sent again).
+//!
+//! # Retries
+//!
+//! A request that fails with a connection error, a timeout, HTTP 429 or any
+//! 5xx status may pass later and is tried again, up to `retries` times, after
+//! waiting `backoff`, then twice that, four times that, and so on, each wait
+//! capped at [`MAX_BACKOFF`]. Any other answer that is not 2xx is a
+//! permanent rejection and is not retried: a 4xx says the request itself is
+//! wrong, and a 3xx is not followed because a POST body must not be replayed
+//! to a new address behind the user's back. A batch not delivered after its
+//! last attempt is given up: one line on stderr, counted as failed, and
+//! delivery goes on with the next batch. Giving up never fails the run, since
+//! an unreachable receiver must not stop the queries feeding other sinks.
+
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use datafusion::arrow::json::writer::JsonArray;
+use datafusion::arrow::record_batch::RecordBatch;
+use ureq::http::{HeaderName, HeaderValue};
+
+use super::options::Options;
+use super::sink::{Sink, write_json_rows};
+use super::{OutputFormat, SinkConfig, SinkTarget};
+use crate::error::{Error, Result};
+
+/// Retries after the first attempt when `retries` is not given.
+pub const DEFAULT_RETRIES: u32 = 5;
+
+/// Largest accepted `retries`.
+pub const MAX_RETRIES: u32 = 100;
+
+/// First wait before a retry when `backoff` is not given.
+pub const DEFAULT_BACKOFF: Duration = Duration::from_millis(200);
+
+/// Longest wait between two attempts, however many retries came before.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Longest a single request may take when `timeout` is not given.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest accepted `timeout`.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Rendered batches waiting for the delivery thread before `write` waits.
+pub const QUEUE_CAPACITY: usize = 16;
+
+/// Option keys starting with this add a request header.
+const HEADER_PREFIX: &str = "header_";
+
+/// Keys a webhook sink accepts. `header_<name>` is listed for the error
+/// message only: header keys are taken out before the others are checked.
+const WEBHOOK_KEYS: &[&str] = &[
+    "connector",
+    "url",
+    "retries",
+    "backoff",
+    "timeout",
+    "append_only",
+    "header_<name>",
+];
+
+/// Headers the HTTP client sets itself from the body and the URL; one set by
+/// hand would contradict them.
+const RESERVED_HEADERS: &[&str] = &["host", "content-length", "transfer-encoding", "connection"];
+
+/// Where and how a webhook sink delivers, from `CREATE SINK ... WITH
+/// (connector = 'webhook', ...)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebhookConfig {
+    /// The endpoint, an `http://` or `https://` URL.
+    pub url: String,
+    /// Attempts after the first for a batch that failed transiently.
+    pub retries: u32,
+    /// Wait before the first retry; it doubles with each further one.
+    pub backoff: Duration,
+    /// Longest one request may take, from connecting to reading the answer.
+    pub timeout: Duration,
+    /// Extra request headers as (lower-case name, value).
+    pub headers: Vec<(String, String)>,
+}
+
+/// Builds the configuration of a `connector = 'webhook'` sink from its
+/// `WITH` options; errors name the sink, the option and the bad value.
+pub(super) fn sink_config(name: &str, options: &[(String, String)]) -> Result<SinkConfig> {
+    let what = format!("sink {name}");
+    let (header_options, others): (Vec<_>, Vec<_>) = options
+        .iter()
+        .cloned()
+        .partition(|(key, _)| key.starts_with(HEADER_PREFIX));
+    let opts = Options::new(what.clone(), &others, WEBHOOK_KEYS)?;
+
+    let url = match opts.get("url") {
+        Some(v) => parse_url(v).map_err(|why| {
+            Error::Plan(format!(
+                "{what}: bad value '{v}' for option 'url' ({why}; accepted: an http:// or \
+                 https:// URL such as 'http://127.0.0.1:9093/hook')"
+            ))
+        })?,
+        None => {
+            return Err(Error::Plan(format!(
+                "{what}: connector 'webhook' needs a 'url' option"
+            )));
+        }
+    };
+    let retries = match opts.get("retries") {
+        None => DEFAULT_RETRIES,
+        Some(v) => match v.trim().parse::<u32>() {
+            Ok(n) if n <= MAX_RETRIES => n,
+            _ => {
+                return Err(opts.bad_value(
+                    "retries",
+                    v,
+                    &format!("an integer from 0 to {MAX_RETRIES}"),
+                ));
+            }
+        },
+    };
+    let duration = |key: &str, default: Duration, max: Duration, example: &str| {
+        let Some(v) = opts.get(key) else {
+            return Ok(default);
+        };
+        parse_duration(v).filter(|d| *d <= max).ok_or_else(|| {
+            opts.bad_value(
+                key,
+                v,
+                &format!(
+                    "a duration from 1 millisecond to {} such as '{example}'",
+                    describe(max)
+                ),
+            )
+        })
+    };
+    let backoff = duration("backoff", DEFAULT_BACKOFF, MAX_BACKOFF, "200 milliseconds")?;
+    let timeout = duration("timeout", DEFAULT_TIMEOUT, MAX_TIMEOUT, "5 seconds")?;
+    let append_only = opts.flag("append_only")?;
+
+    let mut headers: Vec<(String, String)> = Vec::with_capacity(header_options.len());
+    for (key, value) in &header_options {
+        let header = key[HEADER_PREFIX.len()..].replace('_', "-");
+        let bad = |why: &str| Error::Plan(format!("{what}: option '{key}': {why}"));
+        if HeaderName::from_bytes(header.as_bytes()).is_err() {
+            return Err(bad(&format!("'{header}' is not a valid header name")));
+        }
+        if RESERVED_HEADERS.contains(&header.as_str()) {
+            return Err(bad(&format!("header '{header}' is set by the sink itself")));
+        }
+        if HeaderValue::from_str(value).is_err() {
+            // The value is not echoed: headers often carry secrets.
+            return Err(bad(
+                "bad header value (printable ASCII text, no line breaks)",
+            ));
+        }
+        if headers.iter().any(|(h, _)| *h == header) {
+            return Err(bad(&format!("header '{header}' is given more than once")));
+        }
+        headers.push((header, value.clone()));
+    }
+
+    Ok(SinkConfig {
+        name: name.to_string(),
+        target: SinkTarget::Webhook(WebhookConfig {
+            url,
+            retries,
+            backoff,
+            timeout,
+            headers,
+        }),
+        // The payload is always JSON; the format only matters to other sinks.
+        format: OutputFormat::Jsonl,
+        append_only,
+    })
+}
+
+/// Checks that `text` is an absolute http(s) URL with a host; returns it
+/// normalised, or why not.
+fn parse_url(text: &str) -> std::result::Result<String, String> {
+    let url = url::Url::parse(text.trim()).map_err(|e| e.to_string())?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("scheme '{}' is not http or https", url.scheme()));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("it has no host".to_string());
+    }
+    Ok(url.to_string())
+}
+
+/// Parses a duration written as a number and a unit: `ms`, `millisecond(s)`,
+/// `s`, `sec(s)`, `second(s)`, `min(s)`, `minute(s)`, with or without a space
+/// (`'200 milliseconds'`, `'1.5s'`). Rounded to whole milliseconds; `None`
+/// unless at least one millisecond.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.parse().ok()?;
+    let unit_ms = match unit.trim().to_ascii_lowercase().as_str() {
+        "ms" | "millisecond" | "milliseconds" => 1.0,
+        "s" | "sec" | "secs" | "second" | "seconds" => 1_000.0,
+        "min" | "mins" | "minute" | "minutes" => 60_000.0,
+        _ => return None,
+    };
+    let ms = (value * unit_ms).round();
+    // The upper bound keeps the cast exact; callers apply tighter ones.
+    (ms.is_finite() && (1.0..=1e12).contains(&ms)).then(|| Duration::from_millis(ms as u64))
+}
+
+/// A bound for an error message: `30 seconds`, `24 hours`.
+fn describe(d: Duration) -> String {
+    match d.as_secs() {
+        s if s >= 3600 && s % 3600 == 0 => format!("{} hours", s / 3600),
+        s if s >= 60 && s % 60 == 0 => format!("{} minutes", s / 60),
+        s => format!("{s} seconds"),
+    }
+}
+
+/// The wait before retry number `retry` (1 for the first retry): `first`
+/// doubled `retry - 1` times, capped at [`MAX_BACKOFF`].
+pub fn backoff_delay(first: Duration, retry: u32) -> Duration {
+    let factor = 1u32
+        .checked_shl(retry.saturating_sub(1))
+        .unwrap_or(u32::MAX);
+    first.saturating_mul(factor).min(MAX_BACKOFF)
+}
+
+/// What one request came to.
+#[derive(Debug, Clone, PartialEq)]
+enum Attempt {
+    /// The endpoint took the batch (2xx).
+    Delivered,
+    /// Failed in a way that may pass if tried again, with why.
+    Transient(String),
+    /// Rejected; trying again would get the same answer.
+    Permanent(String),
+}
+
+/// What delivering one batch came to.
+#[derive(Debug, Clone, PartialEq)]
+struct Outcome {
+    /// Requests sent, the first one included.
+    attempts: u32,
+    /// Why the last attempt failed, if the batch was given up.
+    error: Option<String>,
+}
+
+/// Sends one batch with `send` until it is delivered, permanently rejected,
+/// or has been retried `retries` times, calling `sleep` with the back-off
+/// before each retry. Time and the network come in as closures so that the
+/// policy can be tested without either.
+fn deliver(
+    retries: u32,
+    backoff: Duration,
+    mut send: impl FnMut() -> Attempt,
+    mut sleep: impl FnMut(Duration),
+) -> Outcome {
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let error = match send() {
+            Attempt::Delivered => None,
+            Attempt::Permanent(why) => Some(why),
+            Attempt::Transient(why) if attempts > retries => Some(why),
+            Attempt::Transient(_) => {
+                sleep(backoff_delay(backoff, attempts));
+                continue;
+            }
+        };
+        return Outcome { attempts, error };
+    }
+}
+
+/// Whether an HTTP status means delivered, try again, or give up.
+fn classify_status(status: u16, detail: &str) -> Attempt {
+    let reason = ureq::http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .map(|r| format!(" {r}"))
+        .unwrap_or_default();
+    let why = if detail.is_empty() {
+        format!("HTTP {status}{reason}")
+    } else {
+        format!("HTTP {status}{reason}: {detail}")
+    };
+    match status {
+        200..=299 => Attempt::Delivered,
+        429 | 500..=599 => Attempt::Transient(why),
+        300..=399 => Attempt::Permanent(format!("{why} (redirects are not followed)")),
+        _ => Attempt::Permanent(why),
+    }
+}
+
+/// Posts bodies to one endpoint.
+struct Client {
+    agent: ureq::Agent,
+    config: WebhookConfig,
+    /// Whether the user set a content type of their own.
+    custom_content_type: bool,
+}
+
+/// Longest part of an error response's body quoted in messages.
+const DETAIL_CHARS: usize = 200;
+
+impl Client {
+    fn new(config: &WebhookConfig) -> Client {
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(config.timeout))
+            // Statuses are classified here, not turned into errors.
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .user_agent(concat!("vigil/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .new_agent();
+        Client {
+            agent,
+            custom_content_type: config.headers.iter().any(|(h, _)| h == "content-type"),
+            config: config.clone(),
+        }
+    }
+
+    /// Sends one request and classifies the result.
+    fn post(&self, body: &[u8]) -> Attempt {
+        let mut request = self.agent.post(&self.config.url);
+        if !self.custom_content_type {
+            request = request.header("content-type", "application/json");
+        }
+        for (name, value) in &self.config.headers {
+            request = request.header(name, value);
+        }
+        match request.send(body) {
+            Ok(mut response) => {
+                // Read the answer (bounded) so the connection can be reused,
+                // and quote the start of it when it explains a failure.
+                let text = response
+                    .body_mut()
+                    .with_config()
+                    .limit(64 * 1024)
+                    .lossy_utf8(true)
+                    .read_to_string()
+                    .unwrap_or_default();
+                let detail: String = text
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .chars()
+                    .take(DETAIL_CHARS)
+                    .collect();
+                classify_status(response.status().as_u16(), &detail)
+            }
+            Err(e) => self.classify_error(e),
+        }
+    }
+
+    /// Network trouble may pass; a request that cannot be built will not.
+    fn classify_error(&self, error: ureq::Error) -> Attempt {
+        use ureq::Error as E;
+        match error {
+            E::Timeout(_) => {
+                Attempt::Transient(format!("no answer within {:?}", self.config.timeout))
+            }
+            E::Io(_) | E::HostNotFound | E::ConnectionFailed | E::Protocol(_) => {
+                Attempt::Transient(error.to_string())
+            }
+            other => Attempt::Permanent(other.to_string()),
+        }
+    }
+}
+
+/// A rendered batch on its way to the delivery thread.
+struct Batch {
+    body: Vec<u8>,
+    rows: usize,
+}
+
+/// What a webhook sink's delivery thread counted.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveryStats {
+    /// Batches the endpoint took.
+    pub delivered: u64,
+    /// Batches given up on.
+    pub failed: u64,
+    /// Requests sent again after a transient failure.
+    pub retried: u64,
+}
+
+/// Delivers every batch from `queue`, in order, until the queue closes.
+fn run_delivery(name: &str, config: &WebhookConfig, queue: Receiver<Batch>) -> DeliveryStats {
+    let client = Client::new(config);
+    let mut stats = DeliveryStats::default();
+    for batch in queue {
+        let outcome = deliver(
+            config.retries,
+            config.backoff,
+            || client.post(&batch.body),
+            std::thread::sleep,
+        );
+        stats.retried += u64::from(outcome.attempts - 1);
+        match outcome.error {
+            None => stats.delivered += 1,
+            Some(why) => {
+                stats.failed += 1;
+                let attempts = match outcome.attempts {
+                    1 => "1 attempt".to_string(),
+                    n => format!("{n} attempts"),
+                };
+                eprintln!(
+                    "vigil: sink {name}: gave up on a batch of {} rows after {attempts}: {why}",
+                    batch.rows
+                );
+            }
+        }
+    }
+    stats
+}
+
+/// A sink that POSTs each batch as a JSON array; see the [module
+/// docs](self).
+pub struct WebhookSink {
+    name: String,
+    /// Closed (`None`) by `finish`, which ends the delivery thread.
+    queue: Option<SyncSender<Batch>>,
+    worker: Option<JoinHandle<DeliveryStats>>,
+}
+
+impl WebhookSink {
+    /// Starts the delivery thread for sink `name`. If the sink is dropped
+    /// without [`finish`](Sink::finish) (the run failed), the thread still
+    /// works through what was queued but nobody waits for it.
+    pub fn open(name: &str, config: &WebhookConfig) -> Result<WebhookSink> {
+        let (tx, rx) = mpsc::sync_channel(QUEUE_CAPACITY);
+        let (thread_name, config) = (name.to_string(), config.clone());
+        let worker = std::thread::Builder::new()
+            .name(format!("webhook-{name}"))
+            .spawn(move || run_delivery(&thread_name, &config, rx))
+            .map_err(|e| Error::io(format!("sink {name}: cannot start delivery"), e))?;
+        Ok(WebhookSink {
+            name: name.to_string(),
+            queue: Some(tx),
+            worker: Some(worker),
+        })
+    }
+
+    /// Closes the queue and waits for the delivery thread to finish it;
+    /// returns what it counted, or `None` if this was done before.
+    pub fn close(&mut self) -> Result<Option<DeliveryStats>> {
+        drop(self.queue.take());
+        let Some(worker) = self.worker.take() else {
+            return Ok(None);
+        };
+        worker.join().map(Some).map_err(|_| {
+            Error::Connector(format!("sink {}: the delivery thread failed", self.name))
+        })
+    }
+}
+
+impl Sink for WebhookSink {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let Some(queue) = &self.queue else {
+            return Err(Error::Connector(format!(
+                "sink {}: written after it was finished",
+                self.name
+            )));
+        };
+        let body = write_json_rows::<JsonArray>(batch, Vec::new())?;
+        let batch = Batch {
+            body,
+            rows: batch.num_rows(),
+        };
+        queue.send(batch).map_err(|_| {
+            Error::Connector(format!("sink {}: the delivery thread failed", self.name))
+        })
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        if let Some(stats) = self.close()? {
+            eprintln!(
+                "vigil: sink {}: delivered={} failed={} retried={}",
+                self.name, stats.delivered, stats.failed, stats.retried
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use datafusion::arrow::array::{Float64Array, StringArray, TimestampMillisecondArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+
+    use super::*;
+
+    fn opts(kv: &[(&str, &str)]) -> Vec<(String, String)> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// Parses through the public entry point, as `CREATE SINK` does.
+    fn config(kv: &[(&str, &str)]) -> Result<SinkConfig> {
+        let mut all = opts(&[("connector", "webhook")]);
+        all.extend(opts(kv));
+        SinkConfig::from_options("pager", &all, std::path::Path::new("/base"))
+    }
+
+    fn webhook(kv: &[(&str, &str)]) -> WebhookConfig {
+        match config(kv).unwrap().target {
+            SinkTarget::Webhook(w) => w,
+            other => panic!("not a webhook: {other:?}"),
+        }
+    }
+
+    fn err(kv: &[(&str, &str)]) -> String {
+        config(kv).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn defaults() {
+        let c = config(&[("url", "http://127.0.0.1:9093/hook")]).unwrap();
+        assert_eq!(c.name, "pager");
+        assert!(!c.append_only);
+        assert_eq!(
+            c.target,
+            SinkTarget::Webhook(WebhookConfig {
+                url: "http://127.0.0.1:9093/hook".into(),
+                retries: 5,
+                backoff: Duration::from_millis(200),
+                timeout: Duration::from_secs(10),
+                headers: vec![],
+            })
+        );
+    }
+
+    #[test]
+    fn all_options() {
+        let c = config(&[
+            ("url", " https://alerts.example.com "),
+            ("retries", "0"),
+            ("backoff", "1.5 seconds"),
+            ("timeout", "2min"),
+            ("append_only", "TRUE"),
+            ("header_authorization", "Bearer xyz"),
+            ("header_x_api_key", "k1"),
+            ("header_content-type", "application/json; charset=utf-8"),
+        ])
+        .unwrap();
+        assert!(c.append_only);
+        let SinkTarget::Webhook(w) = c.target else {
+            panic!("not a webhook")
+        };
+        assert_eq!(w.url, "https://alerts.example.com/");
+        assert_eq!(w.retries, 0);
+        assert_eq!(w.backoff, Duration::from_millis(1500));
+        assert_eq!(w.timeout, Duration::from_secs(120));
+        assert_eq!(
+            w.headers,
+            vec![
+                ("authorization".to_string(), "Bearer xyz".to_string()),
+                ("x-api-key".to_string(), "k1".to_string()),
+                (
+                    "content-type".to_string(),
+                    "application/json; charset=utf-8".to_string()
+                ),
+            ]
+        );
+        // The connector name is matched case-insensitively, like the others.
+        let c = SinkConfig::from_options(
+            "p",
+            &opts(&[("connector", " WebHook "), ("url", "http://h/")]),
+            std::path::Path::new("."),
+        )
+        .unwrap();
+        assert!(matches!(c.target, SinkTarget::Webhook(_)));
+    }
+
+    #[test]
+    fn url_is_required_and_must_be_http() {
+        let e = err(&[]);
+        assert!(e.contains("sink pager") && e.contains("'url'"), "{e}");
+        for bad in [
+            "",
+            "127.0.0.1:9093/hook",
+            "/hook",
+            "ftp://example.com/x",
+            "file:///tmp/x",
+            "http://",
+            "http://exa mple.com/",
+        ] {
+            let e = err(&[("url", bad)]);
+            assert!(
+                e.starts_with(&format!("sink pager: bad value '{bad}' for option 'url'"))
+                    && e.contains("http:// or https://"),
+                "{bad}: {e}"
+            );
+        }
+        assert!(err(&[("url", "ftp://x/")]).contains("scheme 'ftp'"));
+    }
+
+    #[test]
+    fn numeric_options_are_checked() {
+        let url = ("url", "http://h/");
+        for bad in ["-1", "x", "1.5", "101", ""] {
+            let e = err(&[url, ("retries", bad)]);
+            assert!(
+                e.contains(&format!("bad value '{bad}' for option 'retries'"))
+                    && e.contains("0 to 100"),
+                "{e}"
+            );
+        }
+        assert_eq!(webhook(&[url, ("retries", "100")]).retries, 100);
+        for bad in [
+            "0 ms",
+            "0.4 ms",
+            "-5 seconds",
+            "200",
+            "abc",
+            "5 hours",
+            "31 seconds",
+            "1e3 ms",
+            "",
+        ] {
+            let e = err(&[url, ("backoff", bad)]);
+            assert!(
+                e.contains(&format!("bad value '{bad}' for option 'backoff'"))
+                    && e.contains("to 30 seconds"),
+                "{e}"
+            );
+        }
+        assert_eq!(
+            webhook(&[url, ("backoff", "30 seconds")]).backoff,
+            MAX_BACKOFF
+        );
+        for bad in ["0 seconds", "10", "2 days", "1441 minutes"] {
+            let e = err(&[url, ("timeout", bad)]);
+            assert!(
+                e.contains(&format!("bad value '{bad}' for option 'timeout'")),
+                "{e}"
+            );
+        }
+        let e = err(&[url, ("append_only", "maybe")]);
+        assert!(
+            e.contains("'append_only'") && e.contains("true, false"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn other_keys_are_rejected_with_the_accepted_list() {
+        let e = err(&[("url", "http://h/"), ("path", "x.csv")]);
+        assert!(
+            e.contains("unknown option 'path'")
+                && e.contains("url, retries, backoff, timeout")
+                && e.contains("header_<name>"),
+            "{e}"
+        );
+        let e = err(&[("url", "http://h/"), ("format", "csv")]);
+        assert!(e.contains("unknown option 'format'"), "{e}");
+        let e = err(&[("url", "http://h/"), ("url", "http://i/")]);
+        assert!(e.contains("more than once"), "{e}");
+    }
+
+    #[test]
+    fn headers_are_checked() {
+        let url = ("url", "http://h/");
+        let e = err(&[url, ("header_", "x")]);
+        assert!(e.contains("'header_'") && e.contains("header name"), "{e}");
+        let e = err(&[url, ("header_x(y)", "x")]);
+        assert!(e.contains("not a valid header name"), "{e}");
+        let e = err(&[url, ("header_host", "evil")]);
+        assert!(e.contains("set by the sink"), "{e}");
+        let e = err(&[url, ("header_content_length", "5")]);
+        assert!(e.contains("set by the sink"), "{e}");
+        let e = err(&[url, ("header_x", "secret\nb")]);
+        assert!(
+            e.starts_with("sink pager: option 'header_x': bad header value")
+                && !e.contains("secret"),
+            "{e}"
+        );
+        let e = err(&[url, ("header_x_a", "1"), ("header_x-a", "2")]);
+        assert!(e.contains("'x-a' is given more than once"), "{e}");
+    }
+
+    #[test]
+    fn durations() {
+        let ms = |t: &str| parse_duration(t).map(|d| d.as_millis());
+        assert_eq!(ms("200 milliseconds"), Some(200));
+        assert_eq!(ms("1 millisecond"), Some(1));
+        assert_eq!(ms("200ms"), Some(200));
+        assert_eq!(ms(" 5 Seconds "), Some(5000));
+        assert_eq!(ms("1 second"), Some(1000));
+        assert_eq!(ms("1.5s"), Some(1500));
+        assert_eq!(ms("2 secs"), Some(2000));
+        assert_eq!(ms(".5 sec"), Some(500));
+        assert_eq!(ms("1 minute"), Some(60_000));
+        assert_eq!(ms("3 mins"), Some(180_000));
+        for bad in [
+            "", "5", "ms", "0 ms", "0.2 ms", "-1 s", "1 hour", "1 m", "1..2 s", "five s", "1 s x",
+        ] {
+            assert_eq!(ms(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let first = Duration::from_millis(200);
+        let waits: Vec<u128> = (1..=10)
+            .map(|n| backoff_delay(first, n).as_millis())
+            .collect();
+        assert_eq!(
+            waits,
+            [200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]
+        );
+        assert_eq!(backoff_delay(first, 0), first);
+        assert_eq!(backoff_delay(first, 1000), MAX_BACKOFF);
+        assert_eq!(backoff_delay(MAX_BACKOFF, 2), MAX_BACKOFF);
+        assert_eq!(
+            backoff_delay(Duration::from_millis(1), 33),
+            Duration::from_millis(1 << 31).min(MAX_BACKOFF)
+        );
+    }
+
+    /// Runs `deliver` against scripted answers; returns the outcome, the
+    /// waits it asked for and how many answers were used.
+    fn scripted(retries: u32, answers: &[Attempt]) -> (Outcome, Vec<u128>, usize) {
+        let mut next = answers.iter();
+        let mut waits = Vec::new();
+        let outcome = deliver(
+            retries,
+            Duration::from_millis(10),
+            || next.next().expect("no more answers").clone(),
+            |d| waits.push(d.as_millis()),
+        );
+        let used = answers.len() - next.len();
+        (outcome, waits, used)
+    }
+
+    #[test]
+    fn retry_policy() {
+        use Attempt::*;
+        let t = |s: &str| Transient(s.to_string());
+        // Delivered first time: no wait.
+        let (o, waits, _) = scripted(5, &[Delivered]);
+        assert_eq!((o.attempts, o.error, waits), (1, None, vec![]));
+        // Two transient failures, then delivered, with doubling waits.
+        let (o, waits, _) = scripted(5, &[t("503"), t("503"), Delivered]);
+        assert_eq!((o.attempts, o.error, waits), (3, None, vec![10, 20]));
+        // A permanent rejection is not retried.
+        let (o, waits, used) = scripted(5, &[Permanent("400".into()), Delivered]);
+        assert_eq!(
+            (o.attempts, o.error, waits, used),
+            (1, Some("400".into()), vec![], 1)
+        );
+        // Transient every time: given up after 1 + retries attempts, with
+        // the last error.
+        let answers: Vec<Attempt> = (0..10).map(|i| t(&format!("e{i}"))).collect();
+        let (o, waits, used) = scripted(3, &answers);
+        assert_eq!(
+            (o.attempts, o.error, waits, used),
+            (4, Some("e3".into()), vec![10, 20, 40], 4)
+        );
+        // No retries at all.
+        let (o, waits, _) = scripted(0, &answers);
+        assert_eq!((o.attempts, o.error, waits), (1, Some("e0".into()), vec![]));
+    }
+
+    #[test]
+    fn statuses() {
+        for s in [200, 201, 202, 204, 299] {
+            assert_eq!(classify_status(s, ""), Attempt::Delivered, "{s}");
+        }
+        for s in [429, 500, 502, 503, 504, 599] {
+            assert!(
+                matches!(classify_status(s, ""), Attempt::Transient(_)),
+                "{s}"
+            );
+        }
+        for s in [301, 302, 307, 400, 401, 403, 404, 408, 410, 413, 422, 100] {
+            assert!(
+                matches!(classify_status(s, ""), Attempt::Permanent(_)),
+                "{s}"
+            );
+        }
+        assert_eq!(
+            classify_status(503, ""),
+            Attempt::Transient("HTTP 503 Service Unavailable".into())
+        );
+        assert_eq!(
+            classify_status(400, "missing field"),
+            Attempt::Permanent("HTTP 400 Bad Request: missing field".into())
+        );
+    }
+
+    fn batch() -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+            Field::new("host", DataType::Utf8, true),
+            Field::new("cpu", DataType::Float64, true),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(TimestampMillisecondArray::from(vec![Some(10_000), None])),
+                Arc::new(StringArray::from(vec![Some("a"), None])),
+                Arc::new(Float64Array::from(vec![Some(1.5), None])),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn body_is_a_json_array_rendered_like_jsonl() {
+        let body = write_json_rows::<JsonArray>(&batch(), Vec::new()).unwrap();
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            r#"[{"ts":"1970-01-01T00:00:10","host":"a","cpu":1.5},{"ts":null,"host":null,"cpu":null}]"#
+        );
+    }
+
+    #[test]
+    fn connection_refused_is_given_up_after_every_attempt() {
+        // A port that was just free: nothing listens there any more.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = WebhookConfig {
+            url: format!("http://127.0.0.1:{port}/hook"),
+            retries: 3,
+            backoff: Duration::from_millis(20),
+            timeout: Duration::from_secs(5),
+            headers: vec![],
+        };
+        let mut sink = WebhookSink::open("pager", &config).unwrap();
+        let started = Instant::now();
+        sink.write(&batch()).unwrap();
+        sink.write(&batch().slice(0, 0)).unwrap();
+        sink.write(&batch().slice(0, 1)).unwrap();
+        let stats = sink.close().unwrap().expect("first close");
+        assert_eq!(
+            stats,
+            DeliveryStats {
+                delivered: 0,
+                failed: 2,
+                retried: 6,
+            }
+        );
+        // Each batch waited 20 + 40 + 80 ms between its attempts.
+        assert!(started.elapsed() >= Duration::from_millis(280));
+        assert_eq!(sink.close().unwrap(), None);
+        sink.finish().unwrap();
+        assert!(sink.write(&batch()).is_err());
+    }
+
+    #[test]
+    fn a_silent_endpoint_times_out_without_holding_up_write() {
+        // Takes connections (the kernel's backlog does) but never answers.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let config = WebhookConfig {
+            url: format!("http://{}/hook", listener.local_addr().unwrap()),
+            retries: 1,
+            backoff: Duration::from_millis(1),
+            timeout: Duration::from_millis(300),
+            headers: vec![],
+        };
+        let mut sink = WebhookSink::open("pager", &config).unwrap();
+        let started = Instant::now();
+        sink.write(&batch()).unwrap();
+        // write only queues: it returns long before the first timeout.
+        assert!(started.elapsed() < Duration::from_millis(250));
+        let stats = sink.close().unwrap().unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(600));
+        assert_eq!(
+            stats,
+            DeliveryStats {
+                delivered: 0,
+                failed: 1,
+                retried: 1,
+            }
+        );
+        let client = Client::new(&config);
+        assert_eq!(
+            client.post(b"[]"),
+            Attempt::Transient("no answer within 300ms".into())
+        );
+        drop(listener);
+    }
+}
