@@ -105,6 +105,11 @@ impl Engine {
         &self.catalog
     }
 
+    /// Declares a stream built in Rust rather than by `CREATE STREAM`.
+    pub fn add_stream(&mut self, def: crate::plan::StreamDef) -> Result<()> {
+        self.catalog.add_stream(def)
+    }
+
     /// Sets the execution mode of the queries planned from now on.
     pub fn set_execution_mode(&mut self, mode: ExecutionMode) {
         self.mode = Some(mode);

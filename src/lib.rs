@@ -4,7 +4,8 @@
 //! [`sql`] (parser) -> [`plan`] (logical plan) -> [`planner`] (incremental
 //! planner) -> [`exec`] (Arrow operators) -> [`runtime`] (tasks, channels,
 //! watermarks), with [`connectors`] (sources, sinks) and the front end
-//! ([`cli`]) at the edges. [`engine`] ties them together for embedding.
+//! ([`cli`]) at the edges. [`engine`] plans statements; [`session`] runs them
+//! in the background for programs that embed vigil.
 
 pub mod cli;
 pub mod connectors;
@@ -15,4 +16,5 @@ pub mod functions;
 pub mod plan;
 pub mod planner;
 pub mod runtime;
+pub mod session;
 pub mod sql;

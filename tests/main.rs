@@ -5,4 +5,5 @@ mod conformance;
 mod examples;
 mod library;
 mod series_pack;
+mod session;
 mod webhook;

@@ -19,7 +19,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 
 pub use options::parse_output_format;
 pub use sink::{Sink, make_sink, open_sink};
-pub use source::read_source;
+pub use source::{read_bytes, read_source};
 
 /// Where a source reads from.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +28,9 @@ pub enum SourceLocation {
     File(PathBuf),
     /// The process's standard input.
     Stdin,
+    /// Rows pushed by the program that embeds vigil, or posted to
+    /// `vigil serve`; see [`crate::session::Session::push`].
+    Push,
 }
 
 /// The text format of a source's rows.

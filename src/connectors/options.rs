@@ -137,8 +137,8 @@ impl SourceConfig {
     /// Builds a source configuration from a `CREATE STREAM` statement's
     /// `WITH` options.
     ///
-    /// Accepted keys: `connector` (`file` | `stdin`, default `file`), `path`
-    /// (required for `file`, resolved against `base_dir`), `format` (`csv` |
+    /// Accepted keys: `connector` (`file` | `stdin` | `push`, default
+    /// `file`), `path` (required for `file`, resolved against `base_dir`), `format` (`csv` |
     /// `jsonl` | `json` | `ndjson`; default from the path's extension, else
     /// csv), `replay` (`fast` | `realtime`), `speed` (positive number, default
     /// 1), `batch_size` (positive integer, default 8192) and `dead_letter` (a
@@ -171,7 +171,15 @@ impl SourceConfig {
                 }
                 SourceLocation::Stdin
             }
-            _ => return Err(opts.bad_value("connector", connector, "file, stdin")),
+            "push" => {
+                if path.is_some() {
+                    return Err(Error::Plan(format!(
+                        "stream {stream}: option 'path' cannot be used with connector 'push'"
+                    )));
+                }
+                SourceLocation::Push
+            }
+            _ => return Err(opts.bad_value("connector", connector, "file, stdin, push")),
         };
 
         let format = match opts.get("format") {

@@ -71,7 +71,26 @@ pub fn read_source(
             let lock = stdin.lock();
             read_format(config.format, lock, "<stdin>", true, &mut driver)
         }
+        SourceLocation::Push => Err(Error::Connector(format!(
+            "stream {} is fed by its program (connector 'push'): embed vigil or use `vigil serve` to push rows into it",
+            config.stream
+        ))),
     }
+}
+
+/// Parses `bytes` (CSV with a header, or JSON lines, as `format` says) into
+/// batches of the stream's schema, as [`read_source`] reads a file: `emit`
+/// gets the batches, malformed rows are counted in `stats` with their line
+/// numbers. Used for rows pushed into a stream.
+pub fn read_bytes(
+    config: &SourceConfig,
+    format: Format,
+    bytes: &[u8],
+    stats: &SourceStats,
+    emit: &mut dyn FnMut(RecordBatch) -> bool,
+) -> Result<()> {
+    let mut driver = Driver::new(config, stats, emit)?;
+    read_format(format, bytes, "<pushed rows>", false, &mut driver)
 }
 
 fn read_format<R: Read>(

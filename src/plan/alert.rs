@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::DFSchema;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Expr, ExprSchemable, Extension, LogicalPlan, LogicalPlanBuilder};
 use datafusion::sql::planner::{PlannerContext, SqlToRel};
 use datafusion::sql::sqlparser::ast;
@@ -12,7 +12,10 @@ use datafusion::sql::sqlparser::ast;
 use super::alert_node::{
     AlertHold, AlertNode, AlertRule, AlertSpec, columns, key_columns, window_step_ms,
 };
-use super::{Catalog, Provider, SqlPlanner, StreamSource, WINDOW_END, parser_options, plan_error};
+use super::{
+    Catalog, Provider, SqlPlanner, StreamSource, WINDOW_END, WatermarkNode, parser_options,
+    plan_error,
+};
 use crate::error::{Error, Result};
 use crate::exec::MessageTemplate;
 use crate::sql::{AlertClause, AlertCondition, Hold};
@@ -30,6 +33,7 @@ impl SqlPlanner {
         clause: &AlertClause,
         name: &str,
     ) -> Result<LogicalPlan> {
+        let query = with_watermarks(query)?;
         let schema = query.schema().clone();
         let keys = self.alert_keys(&query, clause)?;
         let event_time = event_time_column(&query)?;
@@ -172,6 +176,56 @@ impl SqlPlanner {
             .map_err(plan_error)?;
         self.analyze(plan)
     }
+}
+
+/// `query` with a watermark on every stream it scans without one (a query
+/// over raw rows): alerts and invariants act in event time, so they need
+/// watermarks even where no window does.
+pub(super) fn with_watermarks(query: LogicalPlan) -> Result<LogicalPlan> {
+    if has_watermark(&query) {
+        return Ok(query);
+    }
+    let rewritten = query
+        .transform_up(|node| {
+            let LogicalPlan::TableScan(scan) = &node else {
+                return Ok(Transformed::no(node));
+            };
+            let Some(stream) = scan.source.as_ref().downcast_ref::<StreamSource>() else {
+                return Ok(Transformed::no(node));
+            };
+            let Some(time) = stream.def.event_time else {
+                return Ok(Transformed::no(node));
+            };
+            let name = stream.def.schema.field(time).name();
+            let Some(time_column) = node.schema().fields().iter().position(|f| f.name() == name)
+            else {
+                return Ok(Transformed::no(node));
+            };
+            let delay_ms = stream.def.delay_ms;
+            Ok(Transformed::yes(LogicalPlan::Extension(Extension {
+                node: Arc::new(WatermarkNode {
+                    input: node,
+                    time_column,
+                    delay_ms,
+                }),
+            })))
+        })
+        .map_err(plan_error)?;
+    Ok(rewritten.data)
+}
+
+fn has_watermark(plan: &LogicalPlan) -> bool {
+    let mut found = false;
+    let _ = plan.apply(|node| {
+        if let LogicalPlan::Extension(ext) = node
+            && ext.node.as_any().downcast_ref::<WatermarkNode>().is_some()
+        {
+            found = true;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
 }
 
 /// The positions of the columns `names` in `schema`; errors name `clause`.

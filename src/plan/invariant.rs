@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use datafusion::logical_expr::{Extension, LogicalPlan};
 
-use super::alert::{event_time_column, keys_by_name};
+use super::alert::{event_time_column, keys_by_name, with_watermarks};
 use super::alert_node::key_columns;
 use super::invariant_node::{InvariantNode, InvariantSpec, Training};
 use super::{Catalog, SqlPlanner, plan_error};
@@ -20,6 +20,7 @@ impl SqlPlanner {
         clause: &InvariantClause,
         name: &str,
     ) -> Result<LogicalPlan> {
+        let query = with_watermarks(query)?;
         let schema = query.schema();
         let keys = match clause.by.is_empty() {
             true => key_columns(&query),

@@ -33,6 +33,7 @@ fn source(stream: &StreamDef) -> String {
     let location = match &stream.source.location {
         SourceLocation::File(path) => format!("file {}", path.display()),
         SourceLocation::Stdin => "stdin".to_string(),
+        SourceLocation::Push => "pushed rows".to_string(),
     };
     format!("{} ({location}, {:?})", stream.name, stream.source.format)
 }

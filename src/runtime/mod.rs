@@ -7,6 +7,7 @@
 //! limit. At the end of a finite input the source sends the final
 //! watermark, every window fires, and the tasks end in order.
 
+pub mod live;
 mod merge;
 
 use std::collections::{BTreeMap, HashMap};
@@ -17,7 +18,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use tokio::sync::mpsc::{self, Receiver, Sender};
 use tokio::task::JoinHandle;
 
-use crate::connectors::{Sink, SourceConfig, SourceStats, read_source};
+use crate::connectors::{Sink, SourceConfig, SourceLocation, SourceStats, read_source};
 use crate::error::{Error, Result};
 use crate::exec::{Chain, END_OF_INPUT, LateRows, Message, QueryStats};
 use crate::plan::StreamDef;
@@ -90,6 +91,11 @@ pub async fn run(queries: Vec<RunnableQuery>) -> Result<RunReport> {
         }));
     }
     for (name, (stream, subscribers)) in sources {
+        if stream.source.location == SourceLocation::Push {
+            return Err(Error::Plan(format!(
+                "stream {name} is fed by its program (connector 'push'); `vigil run` cannot read it: embed vigil or use `vigil serve`"
+            )));
+        }
         let stats = Arc::new(SourceStats::default());
         report.streams.push((name, stats.clone()));
         match &stream.late_of {

@@ -1,0 +1,306 @@
+//! A live runtime: queries start and stop while the program runs (the REPL,
+//! `vigil serve`, a program embedding vigil), and rows can be pushed into
+//! streams.
+//!
+//! Unlike [`run`](super::run), which reads each stream once for a fixed set
+//! of queries, every query started here reads its file sources on its own,
+//! from the start, so a query typed later sees the whole file. Streams with
+//! `connector = 'push'` have one hub each: pushed rows go to every query
+//! reading the stream at that moment.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use datafusion::arrow::record_batch::RecordBatch;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use super::{CHANNEL_CAPACITY, Subscriber, merge, run_sink, run_source, spawn_stages};
+use crate::connectors::{Sink, SourceLocation, SourceStats};
+use crate::error::{Error, Result};
+use crate::exec::{END_OF_INPUT, Message, QueryStats};
+use crate::plan::StreamDef;
+use crate::planner::{ExecutionMode, QueryGraph};
+
+/// Identifies a running query within a [`Live`] runtime.
+pub type QueryId = u64;
+
+/// Starts, lists and stops queries; routes pushed rows.
+#[derive(Clone, Default)]
+pub struct Live {
+    state: Arc<Mutex<State>>,
+    next_id: Arc<AtomicU64>,
+}
+
+#[derive(Default)]
+struct State {
+    queries: BTreeMap<QueryId, Running>,
+    hubs: HashMap<String, Hub>,
+}
+
+/// What the live runtime knows of a running query.
+struct Running {
+    label: String,
+    stats: Arc<QueryStats>,
+    sources: Vec<(String, Arc<SourceStats>)>,
+    tasks: Vec<tokio::task::AbortHandle>,
+    done: watch::Receiver<Option<Result<(), String>>>,
+}
+
+/// The queries reading a push stream, and whether it has ended.
+#[derive(Default)]
+struct Hub {
+    subscribers: Vec<Subscriber>,
+    stats: Arc<SourceStats>,
+    ended: bool,
+}
+
+/// A snapshot of one running query.
+#[derive(Debug, Clone)]
+pub struct QueryInfo {
+    /// Its id.
+    pub id: QueryId,
+    /// What it runs (its SQL, or a name).
+    pub label: String,
+    /// Result rows so far.
+    pub rows_out: u64,
+    /// Rows its windows dropped as late.
+    pub late_rows: u64,
+    /// Per stream it reads: name, rows read, bad rows.
+    pub sources: Vec<(String, u64, u64)>,
+}
+
+impl Live {
+    /// An empty runtime. Queries run on the tokio runtime of the caller.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts `graph`, its results going to `sink`; `label` names it in
+    /// listings. Must be called within a tokio runtime.
+    pub fn start(&self, graph: QueryGraph, sink: Box<dyn Sink>, label: &str) -> Result<QueryId> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut tasks: Vec<JoinHandle<Result<()>>> = Vec::new();
+        let mut sources = Vec::new();
+        let QueryGraph {
+            inputs,
+            join,
+            stages,
+            mode,
+            stats,
+            ..
+        } = graph;
+        let per_record = mode == ExecutionMode::PerRecord;
+        let mut branches = Vec::with_capacity(inputs.len());
+        let mut state = self.lock();
+        for input in inputs {
+            let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+            let subscriber = Subscriber { tx, per_record };
+            sources.push(self.connect(&mut state, &input.stream, subscriber, &mut tasks)?);
+            let output = spawn_stages(input.stages, rx, &mut tasks);
+            branches.push((output, input.stream.idle_timeout));
+        }
+        drop(state);
+        let merged = if branches.len() == 1 && join.is_none() {
+            branches.pop().expect("one input").0
+        } else {
+            let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+            tasks.push(tokio::spawn(merge::run(branches, join, tx)));
+            rx
+        };
+        let output = spawn_stages(stages, merged, &mut tasks);
+        let sink_stats = stats.clone();
+        tasks.push(tokio::task::spawn_blocking(move || {
+            run_sink(sink, output, &sink_stats)
+        }));
+        let (done_tx, done) = watch::channel(None);
+        let running = Running {
+            label: label.to_string(),
+            stats,
+            sources,
+            tasks: tasks.iter().map(|t| t.abort_handle()).collect(),
+            done,
+        };
+        self.lock().queries.insert(id, running);
+        let live = self.clone();
+        tokio::spawn(async move {
+            let outcome = wait_all(tasks).await;
+            live.lock().queries.remove(&id);
+            let _ = done_tx.send(Some(outcome.map_err(|e| e.to_string())));
+        });
+        Ok(id)
+    }
+
+    /// Connects one input of a query to its stream: a push stream's hub, or
+    /// a source task of the query's own.
+    fn connect(
+        &self,
+        state: &mut State,
+        stream: &Arc<StreamDef>,
+        subscriber: Subscriber,
+        tasks: &mut Vec<JoinHandle<Result<()>>>,
+    ) -> Result<(String, Arc<SourceStats>)> {
+        if stream.late_of.is_some() {
+            return Err(Error::Plan(format!(
+                "{} reads the late rows of other queries in the same `vigil run`; it is not available in a live session",
+                stream.name
+            )));
+        }
+        if stream.source.location == SourceLocation::Push {
+            let hub = state.hubs.entry(stream.name.clone()).or_default();
+            if hub.ended {
+                let _ = subscriber.tx.try_send(Message::Watermark(END_OF_INPUT));
+            } else {
+                hub.subscribers.push(subscriber);
+            }
+            return Ok((stream.name.clone(), hub.stats.clone()));
+        }
+        let stats = Arc::new(SourceStats::default());
+        let source_stats = stats.clone();
+        let config = stream.source.clone();
+        tasks.push(tokio::task::spawn_blocking(move || {
+            run_source(&config, &source_stats, vec![subscriber])
+        }));
+        Ok((stream.name.clone(), stats))
+    }
+
+    /// Sends `batch` to every query reading push stream `stream`, waiting
+    /// while they are busy (back-pressure). Rows pushed while no query reads
+    /// the stream are counted and dropped, as a live feed would.
+    pub async fn push(&self, stream: &str, batch: RecordBatch) -> Result<()> {
+        let (subscribers, stats) = {
+            let mut state = self.lock();
+            let hub = state.hubs.entry(stream.to_string()).or_default();
+            if hub.ended {
+                return Err(Error::Connector(format!("stream {stream} has ended")));
+            }
+            hub.subscribers.retain(|s| !s.tx.is_closed());
+            let senders: Vec<Subscriber> = hub
+                .subscribers
+                .iter()
+                .map(|s| Subscriber {
+                    tx: s.tx.clone(),
+                    per_record: s.per_record,
+                })
+                .collect();
+            (senders, hub.stats.clone())
+        };
+        stats
+            .rows
+            .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+        for subscriber in &subscribers {
+            subscriber.send_async(&batch).await;
+        }
+        Ok(())
+    }
+
+    /// The counters of push stream `stream` (rows pushed, bad rows).
+    pub fn push_stats(&self, stream: &str) -> Arc<SourceStats> {
+        self.lock()
+            .hubs
+            .entry(stream.to_string())
+            .or_default()
+            .stats
+            .clone()
+    }
+
+    /// Ends push stream `stream`: its queries see the end of input (every
+    /// window fires) and finish.
+    pub async fn end_stream(&self, stream: &str) {
+        let subscribers = {
+            let mut state = self.lock();
+            let hub = state.hubs.entry(stream.to_string()).or_default();
+            hub.ended = true;
+            std::mem::take(&mut hub.subscribers)
+        };
+        for subscriber in subscribers {
+            let _ = subscriber.tx.send(Message::Watermark(END_OF_INPUT)).await;
+        }
+    }
+
+    /// The running queries.
+    pub fn queries(&self) -> Vec<QueryInfo> {
+        self.lock()
+            .queries
+            .iter()
+            .map(|(&id, q)| QueryInfo {
+                id,
+                label: q.label.clone(),
+                rows_out: q.stats.rows_out.load(Ordering::Relaxed),
+                late_rows: q.stats.late_rows.load(Ordering::Relaxed),
+                sources: q
+                    .sources
+                    .iter()
+                    .map(|(name, s)| {
+                        (
+                            name.clone(),
+                            s.rows.load(Ordering::Relaxed),
+                            s.bad_rows.load(Ordering::Relaxed),
+                        )
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Stops query `id`: its tasks are cancelled and its sink finishes with
+    /// what it has. False if no such query is running.
+    pub fn stop(&self, id: QueryId) -> bool {
+        let Some(query) = self.lock().queries.remove(&id) else {
+            return false;
+        };
+        for task in &query.tasks {
+            task.abort();
+        }
+        true
+    }
+
+    /// Waits until query `id` ends (its inputs ended, or it was stopped);
+    /// its error, if it failed. Returns at once for an unknown id.
+    pub async fn wait(&self, id: QueryId) -> Result<()> {
+        let done = self.lock().queries.get(&id).map(|q| q.done.clone());
+        let Some(mut done) = done else {
+            return Ok(());
+        };
+        loop {
+            if let Some(outcome) = done.borrow().clone() {
+                return outcome.map_err(Error::Connector);
+            }
+            if done.changed().await.is_err() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Stops every query and ends every push stream.
+    pub async fn shutdown(&self) {
+        let ids: Vec<QueryId> = self.lock().queries.keys().copied().collect();
+        for id in ids {
+            self.stop(id);
+        }
+        let streams: Vec<String> = self.lock().hubs.keys().cloned().collect();
+        for stream in streams {
+            self.end_stream(&stream).await;
+        }
+    }
+}
+
+async fn wait_all(tasks: Vec<JoinHandle<Result<()>>>) -> Result<()> {
+    let mut first_error = None;
+    for task in tasks {
+        let outcome = match task.await {
+            Ok(outcome) => outcome,
+            Err(e) if e.is_cancelled() => Ok(()),
+            Err(e) => Err(Error::Connector(format!("a task failed: {e}"))),
+        };
+        if let Err(e) = outcome {
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}

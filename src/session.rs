@@ -1,0 +1,445 @@
+//! Embedding vigil: a [`Session`] plans SQL, runs continuous queries in the
+//! background, takes rows pushed by the program and hands results and
+//! alerts back as async streams. The REPL and `vigil serve` are built on it.
+//!
+//! ```no_run
+//! # async fn demo() -> vigil::error::Result<()> {
+//! use futures::StreamExt;
+//! use vigil::session::{Executed, Session};
+//!
+//! let mut session = Session::new();
+//! session.execute(
+//!     "CREATE STREAM events (ts TIMESTAMP, host TEXT, cpu DOUBLE,
+//!        WATERMARK FOR ts AS ts) WITH (connector = 'push');
+//!      CREATE ALERT hot AS SELECT ts, host, cpu FROM events
+//!      ALERT BY host WHEN cpu > 90;",
+//! )?;
+//! let mut alerts = session.alerts();
+//! session.push_json("events", r#"{"ts": 1000, "host": "a", "cpu": 95}"#).await?;
+//! session.push_json("events", r#"{"ts": 2000, "host": "a", "cpu": 10}"#).await?;
+//! let firing = alerts.next().await; // the alert's `firing` row
+//! session.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Streams read from files are read by each query from the start; streams
+//! declared with `connector = 'push'` (or registered with
+//! [`Session::register_stream`]) take rows from [`Session::push`],
+//! [`Session::push_json`] and [`Session::push_csv`], and give them to every
+//! query reading the stream at that moment.
+
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::logical_expr::LogicalPlan;
+use futures::Stream;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+
+use crate::connectors::{
+    Format, Replay, Sink, SourceConfig, SourceLocation, SourceStats, open_sink, read_bytes,
+};
+use crate::engine::{Engine, Outcome, PreparedQuery};
+use crate::error::{Error, Result};
+use crate::plan::{AlertNode, StreamDef};
+use crate::runtime::live::{Live, QueryId, QueryInfo};
+use crate::sql::parse_script;
+
+/// Result batches a query's handle buffers before the query waits for its
+/// reader.
+const RESULT_BUFFER: usize = 64;
+/// Alert batches kept for slow alert subscribers before they miss some.
+const ALERT_BUFFER: usize = 1024;
+
+/// An engine with running queries.
+pub struct Session {
+    engine: Engine,
+    live: Live,
+    base_dir: PathBuf,
+    alerts: broadcast::Sender<RecordBatch>,
+}
+
+/// What one executed statement did.
+pub enum Executed {
+    /// A stream, sink, view, invariant or setting was declared.
+    Done,
+    /// `EXPLAIN` text.
+    Explain(String),
+    /// A continuous query was started.
+    Query(QueryHandle),
+}
+
+/// A running query: its id, result schema and results.
+pub struct QueryHandle {
+    /// Its id, for [`Session::stop`].
+    pub id: QueryId,
+    /// The schema of its result rows.
+    pub schema: SchemaRef,
+    /// True for a query that ends with an alert clause.
+    pub is_alert: bool,
+    results: mpsc::Receiver<RecordBatch>,
+}
+
+impl QueryHandle {
+    /// The next batch of results; `None` once the query has ended. A query
+    /// that writes to a sink (`INSERT INTO`) yields nothing here.
+    pub async fn next(&mut self) -> Option<RecordBatch> {
+        self.results.recv().await
+    }
+}
+
+impl Stream for QueryHandle {
+    type Item = RecordBatch;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<RecordBatch>> {
+        self.results.poll_recv(cx)
+    }
+}
+
+/// The state changes of every alert started in a session, as a stream of
+/// batches of alert rows. A subscriber that falls more than a thousand
+/// batches behind skips the oldest.
+pub struct AlertStream {
+    inner: BroadcastStream<RecordBatch>,
+}
+
+impl AlertStream {
+    /// The next batch of alert rows; `None` once the session is gone.
+    pub async fn recv(&mut self) -> Option<RecordBatch> {
+        futures::StreamExt::next(self).await
+    }
+}
+
+impl Stream for AlertStream {
+    type Item = RecordBatch;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<RecordBatch>> {
+        loop {
+            match Pin::new(&mut self.inner).poll_next(cx) {
+                Poll::Ready(Some(Err(BroadcastStreamRecvError::Lagged(_)))) => continue,
+                Poll::Ready(Some(Ok(batch))) => return Poll::Ready(Some(batch)),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl Default for Session {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Session {
+    /// A session with no streams; relative paths resolve against the
+    /// working directory.
+    pub fn new() -> Self {
+        Self {
+            engine: Engine::new(),
+            live: Live::new(),
+            base_dir: PathBuf::from("."),
+            alerts: broadcast::channel(ALERT_BUFFER).0,
+        }
+    }
+
+    /// Resolves relative paths in later statements against `dir`.
+    pub fn set_base_dir(&mut self, dir: &Path) {
+        self.base_dir = dir.to_path_buf();
+    }
+
+    /// The planner, with the declared streams, views and sinks.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The planner, to change settings.
+    pub fn engine_mut(&mut self) -> &mut Engine {
+        &mut self.engine
+    }
+
+    /// Runs every statement of `sql`, starting its queries. Stops at the
+    /// first statement that fails; the earlier ones keep their effect.
+    /// Must be called within a tokio runtime.
+    pub fn execute(&mut self, sql: &str) -> Result<Vec<Executed>> {
+        let statements = parse_script(sql)?;
+        let mut done = Vec::with_capacity(statements.len());
+        for statement in &statements {
+            let label = statement_text(sql, statement.line);
+            done.push(match self.engine.execute(statement, &self.base_dir)? {
+                Outcome::Done => Executed::Done,
+                Outcome::Explain(text) => Executed::Explain(text),
+                Outcome::Query(query) => Executed::Query(self.start(*query, &label)?),
+            });
+        }
+        Ok(done)
+    }
+
+    /// Starts a planned query; its results go to its sink if it has one,
+    /// else to the returned handle. Alert queries also feed
+    /// [`Session::alerts`].
+    pub fn start(&self, query: PreparedQuery, label: &str) -> Result<QueryHandle> {
+        let is_alert = is_alert(&query.logical);
+        let schema = query.graph.schema.clone();
+        let (tx, results) = mpsc::channel(RESULT_BUFFER);
+        let mut sink: Box<dyn Sink> = match &query.sink {
+            Some(config) => open_sink(config)?,
+            None => Box::new(ChannelSink { tx }),
+        };
+        if is_alert {
+            sink = Box::new(AlertTee {
+                inner: sink,
+                alerts: self.alerts.clone(),
+            });
+        }
+        let id = self.live.start(query.graph, sink, label)?;
+        Ok(QueryHandle {
+            id,
+            schema,
+            is_alert,
+            results,
+        })
+    }
+
+    /// Declares a push stream from Rust: `schema`'s columns (TIMESTAMP
+    /// (ms), TEXT, DOUBLE, BIGINT or BOOLEAN), its event-time column and
+    /// watermark delay.
+    pub fn register_stream(
+        &mut self,
+        name: &str,
+        schema: SchemaRef,
+        event_time: Option<&str>,
+        delay_ms: i64,
+    ) -> Result<()> {
+        let fields: Vec<Field> = schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        let schema = Arc::new(Schema::new(fields));
+        let event_time = event_time
+            .map(|column| {
+                let i = schema.index_of(column).map_err(|_| {
+                    Error::Plan(format!(
+                        "stream {name}: no column '{column}' for event time"
+                    ))
+                })?;
+                match schema.field(i).data_type() {
+                    DataType::Timestamp(TimeUnit::Millisecond, None) => Ok(i),
+                    other => Err(Error::Plan(format!(
+                        "stream {name}: event-time column '{column}' is {other}, not TIMESTAMP"
+                    ))),
+                }
+            })
+            .transpose()?;
+        let source = SourceConfig {
+            stream: name.to_string(),
+            schema: schema.clone(),
+            location: SourceLocation::Push,
+            format: Format::Jsonl,
+            replay: Replay::Fast,
+            event_time,
+            batch_size: 8192,
+            dead_letter: None,
+        };
+        self.engine.add_stream(StreamDef {
+            name: name.to_string(),
+            schema,
+            event_time,
+            delay_ms: delay_ms.max(0),
+            lateness_ms: 0,
+            idle_timeout: None,
+            source,
+            late_of: None,
+        })
+    }
+
+    /// Pushes rows into push stream `stream`; columns are matched by name
+    /// and cast to the stream's types.
+    pub async fn push(&self, stream: &str, batch: RecordBatch) -> Result<()> {
+        let def = self.push_stream(stream)?;
+        let batch = conform(&def.schema, &batch, stream)?;
+        self.live.push(stream, batch).await
+    }
+
+    /// Pushes rows written as JSON lines (one object per line); malformed
+    /// lines are skipped and counted (see [`Session::push_stats`]). Returns
+    /// the number of rows pushed.
+    pub async fn push_json(&self, stream: &str, text: &str) -> Result<u64> {
+        self.push_text(stream, Format::Jsonl, text).await
+    }
+
+    /// Pushes rows written as CSV with a header line; like
+    /// [`Session::push_json`].
+    pub async fn push_csv(&self, stream: &str, text: &str) -> Result<u64> {
+        self.push_text(stream, Format::Csv, text).await
+    }
+
+    async fn push_text(&self, stream: &str, format: Format, text: &str) -> Result<u64> {
+        let def = self.push_stream(stream)?;
+        let stats = self.live.push_stats(stream);
+        let parsed = SourceStats::default();
+        let mut batches = Vec::new();
+        read_bytes(&def.source, format, text.as_bytes(), &parsed, &mut |b| {
+            batches.push(b);
+            true
+        })?;
+        let bad = parsed.bad_rows.load(Ordering::Relaxed);
+        let samples =
+            std::mem::take(&mut *parsed.bad_samples.lock().unwrap_or_else(|e| e.into_inner()));
+        let unsampled = bad - samples.len() as u64;
+        for row in samples {
+            stats.record_bad(row);
+        }
+        stats.bad_rows.fetch_add(unsampled, Ordering::Relaxed);
+        let mut rows = 0;
+        for batch in batches {
+            rows += batch.num_rows() as u64;
+            self.live.push(stream, batch).await?;
+        }
+        if bad > 0 && rows == 0 {
+            return Err(Error::Connector(format!(
+                "stream {stream}: no valid row among the {bad} pushed"
+            )));
+        }
+        Ok(rows)
+    }
+
+    /// Rows pushed into `stream` so far, and the malformed ones.
+    pub fn push_stats(&self, stream: &str) -> Arc<SourceStats> {
+        self.live.push_stats(stream)
+    }
+
+    fn push_stream(&self, stream: &str) -> Result<Arc<StreamDef>> {
+        let def = self
+            .engine
+            .catalog()
+            .stream(stream)
+            .cloned()
+            .ok_or_else(|| Error::Plan(format!("unknown stream '{stream}'")))?;
+        if def.source.location != SourceLocation::Push {
+            return Err(Error::Plan(format!(
+                "stream {stream} reads its own input; only streams with connector = 'push' take pushed rows"
+            )));
+        }
+        Ok(def)
+    }
+
+    /// Ends push stream `stream`: its windows fire and its queries finish.
+    pub async fn end_stream(&self, stream: &str) {
+        self.live.end_stream(stream).await
+    }
+
+    /// Subscribes to the state changes of every alert of the session.
+    pub fn alerts(&self) -> AlertStream {
+        AlertStream {
+            inner: BroadcastStream::new(self.alerts.subscribe()),
+        }
+    }
+
+    /// The running queries.
+    pub fn queries(&self) -> Vec<QueryInfo> {
+        self.live.queries()
+    }
+
+    /// Stops a query; false if none with that id runs.
+    pub fn stop(&self, id: QueryId) -> bool {
+        self.live.stop(id)
+    }
+
+    /// Waits until query `id` has ended; its error if it failed.
+    pub async fn wait(&self, id: QueryId) -> Result<()> {
+        self.live.wait(id).await
+    }
+
+    /// Stops every query and ends every push stream.
+    pub async fn shutdown(&self) {
+        self.live.shutdown().await
+    }
+}
+
+/// True if the plan's top node is an alert.
+fn is_alert(plan: &LogicalPlan) -> bool {
+    matches!(plan, LogicalPlan::Extension(ext)
+        if ext.node.as_any().downcast_ref::<AlertNode>().is_some())
+}
+
+/// The statement's text from its line on, trimmed to one line, as a label.
+fn statement_text(sql: &str, line: u64) -> String {
+    let text: String = sql
+        .lines()
+        .skip(line.saturating_sub(1) as usize)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let text = text.split(';').next().unwrap_or("").trim();
+    let mut words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if words.len() > 120 {
+        words.truncate(words.floor_char_boundary(117));
+        words.push_str("...");
+    }
+    words
+}
+
+/// `batch` with the columns of `schema`, matched by name and cast.
+fn conform(schema: &SchemaRef, batch: &RecordBatch, stream: &str) -> Result<RecordBatch> {
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|field| {
+            let column = batch.column_by_name(field.name()).ok_or_else(|| {
+                Error::Connector(format!(
+                    "stream {stream}: the pushed rows have no column '{}'",
+                    field.name()
+                ))
+            })?;
+            Ok(cast(column, field.data_type())?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+/// Sends results to a [`QueryHandle`].
+struct ChannelSink {
+    tx: mpsc::Sender<RecordBatch>,
+}
+
+impl Sink for ChannelSink {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        if batch.num_rows() > 0 {
+            // A dropped handle means nobody reads the results: the query
+            // runs on (its alerts may still be read).
+            let _ = self.tx.blocking_send(batch.clone());
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Also publishes an alert query's rows to the session's alert stream.
+struct AlertTee {
+    inner: Box<dyn Sink>,
+    alerts: broadcast::Sender<RecordBatch>,
+}
+
+impl Sink for AlertTee {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        if batch.num_rows() > 0 {
+            let _ = self.alerts.send(batch.clone());
+        }
+        self.inner.write(batch)
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.inner.finish()
+    }
+}

@@ -1,0 +1,145 @@
+//! The embedding API (`vigil::session`): the example program, pushed rows,
+//! alerts as they fire, listing and stopping queries.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::arrow::array::{
+    AsArray, Float64Array, RecordBatch, StringArray, TimestampMillisecondArray,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use vigil::session::{Executed, QueryHandle, Session};
+
+#[allow(dead_code)]
+#[path = "../examples/embed.rs"]
+mod embed;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn started(executed: Vec<Executed>) -> Vec<QueryHandle> {
+    executed
+        .into_iter()
+        .filter_map(|e| match e {
+            Executed::Query(q) => Some(q),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedding_example_prints_its_alerts() {
+    let messages = embed::run().await.expect("the example runs");
+    // web-2 is hot from 20 s to 45 s: windows ending at 30 and 40 s average
+    // 97, so FOR 2 WINDOWS fires at 40 s; the window ending at 50 s averages
+    // 66, not below 50, so it stays firing; the one ending at 60 s resolves.
+    assert_eq!(
+        messages,
+        [
+            "firing: web-2 averaged 97.0 % CPU",
+            "resolved: web-2 averaged 35.0 % CPU"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alert_on_pushed_rows_fires_while_the_stream_is_open() {
+    let mut session = Session::new();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            false,
+        ),
+        Field::new("host", DataType::Utf8, false),
+        Field::new("cpu", DataType::Float64, false),
+    ]));
+    session
+        .register_stream("events", schema.clone(), Some("ts"), 0)
+        .expect("registers");
+    session
+        .execute(
+            "CREATE ALERT hot AS SELECT ts, host, cpu FROM events ALERT BY host WHEN cpu > 90;",
+        )
+        .expect("starts");
+    let mut alerts = session.alerts();
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(TimestampMillisecondArray::from(vec![1000, 2000])),
+            Arc::new(StringArray::from(vec!["a", "b"])),
+            Arc::new(Float64Array::from(vec![95.0, 20.0])),
+        ],
+    )
+    .unwrap();
+    session.push("events", batch).await.expect("pushes");
+    let fired = tokio::time::timeout(WAIT, alerts.recv())
+        .await
+        .expect("the alert fires before the stream ends")
+        .expect("a batch");
+    assert_eq!(fired.num_rows(), 1);
+    let state = fired.column_by_name("state").unwrap().as_string::<i32>();
+    let host = fired.column_by_name("host").unwrap().as_string::<i32>();
+    assert_eq!((state.value(0), host.value(0)), ("firing", "a"));
+    session.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_are_listed_and_stopped() {
+    let mut session = Session::new();
+    let mut handles = started(
+        session
+            .execute(
+                "CREATE STREAM events (ts TIMESTAMP, host TEXT, WATERMARK FOR ts AS ts)
+                   WITH (connector = 'push');
+                 SELECT host FROM events;",
+            )
+            .expect("starts"),
+    );
+    let mut query = handles.remove(0);
+    let listed = session.queries();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, query.id);
+    assert_eq!(listed[0].label, "SELECT host FROM events");
+    let pushed = session
+        .push_json(
+            "events",
+            "{\"ts\": 1, \"host\": \"a\"}\nnot json\n{\"ts\": 2, \"host\": \"b\"}\n",
+        )
+        .await
+        .expect("pushes");
+    assert_eq!(pushed, 2);
+    assert_eq!(
+        session
+            .push_stats("events")
+            .bad_rows
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    let first = tokio::time::timeout(WAIT, query.next())
+        .await
+        .expect("results arrive")
+        .expect("a batch");
+    assert_eq!(first.column(0).as_string::<i32>().value(0), "a");
+    assert!(session.stop(query.id));
+    assert!(!session.stop(query.id), "already stopped");
+    assert!(session.queries().is_empty());
+    // The handle drains what was sent and then ends.
+    let rest = tokio::time::timeout(WAIT, async { while query.next().await.is_some() {} }).await;
+    assert!(rest.is_ok(), "a stopped query's results end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushing_into_a_file_stream_or_an_unknown_one_is_refused() {
+    let mut session = Session::new();
+    session
+        .execute("CREATE STREAM f (ts TIMESTAMP) WITH (path = 'nowhere.csv');")
+        .unwrap();
+    let e = session.push_json("f", "{\"ts\": 1}").await.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("only streams with connector = 'push'"),
+        "{e}"
+    );
+    let e = session.push_json("nope", "{}").await.unwrap_err();
+    assert!(e.to_string().contains("unknown stream 'nope'"), "{e}");
+}
