@@ -172,13 +172,29 @@ fn next_value(
         } => {
             let history = &mut partition.history;
             history.push_back(current);
-            while history.len() > n + 1 {
-                history.pop_front();
+            let leaving = (history.len() > n + 1)
+                .then(|| history.pop_front())
+                .flatten();
+            if partition.running.is_none() {
+                let accumulator = function.create_accumulator()?;
+                // An accumulator that can retract slides along the frame:
+                // each row is added once and taken out once.
+                if accumulator.supports_retract_batch() {
+                    partition.running = Some(accumulator);
+                } else {
+                    let mut accumulator = accumulator;
+                    let rows: Vec<Vec<ScalarValue>> = history.iter().cloned().collect();
+                    accumulator.update_batch(&arrays_of(&rows)?)?;
+                    return Ok(accumulator.evaluate()?);
+                }
             }
-            let mut accumulator = function.create_accumulator()?;
-            let rows: Vec<Vec<ScalarValue>> = history.iter().cloned().collect();
-            accumulator.update_batch(&arrays_of(&rows)?)?;
-            Ok(accumulator.evaluate()?)
+            let sliding = partition.running.as_mut().expect("created above");
+            let newest = history.back().expect("just pushed").clone();
+            sliding.update_batch(&arrays_of(std::slice::from_ref(&newest))?)?;
+            if let Some(old) = leaving {
+                sliding.retract_batch(&arrays_of(std::slice::from_ref(&old))?)?;
+            }
+            Ok(sliding.evaluate()?)
         }
     }
 }
