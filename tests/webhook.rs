@@ -348,3 +348,36 @@ fn bad_options_fail_when_the_sink_is_created() {
         );
     }
 }
+
+#[test]
+fn alert_state_changes_are_delivered_to_a_webhook() {
+    let server = Receiver::start(&[]);
+    // Per host, in event time: a fires at 1 s (99 at 5 s is a repeat, not
+    // sent); b fires at 6 s; the row without a host is its own key (NULL)
+    // and fires at 3 s; c's NULL cpu is not above 90.
+    let sql = format!(
+        "{}\nCREATE SINK pager WITH (connector = 'webhook', url = '{}');\n\
+         CREATE ALERT hot AS SELECT ts, host, cpu FROM m \
+         ALERT BY host WHEN cpu > 90 SEVERITY 'page' MESSAGE '{{host}} at {{cpu}}';\n\
+         INSERT INTO pager SELECT alert, host, state, event_time, severity, message FROM hot;",
+        stream(8192),
+        server.url()
+    );
+    let (_dir, out) = run(&sql);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty(), "the routed alert prints nothing");
+    let mut rows = delivered_rows(&server.received());
+    rows.sort_by_key(|v| v["event_time"].to_string());
+    let alert = |host: Value, at: &str, message: &str| {
+        json!({"alert": "hot", "host": host, "state": "firing", "event_time": at,
+               "severity": "page", "message": message})
+    };
+    assert_eq!(
+        rows,
+        vec![
+            alert(json!("a"), "1970-01-01T00:00:01", "a at 91.5"),
+            alert(Value::Null, "1970-01-01T00:00:03", "NULL at 95.0"),
+            alert(json!("b"), "1970-01-01T00:00:06", "b at 92.25"),
+        ]
+    );
+}
