@@ -78,6 +78,22 @@ impl Accumulator for MadAccumulator {
         Ok(ScalarValue::Float64(mad(&self.values)))
     }
 
+    /// Removes one occurrence of each value, so a sliding frame
+    /// (`OVER (... ROWS n PRECEDING)`) keeps one accumulator.
+    fn retract_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let array = values[0].as_primitive::<Float64Type>();
+        for value in array.iter().flatten() {
+            if let Some(i) = self.values.iter().position(|v| v.total_cmp(&value).is_eq()) {
+                self.values.swap_remove(i);
+            }
+        }
+        Ok(())
+    }
+
+    fn supports_retract_batch(&self) -> bool {
+        true
+    }
+
     fn size(&self) -> usize {
         std::mem::size_of_val(self) + self.values.capacity() * std::mem::size_of::<f64>()
     }
@@ -126,6 +142,19 @@ pub(super) fn median(mut values: Vec<f64>) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retracting_values_slides_the_frame() {
+        let mut acc = MadAccumulator::default();
+        let batch = |v: Vec<f64>| -> Vec<ArrayRef> { vec![Arc::new(Float64Array::from(v))] };
+        acc.update_batch(&batch(vec![10.0, 11.0, 9.0, 50.0]))
+            .unwrap();
+        acc.retract_batch(&batch(vec![50.0])).unwrap();
+        // [10, 11, 9]: median 10, deviations 0, 1, 1 -> 1.
+        assert_eq!(acc.evaluate().unwrap(), ScalarValue::Float64(Some(1.0)));
+        acc.retract_batch(&batch(vec![10.0, 11.0, 9.0])).unwrap();
+        assert_eq!(acc.evaluate().unwrap(), ScalarValue::Float64(None));
+    }
 
     #[test]
     fn median_absolute_deviation() {
