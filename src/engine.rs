@@ -92,6 +92,8 @@ pub struct Engine {
     mode: Option<ExecutionMode>,
     /// Files that replace the `path` of the streams so named.
     inputs: Vec<(String, PathBuf)>,
+    /// Replaces the `follow` option of every file stream, if set.
+    follow: Option<bool>,
 }
 
 impl Engine {
@@ -120,6 +122,13 @@ impl Engine {
     /// over other data.
     pub fn override_input(&mut self, name: &str, path: PathBuf) {
         self.inputs.push((name.to_string(), path));
+    }
+
+    /// Makes every file stream declared from now on follow its file as it
+    /// grows (`true`) or end at its end (`false`), whatever its `follow`
+    /// option says.
+    pub fn set_follow(&mut self, follow: bool) {
+        self.follow = Some(follow);
     }
 
     /// Executes one statement; relative paths in it resolve against
@@ -260,7 +269,16 @@ impl Engine {
             idle_timeout: option(IDLE_TIMEOUT)?
                 .map(|ms| std::time::Duration::from_millis(ms as u64)),
         };
-        let create = self.with_input_override(create);
+        let mut create = self.with_input_override(create);
+        let reads_file = create
+            .options
+            .iter()
+            .find(|(k, _)| k == "connector")
+            .is_none_or(|(_, v)| v.trim().eq_ignore_ascii_case("file"));
+        if let Some(follow) = self.follow.filter(|_| reads_file) {
+            create.options.retain(|(k, _)| k != "follow");
+            create.options.push(("follow".into(), follow.to_string()));
+        }
         self.catalog
             .add_stream(stream_def(&create, timing, base_dir)?)
     }

@@ -248,6 +248,7 @@ impl Session {
             event_time,
             batch_size: 8192,
             dead_letter: None,
+            follow: false,
         };
         self.engine.add_stream(StreamDef {
             name: name.to_string(),

@@ -295,3 +295,196 @@ fn rows_written_into_a_pipe_come_out_before_the_pipe_closes() {
     drop(writer);
     assert!(child.wait().expect("vigil ends").success());
 }
+
+#[test]
+fn check_accepts_good_scripts_without_running_them() {
+    let ddl = format!(
+        "{STREAM} WITH (path = 'missing.csv');\nCREATE SINK out WITH (path = 'out/result.csv');"
+    );
+    let dir = setup(&[
+        ("ddl.sql", &ddl),
+        (
+            "q.sql",
+            &format!("{AVG}\nINSERT INTO out SELECT host FROM m;"),
+        ),
+    ]);
+    let out = vigil(dir.path(), &["check", "ddl.sql", "q.sql"], None);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert_eq!(stderr, "vigil check: 2 files, 4 statements, ok\n");
+    assert!(
+        !dir.path().join("out").exists(),
+        "checking must not create the sink's file"
+    );
+}
+
+#[test]
+fn check_reports_every_error_with_file_line_and_column() {
+    let first = format!(
+        "{STREAM} WITH (path = 'm.csv');
+CREATE SINK out WITH (path = 'out.csv');
+SELECT nosuch FROM m;
+INSERT INTO out SELECT host FROM m;
+   SELECT host, count(*) FROM m GROUP BY host;"
+    );
+    let second = "SELECT host FROM m WHERE;\nSELECT host FROM m;";
+    let dir = setup(&[("a.sql", &first), ("b.sql", second)]);
+    let out = vigil(dir.path(), &["check", "a.sql", "b.sql"], None);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.contains(".sql:")).collect();
+    assert_eq!(errors.len(), 3, "{stderr}");
+    assert!(
+        errors[0].starts_with("a.sql:4:1: ") && errors[0].contains("nosuch"),
+        "{stderr}"
+    );
+    assert!(
+        errors[1].starts_with("a.sql:6:4: cannot run on a stream"),
+        "{stderr}"
+    );
+    assert!(
+        errors[2].starts_with("b.sql:1:25: Expected: an expression"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(" 1 | SELECT host FROM m WHERE;\n   |                         ^"),
+        "the caret under the error: {stderr}"
+    );
+    assert!(
+        stderr.ends_with("vigil check: 2 files, 7 statements, 3 errors\n"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("out.csv").exists());
+}
+
+/// 4 s of event time replayed at 4x: about a second of wall time, so the
+/// progress line is drawn a few times.
+const PACED: &str = "ts,host,cpu\n0,a,1\n1000,a,2\n2000,a,3\n3000,a,4\n4000,a,5\n";
+
+#[test]
+fn progress_is_shown_on_request_and_hidden_from_pipes_by_default() {
+    let sql = format!(
+        "{STREAM} WITH (path = 'm.csv', replay = 'realtime', speed = '4');\nSELECT cpu FROM m WHERE cpu > 2;"
+    );
+    let dir = setup(&[("q.sql", &sql), ("m.csv", PACED)]);
+    let out = vigil(dir.path(), &["run", "q.sql", "--progress", "always"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "cpu\n3.0\n4.0\n5.0\n");
+    let stderr = text(&out.stderr);
+    assert!(stderr.starts_with("\r\x1b[2Kvigil: "), "{stderr:?}");
+    assert!(stderr.contains("/s) at 1970-01-01T00:00:0"), "{stderr:?}");
+    assert!(stderr.contains(", late 0, bad 0"), "{stderr:?}");
+    // Cleared before the summary, which starts on a clean line.
+    assert!(
+        stderr.contains("\r\x1b[2Kvigil: stream m: rows=5 bad=0\n"),
+        "{stderr:?}"
+    );
+
+    let out = vigil(dir.path(), &["run", "q.sql"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "cpu\n3.0\n4.0\n5.0\n");
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("/s)"), "{stderr:?}");
+    assert!(!stderr.contains('\r'), "{stderr:?}");
+}
+
+#[test]
+fn until_end_overrides_the_follow_option() {
+    let sql = format!(
+        "{STREAM} WITH (path = 'm.csv', follow = 'true');\nSELECT host FROM m WHERE cpu > 4;"
+    );
+    let dir = setup(&[("q.sql", &sql), ("m.csv", ROWS)]);
+    let out = vigil(dir.path(), &["run", "q.sql", "--until-end"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "host\nb\na\n");
+}
+
+#[test]
+fn follow_reads_appended_rows_live_until_sigterm() {
+    use std::io::{BufRead, BufReader};
+    use std::time::Duration;
+    let sql = "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE,
+  WATERMARK FOR ts AS ts) WITH (path = 'm.csv');
+SELECT window_start, count(*) AS n, max(cpu) AS top
+  FROM TUMBLE(m, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end;";
+    let dir = setup(&[
+        ("q.sql", sql),
+        ("m.csv", "ts,host,cpu\n1000,a,1\n2000,a,2\n"),
+    ]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(["run", "--follow", "q.sql"])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("vigil starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line.expect("a line")).is_err() {
+                return;
+            }
+        }
+    });
+    let append = |rows: &str| {
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.path().join("m.csv"))
+            .expect("open the input");
+        file.write_all(rows.as_bytes()).expect("append rows");
+    };
+    let wait = Duration::from_secs(20);
+    // The end of the file is no end: the window [0 s, 10 s) stays open.
+    assert!(rx.recv_timeout(Duration::from_millis(500)).is_err());
+    // A row at 12 s moves the watermark past it.
+    append("12000,b,7\n");
+    assert_eq!(rx.recv_timeout(wait).as_deref(), Ok("window_start,n,top"));
+    assert_eq!(
+        rx.recv_timeout(wait).as_deref(),
+        Ok("1970-01-01T00:00:00,2,2.0")
+    );
+    // A row written in two pieces counts once its line is complete.
+    append("25000,a,");
+    std::thread::sleep(Duration::from_millis(400));
+    append("3\n");
+    assert_eq!(
+        rx.recv_timeout(wait).as_deref(),
+        Ok("1970-01-01T00:00:10,1,7.0")
+    );
+    assert!(
+        child.try_wait().expect("try_wait").is_none(),
+        "still running"
+    );
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let deadline = Instant::now() + wait;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("vigil did not stop on SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+        .expect("read stderr");
+    assert!(status.success(), "{status:?}: {stderr}");
+    // Stopped, not ended: the window [20 s, 30 s) never closed.
+    assert!(rx.recv_timeout(Duration::from_secs(2)).is_err());
+    assert!(stderr.contains("vigil: SIGTERM: stopping"), "{stderr}");
+    assert!(
+        stderr.contains("vigil: stopped by SIGTERM; windows still open were not fired"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("vigil: stream m: rows=4 bad=0"), "{stderr}");
+    assert!(stderr.contains("vigil: query 1: out=2 late=0"), "{stderr}");
+}

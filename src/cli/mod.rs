@@ -1,21 +1,27 @@
 //! The `vigil` command line.
 
+mod check;
 mod output;
+mod progress;
+mod stop;
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::connectors::{OutputFormat, make_sink, sink::open_sink};
+use crate::connectors::{OutputFormat, SinkTarget, make_sink, sink::open_sink};
 use crate::engine::{Engine, Outcome, PreparedQuery, drop_routed_alerts, script_dir};
 use crate::error::{Error, Result};
 use crate::planner::ExecutionMode;
 use crate::runtime::{self, RunReport, RunnableQuery};
 use crate::sql::parse_script;
 use output::SharedOutput;
+use progress::{Progress, StatusLine};
+use stop::Stopper;
 
 /// vigil: continuous SQL over streams of system metrics and events.
 #[derive(Debug, Parser)]
@@ -28,8 +34,23 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run every statement of the given .sql files; exits when finite inputs
-    /// end and every window has fired.
+    /// end and every window has fired (with --follow: on Ctrl-C / SIGTERM).
     Run(RunArgs),
+    /// Parse and plan every statement of the given .sql files without
+    /// running anything; report every error as FILE:LINE:COLUMN.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct CheckArgs {
+    /// Script files, checked in order (later files see the streams and
+    /// sinks of earlier ones).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Plan queries in this execution mode until a `SET execution_mode`
+    /// says otherwise.
+    #[arg(long, value_enum)]
+    execution_mode: Option<ModeArg>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -51,6 +72,26 @@ struct RunArgs {
     /// names (repeatable), e.g. `--input metrics=my_metrics.csv`.
     #[arg(long, value_name = "NAME=PATH", value_parser = parse_input)]
     input: Vec<(String, PathBuf)>,
+    /// Keep reading file sources as they grow, like `tail -f`, until
+    /// Ctrl-C or SIGTERM (sets `follow = 'true'` on every file stream).
+    #[arg(long, conflicts_with = "until_end")]
+    follow: bool,
+    /// End every file source at its end, whatever its `follow` option says
+    /// (what streams without the option do).
+    #[arg(long)]
+    until_end: bool,
+    /// A progress line on stderr while the run reads its inputs: rows,
+    /// rows/s, event time, late and bad rows (auto: when stderr is a
+    /// terminal).
+    #[arg(long, value_enum, default_value_t = ProgressArg::Auto)]
+    progress: ProgressArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ProgressArg {
+    Auto,
+    Always,
+    Never,
 }
 
 fn parse_input(text: &str) -> std::result::Result<(String, PathBuf), String> {
@@ -109,6 +150,7 @@ pub fn main() -> ExitCode {
     };
     let outcome = match cli.command {
         Command::Run(args) => runtime.block_on(run(args)),
+        Command::Check(args) => return check(args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -119,13 +161,36 @@ pub fn main() -> ExitCode {
     }
 }
 
+fn check(args: CheckArgs) -> ExitCode {
+    let mut engine = Engine::new();
+    if let Some(mode) = args.execution_mode {
+        engine.set_execution_mode(mode.into());
+    }
+    let report = check::check_files(&mut engine, &args.files);
+    for error in &report.errors {
+        eprintln!("{error}");
+    }
+    eprintln!("{}", report.summary());
+    if report.errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
 async fn run(args: RunArgs) -> Result<()> {
+    // Installed first, so that a Ctrl-C while the scripts are read already
+    // ends the run cleanly.
+    let stopper = Stopper::install();
     let mut engine = Engine::new();
     if let Some(mode) = args.execution_mode {
         engine.set_execution_mode(mode.into());
     }
     for (name, path) in &args.input {
         engine.override_input(name, path.clone());
+    }
+    if args.follow || args.until_end {
+        engine.set_follow(args.follow);
     }
     let mut queries = Vec::new();
     for file in &args.files {
@@ -144,14 +209,29 @@ async fn run(args: RunArgs) -> Result<()> {
         } else {
             OutputFormat::Csv
         });
+    let show_progress = match args.progress {
+        ProgressArg::Auto => std::io::stderr().is_terminal(),
+        ProgressArg::Always => true,
+        ProgressArg::Never => false,
+    };
+    let status = Arc::new(StatusLine::default());
+    // Everything bound for stdout goes through one writer; on a terminal,
+    // that writer clears the progress line while it writes.
+    let mut stdout = SharedOutput::stdout();
+    if show_progress && std::io::stdout().is_terminal() {
+        stdout = stdout.with_status(status.clone());
+    }
     let output = match &args.output {
         Some(path) => SharedOutput::file(path)?,
-        None => SharedOutput::stdout(),
+        None => stdout.clone(),
     };
     let runnable = queries
         .into_iter()
         .map(|q| {
             let sink = match &q.sink {
+                Some(config) if config.target == SinkTarget::Stdout => {
+                    make_sink(config.format, Box::new(stdout.clone()))
+                }
                 Some(config) => open_sink(config)?,
                 None => make_sink(format, Box::new(output.clone())),
             };
@@ -161,7 +241,23 @@ async fn run(args: RunArgs) -> Result<()> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let report = runtime::run(runnable).await?;
+    let mut progress = None;
+    let outcome = runtime::run_observed(runnable, |report| {
+        if let Some(stopper) = &stopper {
+            stopper.watch(report);
+        }
+        if show_progress {
+            progress = Some(Progress::start(status.clone(), report));
+        }
+    })
+    .await;
+    if let Some(progress) = progress {
+        progress.finish();
+    }
+    let report = outcome?;
+    if let Some(signal) = stopper.as_ref().and_then(Stopper::stopped_by) {
+        eprintln!("vigil: stopped by {signal}; windows still open were not fired");
+    }
     print_summary(&report);
     Ok(())
 }

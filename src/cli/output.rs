@@ -5,6 +5,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use super::progress::StatusLine;
 use crate::error::{Error, Result};
 
 /// A writer many sinks can hold. Each holder buffers what it writes and
@@ -13,6 +14,8 @@ use crate::error::{Error, Result};
 pub struct SharedOutput {
     shared: Arc<Mutex<Box<dyn Write + Send>>>,
     pending: Vec<u8>,
+    /// The progress line on the same terminal, cleared while writing.
+    status: Option<Arc<StatusLine>>,
 }
 
 impl Clone for SharedOutput {
@@ -20,6 +23,7 @@ impl Clone for SharedOutput {
         Self {
             shared: self.shared.clone(),
             pending: Vec::new(),
+            status: self.status.clone(),
         }
     }
 }
@@ -41,7 +45,15 @@ impl SharedOutput {
         Self {
             shared: Arc::new(Mutex::new(out)),
             pending: Vec::new(),
+            status: None,
         }
+    }
+
+    /// Clears `status` off the terminal while writing (for an output on
+    /// the terminal the progress line is drawn on).
+    pub fn with_status(mut self, status: Arc<StatusLine>) -> Self {
+        self.status = Some(status);
+        self
     }
 }
 
@@ -53,6 +65,11 @@ impl Write for SharedOutput {
 
     fn flush(&mut self) -> std::io::Result<()> {
         let mut out = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        let _held = self
+            .status
+            .as_ref()
+            .filter(|_| !self.pending.is_empty())
+            .map(|s| s.hold());
         out.write_all(&self.pending)?;
         self.pending.clear();
         out.flush()

@@ -13,7 +13,7 @@ pub mod webhook;
 
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use datafusion::arrow::datatypes::SchemaRef;
 
@@ -74,6 +74,9 @@ pub struct SourceConfig {
     pub batch_size: usize,
     /// Where malformed rows are copied, if anywhere.
     pub dead_letter: Option<PathBuf>,
+    /// Keep reading a regular file as it grows (`tail -f`) instead of
+    /// ending at its end; `follow` in `WITH`.
+    pub follow: bool,
 }
 
 /// A malformed input row that was skipped.
@@ -94,6 +97,35 @@ pub struct SourceStats {
     pub bad_rows: AtomicU64,
     /// The first few bad rows, for the summary.
     pub bad_samples: Mutex<Vec<BadRow>>,
+    /// The largest event time read so far (for progress displays).
+    pub max_event_time: MaxEventTime,
+    /// Set to ask the source to stop: it ends at its next row (or poll,
+    /// when following a file) without sending the final watermark, so the
+    /// windows still open do not fire.
+    pub stop: AtomicBool,
+}
+
+/// The largest event time a source has read, in epoch milliseconds.
+#[derive(Debug)]
+pub struct MaxEventTime(AtomicI64);
+
+impl Default for MaxEventTime {
+    fn default() -> Self {
+        Self(AtomicI64::new(i64::MIN))
+    }
+}
+
+impl MaxEventTime {
+    /// The largest event time so far; `None` before the first row (or when
+    /// the stream has no event-time column).
+    pub fn get(&self) -> Option<i64> {
+        Some(self.0.load(Ordering::Relaxed)).filter(|&t| t != i64::MIN)
+    }
+
+    /// Takes `ms` into account.
+    pub fn raise(&self, ms: i64) {
+        self.0.fetch_max(ms, Ordering::Relaxed);
+    }
 }
 
 /// How many bad rows are kept verbatim for the summary.

@@ -25,6 +25,7 @@ const SOURCE_KEYS: &[&str] = &[
     "speed",
     "batch_size",
     "dead_letter",
+    "follow",
 ];
 
 const SINK_KEYS: &[&str] = &["connector", "path", "format", "append_only"];
@@ -141,8 +142,9 @@ impl SourceConfig {
     /// `file`), `path` (required for `file`, resolved against `base_dir`), `format` (`csv` |
     /// `jsonl` | `json` | `ndjson`; default from the path's extension, else
     /// csv), `replay` (`fast` | `realtime`), `speed` (positive number, default
-    /// 1), `batch_size` (positive integer, default 8192) and `dead_letter` (a
-    /// path, resolved against `base_dir`).
+    /// 1), `batch_size` (positive integer, default 8192), `dead_letter` (a
+    /// path, resolved against `base_dir`) and `follow` (`true` | `false`,
+    /// files only).
     pub fn from_options(
         stream: &str,
         schema: SchemaRef,
@@ -225,6 +227,13 @@ impl SourceConfig {
 
         let dead_letter = opts.path("dead_letter", base_dir)?;
 
+        let follow = opts.flag("follow")?;
+        if follow && location == SourceLocation::Stdin {
+            return Err(Error::Plan(format!(
+                "stream {stream}: option 'follow' is for files (stdin is always read as it comes)"
+            )));
+        }
+
         if let Some(i) = event_time
             && i >= schema.fields().len()
         {
@@ -242,6 +251,7 @@ impl SourceConfig {
             event_time,
             batch_size,
             dead_letter,
+            follow,
         })
     }
 }
@@ -350,6 +360,30 @@ mod tests {
         assert_eq!(c.batch_size, DEFAULT_BATCH_SIZE);
         assert_eq!(c.dead_letter, None);
         assert_eq!(c.event_time, Some(0));
+        assert!(!c.follow);
+    }
+
+    #[test]
+    fn source_follow() {
+        assert!(
+            source(&[("path", "m.csv"), ("follow", "TRUE")])
+                .unwrap()
+                .follow
+        );
+        assert!(
+            !source(&[("path", "m.csv"), ("follow", "false")])
+                .unwrap()
+                .follow
+        );
+        let e = err(source(&[("path", "m.csv"), ("follow", "yes")]));
+        assert!(e.contains("'follow'") && e.contains("true, false"), "{e}");
+        let e = err(source(&[("connector", "stdin"), ("follow", "true")]));
+        assert!(e.contains("'follow' is for files"), "{e}");
+        assert!(
+            !source(&[("connector", "stdin"), ("follow", "false")])
+                .unwrap()
+                .follow
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::{
@@ -31,11 +31,17 @@ use crate::error::{Error, Result};
 /// Size of the read buffer for files and stdin.
 const READ_BUFFER: usize = 1 << 16;
 
+/// How often a followed file is checked for new bytes, and the longest a
+/// pause (realtime replay, following) goes without looking at `stop`.
+const POLL: Duration = Duration::from_millis(100);
+
 /// Longest value text quoted in a bad-row reason.
 const MAX_QUOTED_CHARS: usize = 40;
 
 /// Reads the source described by `config` to its end, calling `emit` with
-/// each batch of at most `config.batch_size` rows.
+/// each batch of at most `config.batch_size` rows. A regular file with
+/// `config.follow` has no end: at its end the reader waits for more bytes
+/// (a partial last line waits for its newline) until `stats.stop` is set.
 ///
 /// Synchronous; meant to run on a blocking thread. Stops early (with `Ok`)
 /// as soon as `emit` returns `false`. `stats.rows` counts emitted rows;
@@ -63,8 +69,12 @@ pub fn read_source(
             let name = path.display().to_string();
             // A pipe or socket is read like stdin: rows go on as soon as a
             // read comes back short, not when a batch fills.
-            let live = file.metadata().is_ok_and(|m| !m.file_type().is_file());
-            read_format(config.format, file, &name, live, &mut driver)
+            let regular = file.metadata().is_ok_and(|m| m.file_type().is_file());
+            if config.follow && regular {
+                let follow = Follow::new(file, &stats.stop);
+                return read_format(config.format, follow, &name, true, &mut driver);
+            }
+            read_format(config.format, file, &name, !regular, &mut driver)
         }
         SourceLocation::Stdin => {
             let stdin = io::stdin();
@@ -294,6 +304,117 @@ impl Batcher {
     }
 }
 
+/// Most a followed file is read ahead of what was handed out.
+const FOLLOW_READ_AHEAD: usize = 1 << 20;
+
+/// A regular file read `tail -f` style: at its end, a read waits for more
+/// bytes instead of returning 0, until `stop` is set.
+///
+/// Only whole lines are handed out: a partial last line is held back until
+/// its newline arrives. So the reader never waits in the middle of a row
+/// (a quoted CSV field spanning lines aside), and the rows it holds go on
+/// before it waits for more. The last read of what the file has comes back
+/// short, which tells the reader that nothing more is available for now.
+struct Follow<'a> {
+    file: File,
+    /// Bytes read from the file and not yet handed out start at `start`;
+    /// those before `ready` end with a newline.
+    buf: Vec<u8>,
+    start: usize,
+    ready: usize,
+    /// Bytes read from the file so far.
+    size: u64,
+    stop: &'a AtomicBool,
+}
+
+impl<'a> Follow<'a> {
+    fn new(file: File, stop: &'a AtomicBool) -> Self {
+        Follow {
+            file,
+            buf: Vec::new(),
+            start: 0,
+            ready: 0,
+            size: 0,
+            stop,
+        }
+    }
+
+    /// Reads what the file has now (up to [`FOLLOW_READ_AHEAD`]); false
+    /// when it has nothing new.
+    fn fill(&mut self) -> io::Result<bool> {
+        self.buf.drain(..self.start);
+        self.ready -= self.start;
+        self.start = 0;
+        let before = self.buf.len();
+        while self.buf.len() < before + FOLLOW_READ_AHEAD {
+            let at = self.buf.len();
+            self.buf.resize(at + READ_BUFFER, 0);
+            let n = self.file.read(&mut self.buf[at..])?;
+            self.buf.truncate(at + n);
+            if n == 0 {
+                break;
+            }
+        }
+        let got = self.buf.len() - before;
+        self.size += got as u64;
+        if let Some(newline) = self.buf[self.ready..].iter().rposition(|&b| b == b'\n') {
+            self.ready += newline + 1;
+        }
+        if got == 0 {
+            let len = self.file.metadata()?.len();
+            if len < self.size {
+                return Err(io::Error::other(format!(
+                    "the file shrank from {} to {len} bytes while being followed \
+                     (truncated or rotated)",
+                    self.size
+                )));
+            }
+        }
+        Ok(got > 0)
+    }
+}
+
+impl Read for Follow<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if out.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return Ok(0);
+            }
+            let ready = self.ready - self.start;
+            if ready > 0 {
+                // Exactly a buffer's worth left would fill the read: hand
+                // out one byte less, so that the last read is a short one.
+                let n = if ready == out.len() {
+                    (ready - 1).max(1)
+                } else {
+                    ready.min(out.len())
+                };
+                out[..n].copy_from_slice(&self.buf[self.start..self.start + n]);
+                self.start += n;
+                return Ok(n);
+            }
+            if !self.fill()? {
+                std::thread::sleep(POLL);
+            }
+        }
+    }
+}
+
+/// Sleeps for `wait`, waking early once `stop` is set.
+fn pause(wait: Duration, stop: &AtomicBool) {
+    let until = Instant::now() + wait;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || stop.load(Ordering::Relaxed) {
+            return;
+        }
+        std::thread::sleep(left.min(POLL));
+    }
+}
+
 /// Sleeps between rows to replay event-time gaps at a given speed.
 struct Pacer {
     column: usize,
@@ -377,6 +498,8 @@ struct Driver<'a> {
     batch_size: usize,
     pacer: Option<Pacer>,
     dead_letter: Option<DeadLetter>,
+    /// The largest event time among the rows taken since the last flush.
+    max_event_time: i64,
 }
 
 impl<'a> Driver<'a> {
@@ -404,6 +527,7 @@ impl<'a> Driver<'a> {
                 .dead_letter
                 .clone()
                 .map(|path| DeadLetter { path, out: None }),
+            max_event_time: i64::MIN,
         })
     }
 
@@ -417,6 +541,10 @@ impl<'a> Driver<'a> {
         text: &[u8],
         raw: RawRow<'_>,
     ) -> Result<bool> {
+        if self.stats.stop.load(Ordering::Relaxed) {
+            self.flush()?;
+            return Ok(false);
+        }
         if let Err(reason) = self.batcher.check(vals) {
             self.bad(line(), reason, raw)?;
             return Ok(true);
@@ -428,7 +556,10 @@ impl<'a> Driver<'a> {
             if !self.flush()? {
                 return Ok(false);
             }
-            std::thread::sleep(wait);
+            pause(wait, &self.stats.stop);
+        }
+        if let Some(Val::Int(t)) = self.batcher.event_time.map(|i| vals[i]) {
+            self.max_event_time = self.max_event_time.max(t);
         }
         self.batcher.push(vals, text);
         if self.batcher.len >= self.batch_size {
@@ -456,6 +587,7 @@ impl<'a> Driver<'a> {
                 self.stats
                     .rows
                     .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+                self.stats.max_event_time.raise(self.max_event_time);
                 Ok((self.emit)(batch))
             }
             None => Ok(true),
@@ -927,6 +1059,7 @@ mod tests {
             event_time: Some(0),
             batch_size: 100,
             dead_letter: None,
+            follow: false,
         }
     }
 
@@ -1496,6 +1629,117 @@ mod tests {
             let sizes: Vec<usize> = run.batches.iter().map(|b| b.num_rows()).collect();
             assert_eq!(sizes, vec![4], "{format:?}");
         }
+    }
+
+    #[test]
+    fn follow_reads_a_growing_file_until_stopped() {
+        for format in [Format::Csv, Format::Jsonl] {
+            let rows: [&str; 4] = match format {
+                Format::Csv => [
+                    "ts,host,cpu,n,up\n1000,a,1,1,true\n",
+                    "2000,a,1,1,true\n3000,a,",
+                    "1,1,true\n",
+                    "4000,a,1,1,true\n",
+                ],
+                Format::Jsonl => [
+                    "{\"ts\":1000}\n",
+                    "{\"ts\":2000}\n{\"ts\":",
+                    "3000}\n",
+                    "{\"ts\":4000}\n",
+                ],
+            };
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("in");
+            std::fs::write(&path, rows[0]).unwrap();
+            let cfg = SourceConfig {
+                follow: true,
+                ..config(format, SourceLocation::File(path.clone()))
+            };
+            let stats = Arc::new(SourceStats::default());
+            let (tx, rx) = std::sync::mpsc::channel();
+            let reader = {
+                let stats = stats.clone();
+                std::thread::spawn(move || {
+                    read_source(&cfg, &stats, &mut |b| tx.send(b.num_rows()).is_ok())
+                })
+            };
+            let append = |text: &str| {
+                let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+                file.write_all(text.as_bytes()).unwrap();
+            };
+            let wait = Duration::from_secs(10);
+            assert_eq!(rx.recv_timeout(wait), Ok(1), "{format:?}: the first row");
+            append(rows[1]);
+            // The whole line goes on; the partial one waits for its newline.
+            assert_eq!(rx.recv_timeout(wait), Ok(1), "{format:?}: the second row");
+            assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+            append(rows[2]);
+            assert_eq!(
+                rx.recv_timeout(wait),
+                Ok(1),
+                "{format:?}: the completed row"
+            );
+            assert_eq!(stats.max_event_time.get(), Some(3000));
+            stats.stop.store(true, Ordering::Relaxed);
+            reader.join().unwrap().unwrap();
+            append(rows[3]);
+            assert_eq!(stats.rows.load(Ordering::Relaxed), 3);
+            assert_eq!(stats.bad_rows.load(Ordering::Relaxed), 0);
+        }
+    }
+
+    #[test]
+    fn follow_fails_when_the_file_shrinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.csv");
+        std::fs::write(&path, "ts,host,cpu,n,up\n1000,a,1,1,true\n").unwrap();
+        let cfg = SourceConfig {
+            follow: true,
+            ..config(Format::Csv, SourceLocation::File(path.clone()))
+        };
+        let stats = Arc::new(SourceStats::default());
+        let reader = {
+            let stats = stats.clone();
+            std::thread::spawn(move || read_source(&cfg, &stats, &mut |_| true))
+        };
+        while stats.rows.load(Ordering::Relaxed) == 0 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::fs::write(&path, "").unwrap();
+        let err = reader.join().unwrap().unwrap_err().to_string();
+        assert!(err.contains("shrank"), "{err}");
+    }
+
+    #[test]
+    fn a_stop_request_ends_reading_at_the_next_row() {
+        let mut text = String::from("ts,host,cpu,n,up\n");
+        for i in 0..10 {
+            text.push_str(&format!("{i},h,1,{i},true\n"));
+        }
+        let cfg = SourceConfig {
+            batch_size: 2,
+            ..config(Format::Csv, SourceLocation::Stdin)
+        };
+        let stats = SourceStats::default();
+        let mut batches = 0;
+        let mut emit = |_b: RecordBatch| {
+            batches += 1;
+            stats.stop.store(true, Ordering::Relaxed);
+            true
+        };
+        let mut d = Driver::new(&cfg, &stats, &mut emit).unwrap();
+        read_format(
+            cfg.format,
+            Cursor::new(text.into_bytes()),
+            "t",
+            false,
+            &mut d,
+        )
+        .unwrap();
+        drop(d);
+        assert_eq!(batches, 1);
+        assert_eq!(stats.rows.load(Ordering::Relaxed), 2);
+        assert_eq!(stats.max_event_time.get(), Some(1));
     }
 
     #[test]

@@ -15,7 +15,8 @@ const IDLE_CHECK: Duration = Duration::from_millis(100);
 /// the join) and, as the watermark, the minimum of the inputs' watermarks.
 /// An input that has ended no longer holds the minimum back, and neither
 /// does one that has sent nothing for its stream's `idle_timeout` (until it
-/// sends again).
+/// sends again). Inputs that all end without their final watermark (the
+/// run was stopped) do not fire what is still open.
 pub async fn run(
     inputs: Vec<(Receiver<Message>, Option<Duration>)>,
     mut join: Option<WindowJoin>,
@@ -123,7 +124,7 @@ impl Watermarks {
             let idle =
                 self.idle_after[i].is_some_and(|d| now.duration_since(self.last_seen[i]) > d);
             match (self.ended[i], idle) {
-                (true, _) => Some(i64::MAX),
+                (true, _) => None,
                 (false, true) => None,
                 (false, false) => Some(self.watermarks[i]),
             }
@@ -148,7 +149,17 @@ mod tests {
         assert_eq!(w.observe(1, Some(20)), Some(10));
         assert_eq!(w.observe(0, Some(8)), None, "watermarks never go back");
         assert_eq!(w.end(0), Some(20));
-        assert_eq!(w.end(1), Some(i64::MAX));
+        assert_eq!(w.observe(1, Some(i64::MAX)), Some(i64::MAX));
+        assert_eq!(w.end(1), None);
+    }
+
+    #[test]
+    fn inputs_stopped_without_their_final_watermark_fire_nothing_more() {
+        let mut w = Watermarks::new(vec![None, None]);
+        assert_eq!(w.observe(0, Some(10)), None);
+        assert_eq!(w.observe(1, Some(5)), Some(5));
+        assert_eq!(w.end(1), Some(10));
+        assert_eq!(w.end(0), None);
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub struct RunnableQuery {
 }
 
 /// What a finished run counted.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct RunReport {
     /// Per stream read: its name and counters.
     pub streams: Vec<(String, Arc<SourceStats>)>,
@@ -47,6 +47,16 @@ pub struct RunReport {
 /// Runs `queries` until their inputs end; returns the counters, or the
 /// first error any task met.
 pub async fn run(queries: Vec<RunnableQuery>) -> Result<RunReport> {
+    run_observed(queries, |_| {}).await
+}
+
+/// Runs like [`run`]; `started` gets the counters once every task is
+/// started, while they are still being updated: to show progress, or to
+/// stop the sources early (see [`SourceStats::stop`]).
+pub async fn run_observed(
+    queries: Vec<RunnableQuery>,
+    started: impl FnOnce(&RunReport),
+) -> Result<RunReport> {
     let mut report = RunReport::default();
     let mut sources: BTreeMap<String, (Arc<StreamDef>, Vec<Subscriber>)> = BTreeMap::new();
     let mut late_outputs: HashMap<String, Vec<Arc<LateRows>>> = HashMap::new();
@@ -114,6 +124,7 @@ pub async fn run(queries: Vec<RunnableQuery>) -> Result<RunReport> {
     // The window operators now hold the only handles: when the last of them
     // ends, the late-row streams end too.
     drop(late_outputs);
+    started(&report);
     let mut first_error = None;
     for task in tasks {
         let outcome = task
@@ -197,6 +208,9 @@ async fn run_late_source(
             subscriber.send_async(&batch).await;
         }
     }
+    if stats.stop.load(Ordering::Relaxed) {
+        return Ok(());
+    }
     for subscriber in &subscribers {
         let _ = subscriber.tx.send(Message::Watermark(END_OF_INPUT)).await;
     }
@@ -216,6 +230,11 @@ fn run_source(
         alive
     };
     read_source(config, stats, &mut emit)?;
+    if stats.stop.load(Ordering::Relaxed) {
+        // Stopped, not ended: no final watermark, so open windows stay
+        // unfired.
+        return Ok(());
+    }
     for subscriber in &subscribers {
         let _ = subscriber
             .tx

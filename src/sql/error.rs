@@ -32,3 +32,36 @@ pub fn split_location(text: &str) -> Option<(&str, Location)> {
     let column = column.trim().parse().ok()?;
     Some((&text[..idx], Location { line, column }))
 }
+
+/// The inverse of [`render_error`]: the message, the location, and the
+/// source line with its caret (the lines after the first).
+pub fn split_rendered(text: &str) -> Option<(&str, Location, &str)> {
+    let (first, caret) = text.split_once('\n')?;
+    let idx = first.rfind(" at line ")?;
+    let (line, column) = first[idx + " at line ".len()..].split_once(", column ")?;
+    let at = Location {
+        line: line.trim().parse().ok()?,
+        column: column.trim().parse().ok()?,
+    };
+    Some((&first[..idx], at, caret))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rendered_errors_split_back() {
+        let sql = "SELECT a\nFROM m WHERE;";
+        let text = render_error(
+            sql,
+            "Expected: an expression, found: ;",
+            Location::new(2, 13),
+        );
+        let (message, at, caret) = split_rendered(&text).unwrap();
+        assert_eq!(message, "Expected: an expression, found: ;");
+        assert_eq!((at.line, at.column), (2, 13));
+        assert_eq!(caret, " 2 | FROM m WHERE;\n   |             ^");
+        assert!(split_rendered("no location here").is_none());
+    }
+}

@@ -22,7 +22,7 @@ use datafusion::sql::sqlparser::tokenizer::{
 
 use crate::error::{Error, Result};
 pub use alert::{AlertClause, AlertCondition, Hold};
-pub use error::render_error;
+pub use error::{render_error, split_rendered};
 pub use invariant::{InvariantClause, Learn};
 
 /// One statement of a script, with where it starts.
@@ -158,57 +158,70 @@ pub struct CreateSink {
     pub options: Vec<(String, String)>,
 }
 
-/// Parses a whole script of `;`-separated statements.
+/// Parses a whole script of `;`-separated statements; stops at the first
+/// error.
 pub fn parse_script(sql: &str) -> Result<Vec<Statement>> {
+    parse_statements(sql)?.into_iter().collect()
+}
+
+/// Parses a script statement by statement, going on after a statement that
+/// does not parse: one result per statement, in order. Fails as a whole
+/// only when the text cannot be cut into tokens (an unterminated string or
+/// comment), as then the statements' boundaries are unknown.
+pub fn parse_statements(sql: &str) -> Result<Vec<Result<Statement>>> {
     let tokens = Tokenizer::new(&DIALECT, sql)
         .tokenize_with_location()
         .map_err(|e| Error::Parse(render_error(sql, &e.message, e.location)))?;
-    let mut statements = Vec::new();
-    for chunk in split_statements(tokens, sql) {
-        let Some(start) = chunk.iter().find(|t| !is_blank(&t.token)) else {
-            continue;
-        };
-        if matches!(start.token, Token::SemiColon | Token::EOF) {
-            continue;
-        }
-        let start = start.span.start;
-        let (line, column) = (start.line, start.column);
-        // The EMIT and ALERT clauses are vigil's, and sqlparser would read
-        // `EMIT` or `ALERT` as a table alias: parse them apart from the
-        // statement they end.
-        let (body, learn) = split_at(chunk, invariant::learn_position);
-        let (body, alert) = split_at(body, alert::alert_position);
-        let (body, emit) = split_at(body, emit_position);
-        let kind = ScriptParser::new(sql, body).parse_one()?;
-        let kind = match emit {
-            None => kind,
-            Some(tokens) => attach_emit(sql, kind, tokens)?,
-        };
-        let kind = match alert {
-            None => kind,
-            Some(tokens) => alert::attach_alert(sql, kind, tokens)?,
-        };
-        let kind = match learn {
-            None => kind,
-            Some(tokens) => invariant::attach_learn(sql, kind, tokens)?,
-        };
-        if let StatementKind::CreateInvariant { clause: None, .. } = kind {
-            return Err(Error::Parse(render_error(
-                sql,
-                "CREATE INVARIANT needs a LEARN SET|RANGE OF ... TRAIN FOR ... clause after its query",
-                start,
-            )));
-        }
-        if let StatementKind::CreateAlert { alert: None, .. } = kind {
-            return Err(Error::Parse(render_error(
-                sql,
-                "CREATE ALERT needs an ALERT WHEN ... clause after its query",
-                start,
-            )));
-        }
-        statements.push(Statement { kind, line, column });
+    Ok(split_statements(tokens, sql)
+        .into_iter()
+        .filter_map(|chunk| parse_statement(sql, chunk).transpose())
+        .collect())
+}
+
+/// Parses the tokens of one statement; `None` when there are only blanks.
+fn parse_statement(sql: &str, chunk: Vec<TokenWithSpan>) -> Result<Option<Statement>> {
+    let Some(start) = chunk.iter().find(|t| !is_blank(&t.token)) else {
+        return Ok(None);
+    };
+    if matches!(start.token, Token::SemiColon | Token::EOF) {
+        return Ok(None);
     }
-    Ok(statements)
+    let start = start.span.start;
+    let (line, column) = (start.line, start.column);
+    // The EMIT and ALERT clauses are vigil's, and sqlparser would read
+    // `EMIT` or `ALERT` as a table alias: parse them apart from the
+    // statement they end.
+    let (body, learn) = split_at(chunk, invariant::learn_position);
+    let (body, alert) = split_at(body, alert::alert_position);
+    let (body, emit) = split_at(body, emit_position);
+    let kind = ScriptParser::new(sql, body).parse_one()?;
+    let kind = match emit {
+        None => kind,
+        Some(tokens) => attach_emit(sql, kind, tokens)?,
+    };
+    let kind = match alert {
+        None => kind,
+        Some(tokens) => alert::attach_alert(sql, kind, tokens)?,
+    };
+    let kind = match learn {
+        None => kind,
+        Some(tokens) => invariant::attach_learn(sql, kind, tokens)?,
+    };
+    if let StatementKind::CreateInvariant { clause: None, .. } = kind {
+        return Err(Error::Parse(render_error(
+            sql,
+            "CREATE INVARIANT needs a LEARN SET|RANGE OF ... TRAIN FOR ... clause after its query",
+            start,
+        )));
+    }
+    if let StatementKind::CreateAlert { alert: None, .. } = kind {
+        return Err(Error::Parse(render_error(
+            sql,
+            "CREATE ALERT needs an ALERT WHEN ... clause after its query",
+            start,
+        )));
+    }
+    Ok(Some(Statement { kind, line, column }))
 }
 
 fn is_blank(token: &Token) -> bool {

@@ -1,0 +1,203 @@
+//! `vigil check`: parse and plan scripts without running them.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use datafusion::sql::sqlparser::tokenizer::Location;
+
+use crate::engine::{Engine, script_dir};
+use crate::sql::{Statement, parse_statements, render_error, split_rendered};
+
+/// What checking a set of scripts found.
+#[derive(Debug, Default)]
+pub(super) struct CheckReport {
+    /// Files given.
+    pub files: usize,
+    /// Statements seen, whether they parsed or not.
+    pub statements: usize,
+    /// Each error as it is printed: `FILE:LINE:COLUMN: message`, then the
+    /// source line with a caret when there is one.
+    pub errors: Vec<String>,
+}
+
+impl CheckReport {
+    /// The one-line summary.
+    pub fn summary(&self) -> String {
+        let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+        let verdict = match self.errors.len() {
+            0 => "ok".to_string(),
+            n => plural(n, "error"),
+        };
+        format!(
+            "vigil check: {}, {}, {verdict}",
+            plural(self.files, "file"),
+            plural(self.statements, "statement")
+        )
+    }
+}
+
+/// Parses and plans every statement of every file, in order and against
+/// one catalog (as `vigil run` would), without opening any source or sink.
+/// Goes on after errors: a statement that does not parse or plan is
+/// skipped, so later ones that need it may fail too.
+pub(super) fn check_files(engine: &mut Engine, files: &[PathBuf]) -> CheckReport {
+    let mut report = CheckReport {
+        files: files.len(),
+        ..CheckReport::default()
+    };
+    for file in files {
+        check_file(engine, file, &mut report);
+    }
+    report
+}
+
+fn check_file(engine: &mut Engine, file: &Path, report: &mut CheckReport) {
+    let name = file.display();
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) => {
+            report.errors.push(format!("{name}: cannot read: {e}"));
+            return;
+        }
+    };
+    let statements = match parse_statements(&text) {
+        Ok(statements) => statements,
+        Err(e) => {
+            // Not even the statements' boundaries are known.
+            report.errors.push(located(&name, &e.to_string()));
+            return;
+        }
+    };
+    let base = script_dir(file);
+    for statement in statements {
+        report.statements += 1;
+        let error = match statement {
+            Err(e) => located(&name, &e.to_string()),
+            Ok(statement) => match engine.execute(&statement, &base) {
+                Ok(_) => continue,
+                Err(e) => at_statement(&name, &text, &statement, &e.to_string()),
+            },
+        };
+        report.errors.push(error);
+    }
+}
+
+/// A parse error (which carries its position) as `FILE:LINE:COLUMN: ...`.
+fn located(file: &impl std::fmt::Display, rendered: &str) -> String {
+    match split_rendered(rendered) {
+        Some((message, at, caret)) => {
+            format!("{file}:{}:{}: {message}\n{caret}", at.line, at.column)
+        }
+        None => format!("{file}: {rendered}"),
+    }
+}
+
+/// A planning error, which knows no position of its own: placed at the
+/// start of its statement.
+fn at_statement(
+    file: &impl std::fmt::Display,
+    sql: &str,
+    statement: &Statement,
+    message: &str,
+) -> String {
+    let at = Location::new(statement.line, statement.column);
+    let mut out = format!("{file}:{}:{}: {message}", at.line, at.column);
+    if let Some((_, _, caret)) = split_rendered(&render_error(sql, "", at)) {
+        let _ = write!(out, "\n{caret}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(files: &[(&str, &str)]) -> CheckReport {
+        let dir = tempfile::tempdir().unwrap();
+        let paths: Vec<PathBuf> = files
+            .iter()
+            .map(|(name, body)| {
+                let path = dir.path().join(name);
+                std::fs::write(&path, body).unwrap();
+                path
+            })
+            .collect();
+        let mut report = check_files(&mut Engine::new(), &paths);
+        let prefix = format!("{}/", dir.path().display());
+        for error in &mut report.errors {
+            *error = error.replace(&prefix, "");
+        }
+        report
+    }
+
+    const STREAM: &str =
+        "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE) WITH (path = 'm.csv');";
+
+    #[test]
+    fn a_good_script_is_ok() {
+        let report = check(&[
+            ("a.sql", STREAM),
+            (
+                "b.sql",
+                "SELECT host FROM m;\nSELECT cpu FROM m WHERE cpu > 1;",
+            ),
+        ]);
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        assert_eq!(report.summary(), "vigil check: 2 files, 3 statements, ok");
+    }
+
+    #[test]
+    fn every_error_is_reported_with_its_position() {
+        let report = check(&[(
+            "a.sql",
+            &format!(
+                "{STREAM}\nSELECT nosuch FROM m;\nSELECT host FROM m WHERE;\n  SELECT * FROM nope;\nSELECT host FROM m;"
+            ),
+        )]);
+        assert_eq!(report.statements, 5);
+        assert_eq!(report.errors.len(), 3, "{:#?}", report.errors);
+        assert!(
+            report.errors[0].starts_with("a.sql:2:1: ") && report.errors[0].contains("nosuch"),
+            "{}",
+            report.errors[0]
+        );
+        assert!(
+            report.errors[1].starts_with("a.sql:3:25: Expected: an expression"),
+            "{}",
+            report.errors[1]
+        );
+        assert!(
+            report.errors[1]
+                .ends_with(" 3 | SELECT host FROM m WHERE;\n   |                         ^"),
+            "{}",
+            report.errors[1]
+        );
+        assert!(
+            report.errors[2].starts_with("a.sql:4:3: unknown stream 'nope'"),
+            "{}",
+            report.errors[2]
+        );
+        assert_eq!(
+            report.summary(),
+            "vigil check: 1 file, 5 statements, 3 errors"
+        );
+    }
+
+    #[test]
+    fn unreadable_and_untokenizable_files_are_errors() {
+        let report = check(&[("a.sql", "SELECT 'open")]);
+        assert_eq!(report.errors.len(), 1);
+        assert!(
+            report.errors[0].starts_with("a.sql:1:"),
+            "{:?}",
+            report.errors
+        );
+        let mut report = check_files(&mut Engine::new(), &[PathBuf::from("/nonexistent/x.sql")]);
+        assert!(
+            report
+                .errors
+                .remove(0)
+                .starts_with("/nonexistent/x.sql: cannot read: "),
+        );
+    }
+}
