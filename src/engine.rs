@@ -287,9 +287,12 @@ impl Engine {
     fn with_input_override(&self, create: &CreateStream) -> CreateStream {
         let mut create = create.clone();
         if let Some((_, path)) = self.inputs.iter().rev().find(|(n, _)| *n == create.name) {
+            // The file replaces the connector, with the options that
+            // belong to the one it replaces.
+            const REPLACED: [&str; 5] = ["path", "connector", "interval", "limit", "speed"];
             create
                 .options
-                .retain(|(k, _)| k != "path" && k != "connector");
+                .retain(|(k, _)| !REPLACED.contains(&k.as_str()));
             let absolute = std::path::absolute(path).unwrap_or_else(|_| path.clone());
             create
                 .options

@@ -284,6 +284,8 @@ const REQUIRED_EXAMPLES: &[&str] = &[
     "high_cpu_rows.sql",
     "cpu_alerts_file_sink.sql",
     "cpu_alerts_stdout_sink.sql",
+    "demo_alert.sql",
+    "live_cpu_alert.sql",
 ];
 
 #[test]

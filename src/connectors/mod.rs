@@ -2,9 +2,14 @@
 //!
 //! A source turns a file or stdin into Arrow [`RecordBatch`]es that match a
 //! stream's declared schema; malformed rows are skipped, counted and reported
-//! with their line number, never silently lost. A sink writes result batches
-//! in one of the output formats, or POSTs them to a webhook.
+//! with their line number, never silently lost. Two sources need no file:
+//! `host` samples this machine and `demo` replays a bundled real series. A
+//! sink writes result batches in one of the output formats, or POSTs them to
+//! a webhook.
 
+pub mod builtin;
+pub mod demo;
+pub mod host;
 pub mod options;
 pub mod sink;
 pub mod source;
@@ -14,6 +19,7 @@ pub mod webhook;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
 
 use datafusion::arrow::datatypes::SchemaRef;
 
@@ -31,6 +37,20 @@ pub enum SourceLocation {
     /// Rows pushed by the program that embeds vigil, or posted to
     /// `vigil serve`; see [`crate::session::Session::push`].
     Push,
+    /// This machine, sampled every `interval` (connector `host`).
+    Host {
+        /// Time between two samples.
+        interval: Duration,
+        /// Stop after this many samples; `None` runs until stopped.
+        limit: Option<u64>,
+    },
+    /// The bundled NAB machine-temperature series (connector `demo`).
+    Demo {
+        /// Rows released per second of wall-clock time.
+        speed: f64,
+        /// Stop after this many rows; `None` replays the whole series.
+        limit: Option<u64>,
+    },
 }
 
 /// The text format of a source's rows.

@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 
 use datafusion::arrow::datatypes::SchemaRef;
 
+use super::builtin::{self, match_columns};
+use super::webhook::parse_duration;
 use super::{Format, OutputFormat, Replay, SinkConfig, SinkTarget, SourceConfig, SourceLocation};
+use super::{demo, host};
 use crate::error::{Error, Result};
 
 /// Default number of rows per batch a source emits.
@@ -29,6 +32,10 @@ const SOURCE_KEYS: &[&str] = &[
 ];
 
 const SINK_KEYS: &[&str] = &["connector", "path", "format", "append_only"];
+
+const HOST_KEYS: &[&str] = &["connector", "interval", "limit"];
+
+const DEMO_KEYS: &[&str] = &["connector", "speed", "limit"];
 
 /// Looks options up by key, rejecting unknown and repeated keys.
 pub(super) struct Options<'a> {
@@ -145,6 +152,9 @@ impl SourceConfig {
     /// 1), `batch_size` (positive integer, default 8192), `dead_letter` (a
     /// path, resolved against `base_dir`) and `follow` (`true` | `false`,
     /// files only).
+    ///
+    /// Connectors `host` and `demo` read no file and take keys of their own,
+    /// see [`live_source`].
     pub fn from_options(
         stream: &str,
         schema: SchemaRef,
@@ -152,6 +162,12 @@ impl SourceConfig {
         options: &[(String, String)],
         base_dir: &Path,
     ) -> Result<SourceConfig> {
+        if let Some((_, connector)) = options.iter().find(|(k, _)| k == "connector") {
+            let connector = connector.trim().to_ascii_lowercase();
+            if builtin::CONNECTORS.contains(&connector.as_str()) {
+                return live_source(stream, schema, event_time, options, &connector);
+            }
+        }
         let opts = Options::new(format!("stream {stream}"), options, SOURCE_KEYS)?;
 
         let connector = opts.get("connector").unwrap_or("file");
@@ -181,7 +197,13 @@ impl SourceConfig {
                 }
                 SourceLocation::Push
             }
-            _ => return Err(opts.bad_value("connector", connector, "file, stdin, push")),
+            _ => {
+                return Err(opts.bad_value(
+                    "connector",
+                    connector,
+                    "file, stdin, push, host, demo",
+                ));
+            }
         };
 
         let format = match opts.get("format") {
@@ -256,6 +278,82 @@ impl SourceConfig {
     }
 }
 
+/// The configuration of a stream with connector `host` or `demo`: its
+/// declared columns must come from the connector's catalogue (see
+/// [`builtin`]).
+///
+/// `host` takes `interval` (a duration of at least 100 ms, default 1 second)
+/// and `limit`; `demo` takes `speed` (rows per second, a positive number,
+/// default 1000) and `limit`. `limit` is a positive integer: the source stops
+/// after that many rows.
+fn live_source(
+    stream: &str,
+    schema: SchemaRef,
+    event_time: Option<usize>,
+    options: &[(String, String)],
+    connector: &str,
+) -> Result<SourceConfig> {
+    let keys = if connector == "host" {
+        HOST_KEYS
+    } else {
+        DEMO_KEYS
+    };
+    let opts = Options::new(format!("stream {stream}"), options, keys)?;
+    let catalogue = builtin::catalogue(connector).unwrap_or_default();
+    match_columns(stream, connector, &schema, catalogue)?;
+
+    let limit = match opts.get("limit") {
+        None => None,
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Some(n),
+            _ => return Err(opts.bad_value("limit", v, "a positive integer such as 10")),
+        },
+    };
+    let location = if connector == "host" {
+        let interval = match opts.get("interval") {
+            None => host::DEFAULT_INTERVAL,
+            Some(v) => match parse_duration(v) {
+                Some(d) if d >= host::MIN_INTERVAL => d,
+                _ => {
+                    return Err(opts.bad_value(
+                        "interval",
+                        v,
+                        "a duration of at least 100 milliseconds, e.g. '1 second', '500 ms'",
+                    ));
+                }
+            },
+        };
+        SourceLocation::Host { interval, limit }
+    } else {
+        let speed = match opts.get("speed") {
+            None => demo::DEFAULT_SPEED,
+            Some(v) => match v.trim().parse::<f64>() {
+                Ok(x) if x.is_finite() && x > 0.0 => x,
+                _ => {
+                    return Err(opts.bad_value(
+                        "speed",
+                        v,
+                        "a positive number of rows per second such as 1000",
+                    ));
+                }
+            },
+        };
+        SourceLocation::Demo { speed, limit }
+    };
+
+    Ok(SourceConfig {
+        stream: stream.to_string(),
+        schema,
+        location,
+        format: Format::Csv,
+        replay: Replay::Fast,
+        event_time,
+        batch_size: DEFAULT_BATCH_SIZE,
+        dead_letter: None,
+        follow: false,
+    })
+}
+
 impl SinkConfig {
     /// Builds a sink configuration from a `CREATE SINK` statement's `WITH`
     /// options.
@@ -321,6 +419,7 @@ impl SinkConfig {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::Duration;
 
     use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 
@@ -446,7 +545,7 @@ mod tests {
         assert!(e.contains("'format'") && e.contains("csv, jsonl"), "{e}");
         let e = err(source(&[("connector", "kafka"), ("path", "a.csv")]));
         assert!(
-            e.contains("'connector'") && e.contains("file, stdin"),
+            e.contains("'connector'") && e.contains("file, stdin, push, host, demo"),
             "{e}"
         );
         let e = err(source(&[("path", "a.csv"), ("replay", "slow")]));
@@ -469,6 +568,148 @@ mod tests {
         let e = err(source(&[("path", "a.csv"), ("path", "b.csv")]));
         assert!(e.contains("more than once"), "{e}");
         assert!(matches!(source(&[]), Err(Error::Plan(_))));
+    }
+
+    fn live(
+        connector: &str,
+        columns: &[(&str, DataType)],
+        kv: &[(&str, &str)],
+    ) -> Result<SourceConfig> {
+        let schema = Arc::new(Schema::new(
+            columns
+                .iter()
+                .map(|(n, t)| Field::new(*n, t.clone(), true))
+                .collect::<Vec<_>>(),
+        ));
+        let mut options = opts(kv);
+        options.insert(0, ("connector".into(), connector.into()));
+        SourceConfig::from_options("h", schema, Some(0), &options, Path::new("/base"))
+    }
+
+    const TS: DataType = DataType::Timestamp(TimeUnit::Millisecond, None);
+
+    #[test]
+    fn host_options() {
+        let cols = [
+            ("ts", TS),
+            ("host", DataType::Utf8),
+            ("cpu", DataType::Float64),
+        ];
+        let c = live("host", &cols, &[]).unwrap();
+        assert_eq!(
+            c.location,
+            SourceLocation::Host {
+                interval: Duration::from_secs(1),
+                limit: None
+            }
+        );
+        assert_eq!(c.event_time, Some(0));
+        let c = live(
+            "HOST",
+            &cols,
+            &[("interval", "100 milliseconds"), ("limit", "3")],
+        )
+        .unwrap();
+        assert_eq!(
+            c.location,
+            SourceLocation::Host {
+                interval: Duration::from_millis(100),
+                limit: Some(3)
+            }
+        );
+        for (text, ms) in [("2 minutes", 120_000), ("1.5s", 1500), ("250 ms", 250)] {
+            let c = live("host", &cols, &[("interval", text)]).unwrap();
+            let SourceLocation::Host { interval, .. } = c.location else {
+                panic!("{text}")
+            };
+            assert_eq!(interval, Duration::from_millis(ms), "{text}");
+        }
+        for bad in ["99 ms", "0 seconds", "1", "soon", "", "-1 second"] {
+            let e = err(live("host", &cols, &[("interval", bad)]));
+            assert!(
+                e.contains("stream h")
+                    && e.contains("'interval'")
+                    && e.contains("100 milliseconds"),
+                "{bad}: {e}"
+            );
+        }
+        for bad in ["0", "-1", "1.5", "many", ""] {
+            let e = err(live("host", &cols, &[("limit", bad)]));
+            assert!(
+                e.contains("'limit'") && e.contains("positive integer"),
+                "{bad}: {e}"
+            );
+        }
+        let e = err(live("host", &cols, &[("path", "m.csv")]));
+        assert!(
+            e.contains("'path'") && e.contains("connector, interval, limit"),
+            "{e}"
+        );
+        let e = err(live("host", &cols, &[("speed", "2")]));
+        assert!(e.contains("unknown option 'speed'"), "{e}");
+    }
+
+    #[test]
+    fn host_columns_come_from_the_catalogue() {
+        let e = err(live("host", &[("ts", TS), ("gpu", DataType::Float64)], &[]));
+        assert!(
+            e.contains("no column 'gpu'")
+                && e.contains("load_1 DOUBLE")
+                && e.contains("net_rx_bytes BIGINT"),
+            "{e}"
+        );
+        let e = err(live("host", &[("ts", TS), ("mem", DataType::Utf8)], &[]));
+        assert!(
+            e.contains("'mem'") && e.contains("is DOUBLE, not TEXT"),
+            "{e}"
+        );
+        assert!(matches!(
+            live("host", &[("cpu", DataType::Int64)], &[]),
+            Err(Error::Plan(_))
+        ));
+    }
+
+    #[test]
+    fn demo_options() {
+        let cols = [("ts", TS), ("value", DataType::Float64)];
+        let c = live("demo", &cols, &[]).unwrap();
+        assert_eq!(
+            c.location,
+            SourceLocation::Demo {
+                speed: 1000.0,
+                limit: None
+            }
+        );
+        let c = live("demo", &cols, &[("speed", "20"), ("limit", "5")]).unwrap();
+        assert_eq!(
+            c.location,
+            SourceLocation::Demo {
+                speed: 20.0,
+                limit: Some(5)
+            }
+        );
+        for bad in ["0", "-3", "fast", "inf"] {
+            let e = err(live("demo", &cols, &[("speed", bad)]));
+            assert!(
+                e.contains("'speed'") && e.contains("rows per second"),
+                "{bad}: {e}"
+            );
+        }
+        let e = err(live("demo", &cols, &[("interval", "1 second")]));
+        assert!(
+            e.contains("'interval'") && e.contains("connector, speed, limit"),
+            "{e}"
+        );
+        let e = err(live(
+            "demo",
+            &[("ts", TS), ("temp", DataType::Float64)],
+            &[],
+        ));
+        assert!(
+            e.contains("no column 'temp'")
+                && e.contains("ts TIMESTAMP, host TEXT, metric TEXT, value DOUBLE"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -56,14 +56,18 @@ const MAX_QUOTED_CHARS: usize = 40;
 /// Errors: a missing or unreadable file (`cannot open <path>: ...`), a
 /// declared column absent from the CSV header, an unsupported column type, a
 /// read error, or a failure to write the dead-letter file.
+///
+/// The file-less connectors are read by their own modules: `host` samples
+/// this machine until its `limit` (see [`host`](super::host)), `demo`
+/// replays the bundled series (see [`demo`](super::demo)).
 pub fn read_source(
     config: &SourceConfig,
     stats: &SourceStats,
     emit: &mut dyn FnMut(RecordBatch) -> bool,
 ) -> Result<()> {
-    let mut driver = Driver::new(config, stats, emit)?;
     match &config.location {
         SourceLocation::File(path) => {
+            let mut driver = Driver::new(config, stats, emit)?;
             let file = File::open(path)
                 .map_err(|e| Error::Connector(format!("cannot open {}: {e}", path.display())))?;
             let name = path.display().to_string();
@@ -77,6 +81,7 @@ pub fn read_source(
             read_format(config.format, file, &name, !regular, &mut driver)
         }
         SourceLocation::Stdin => {
+            let mut driver = Driver::new(config, stats, emit)?;
             let stdin = io::stdin();
             let lock = stdin.lock();
             read_format(config.format, lock, "<stdin>", true, &mut driver)
@@ -85,6 +90,12 @@ pub fn read_source(
             "stream {} is fed by its program (connector 'push'): embed vigil or use `vigil serve` to push rows into it",
             config.stream
         ))),
+        SourceLocation::Host { interval, limit } => {
+            super::host::read_host(config, *interval, *limit, stats, emit)
+        }
+        SourceLocation::Demo { speed, limit } => {
+            super::demo::read_demo(config, *speed, *limit, stats, emit)
+        }
     }
 }
 

@@ -3,13 +3,13 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::logical_expr::{LogicalPlan, TableSource};
 use datafusion::sql::sqlparser::ast::DataType as SqlType;
 
-use crate::connectors::{SinkConfig, SourceConfig};
+use crate::connectors::{SinkConfig, SourceConfig, builtin};
 use crate::error::{Error, Result};
 use crate::sql::{CreateSink, CreateStream};
 
@@ -63,9 +63,10 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// Looks up a stream.
+    /// Looks up a stream: a declared one, else a built-in one (see
+    /// [`builtin_stream`]).
     pub fn stream(&self, name: &str) -> Option<&Arc<StreamDef>> {
-        self.streams.get(name)
+        self.streams.get(name).or_else(|| builtin_stream(name))
     }
 
     /// All streams, by name.
@@ -121,6 +122,46 @@ impl Catalog {
         let config = SinkConfig::from_options(&create.name, &create.options, base_dir)?;
         self.sinks.insert(create.name.clone(), config);
         Ok(())
+    }
+}
+
+/// Streams that every script can read without declaring them, and their
+/// connectors. A stream or view declared with the same name hides one.
+pub const BUILTIN_STREAMS: &[(&str, &str)] = &[("host_metrics", "host"), ("demo", "demo")];
+
+/// A built-in stream: every column of its connector's catalogue,
+/// `WATERMARK FOR ts AS ts`, the connector's default options (`host_metrics`
+/// samples this machine every second, `demo` replays the bundled NAB series
+/// at 1000 rows per second).
+pub fn builtin_stream(name: &str) -> Option<&'static Arc<StreamDef>> {
+    static STREAMS: OnceLock<Vec<Arc<StreamDef>>> = OnceLock::new();
+    let index = BUILTIN_STREAMS.iter().position(|(n, _)| *n == name)?;
+    STREAMS
+        .get_or_init(|| {
+            BUILTIN_STREAMS
+                .iter()
+                .map(|(name, connector)| Arc::new(builtin_def(name, connector)))
+                .collect()
+        })
+        .get(index)
+}
+
+fn builtin_def(name: &str, connector: &str) -> StreamDef {
+    let schema = builtin::full_schema(builtin::catalogue(connector).unwrap_or_default());
+    let event_time = schema.index_of("ts").ok();
+    let options = [("connector".to_string(), connector.to_string())];
+    let source =
+        SourceConfig::from_options(name, schema.clone(), event_time, &options, Path::new("."))
+            .expect("the options of a built-in stream are valid");
+    StreamDef {
+        name: name.to_string(),
+        schema,
+        event_time,
+        delay_ms: 0,
+        lateness_ms: 0,
+        idle_timeout: None,
+        source,
+        late_of: None,
     }
 }
 
@@ -256,5 +297,119 @@ impl TableSource for ViewSource {
 
     fn get_logical_plan(&self) -> Option<Cow<'_, LogicalPlan>> {
         Some(Cow::Borrowed(&self.plan))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::connectors::SourceLocation;
+    use crate::engine::{Engine, Outcome};
+    use crate::sql::parse_script;
+
+    fn run(engine: &mut Engine, sql: &str) -> Result<Outcome> {
+        let mut last = Ok(Outcome::Done);
+        for statement in parse_script(sql).unwrap() {
+            last = Ok(engine.execute(&statement, Path::new("."))?);
+        }
+        last
+    }
+
+    #[test]
+    fn builtin_streams() {
+        let host = builtin_stream("host_metrics").unwrap();
+        let names: Vec<&str> = host
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        assert_eq!(names[..3], ["ts", "host", "cpu"]);
+        assert!(names.contains(&"processes") && names.contains(&"net_tx_bytes"));
+        assert_eq!(host.event_time, Some(0));
+        assert_eq!(host.delay_ms, 0);
+        assert_eq!(
+            host.source.location,
+            SourceLocation::Host {
+                interval: Duration::from_secs(1),
+                limit: None
+            }
+        );
+        let demo = builtin_stream("demo").unwrap();
+        assert_eq!(demo.schema.fields().len(), 4);
+        assert_eq!(demo.event_time, Some(0));
+        assert_eq!(
+            demo.source.location,
+            SourceLocation::Demo {
+                speed: 1000.0,
+                limit: None
+            }
+        );
+        assert!(builtin_stream("metrics").is_none());
+        // The same definition every time, so that queries share one source.
+        assert!(Arc::ptr_eq(host, builtin_stream("host_metrics").unwrap()));
+    }
+
+    #[test]
+    fn builtin_streams_need_no_ddl_and_declared_ones_hide_them() {
+        let catalog = Catalog::default();
+        assert!(catalog.stream("host_metrics").is_some());
+        assert!(catalog.stream("demo").is_some());
+
+        let mut engine = Engine::new();
+        let outcome = run(
+            &mut engine,
+            "SELECT window_end, host, avg(cpu) AS avg_cpu
+             FROM TUMBLE(host_metrics, ts, INTERVAL '10' SECOND)
+             GROUP BY window_end, host
+             ALERT WHEN avg_cpu > 80 FOR INTERVAL '30' SECOND;",
+        )
+        .unwrap();
+        assert!(matches!(outcome, Outcome::Query(_)));
+        let outcome = run(
+            &mut engine,
+            "EXPLAIN SELECT ts, value FROM demo WHERE value < 50;",
+        )
+        .unwrap();
+        let Outcome::Explain(text) = outcome else {
+            panic!("not an explain")
+        };
+        assert!(text.contains("source demo (demo, 1000 rows/s)"), "{text}");
+
+        run(
+            &mut engine,
+            "CREATE STREAM demo (ts TIMESTAMP, value DOUBLE) WITH (connector = 'demo', limit = '5');",
+        )
+        .unwrap();
+        let demo = engine.catalog().stream("demo").unwrap();
+        assert_eq!(demo.schema.fields().len(), 2);
+        assert_eq!(
+            demo.source.location,
+            SourceLocation::Demo {
+                speed: 1000.0,
+                limit: Some(5)
+            }
+        );
+    }
+
+    #[test]
+    fn host_stream_columns_are_checked_when_declared() {
+        let mut engine = Engine::new();
+        let e = run(
+            &mut engine,
+            "CREATE STREAM h (ts TIMESTAMP, host TEXT, cpu BIGINT, WATERMARK FOR ts AS ts)
+             WITH (connector = 'host');",
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(
+            e.contains("'cpu'")
+                && e.contains("is DOUBLE, not BIGINT")
+                && e.contains("mem_used_bytes BIGINT"),
+            "{e}"
+        );
     }
 }

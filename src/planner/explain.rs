@@ -30,12 +30,17 @@ pub fn describe(graph: &QueryGraph) -> String {
 }
 
 fn source(stream: &StreamDef) -> String {
+    let format = stream.source.format;
     let location = match &stream.source.location {
-        SourceLocation::File(path) => format!("file {}", path.display()),
-        SourceLocation::Stdin => "stdin".to_string(),
-        SourceLocation::Push => "pushed rows".to_string(),
+        SourceLocation::File(path) => format!("file {}, {format:?}", path.display()),
+        SourceLocation::Stdin => format!("stdin, {format:?}"),
+        SourceLocation::Host { interval, .. } => {
+            format!("host, every {} ms", interval.as_millis())
+        }
+        SourceLocation::Demo { speed, .. } => format!("demo, {speed} rows/s"),
+        SourceLocation::Push => format!("pushed rows, {format:?}"),
     };
-    format!("{} ({location}, {:?})", stream.name, stream.source.format)
+    format!("{} ({location})", stream.name)
 }
 
 fn stages(text: &mut String, stages: &Stages, indent: &str, task: &mut usize) {

@@ -1,0 +1,258 @@
+//! The `demo` connector: a real sensor series, embedded in the binary,
+//! replayed as a live stream.
+//!
+//! The series is the machine-temperature file of the Numenta Anomaly
+//! Benchmark (`queries/data/nab/machine_temperature_system_failure.csv`, MIT
+//! licence, see `LICENSE.txt` and `PROVENANCE` next to it): 22,695 readings
+//! taken every 5 minutes from 2013-12-02 21:15 to 2014-02-19 15:25 (UTC),
+//! with the known failures of the benchmark. Rows keep their real
+//! timestamps; they are released at a steady number of rows per second of
+//! wall-clock time.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::{ArrayRef, Float64Array, StringArray, TimestampMillisecondArray};
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use datafusion::arrow::record_batch::RecordBatch;
+
+use super::builtin::{CatalogueColumn, match_columns};
+use super::options::DEFAULT_BATCH_SIZE;
+use super::timestamp::parse_timestamp_ms;
+use super::{SourceConfig, SourceStats};
+use crate::error::{Error, Result};
+
+/// The bundled series, `timestamp,value` with a header line.
+const DATA: &str = include_str!("../../queries/data/nab/machine_temperature_system_failure.csv");
+
+/// Number of readings in the series.
+pub const ROWS: usize = 22_695;
+
+/// The `host` column's value.
+pub const HOST: &str = "machine";
+
+/// The `metric` column's value.
+pub const METRIC: &str = "temperature";
+
+/// Default replay speed: rows per second of wall-clock time. The whole
+/// series takes about 23 s; the first anomaly (2013-12-10) comes after
+/// about 2 s.
+pub const DEFAULT_SPEED: f64 = 1000.0;
+
+/// Shortest pause between two batches: at high speeds rows go out in
+/// batches of the rows that fell due meanwhile.
+const MIN_PAUSE: Duration = Duration::from_millis(10);
+
+/// The columns a `demo` stream can declare, in the order of the built-in
+/// stream `demo`.
+pub const COLUMNS: &[CatalogueColumn] = &[
+    CatalogueColumn {
+        name: "ts",
+        data_type: DataType::Timestamp(TimeUnit::Millisecond, None),
+        meaning: "time of the reading, as recorded (UTC, 2013-12-02 to 2014-02-19, every 5 minutes)",
+    },
+    CatalogueColumn {
+        name: "host",
+        data_type: DataType::Utf8,
+        meaning: "always 'machine'",
+    },
+    CatalogueColumn {
+        name: "metric",
+        data_type: DataType::Utf8,
+        meaning: "always 'temperature'",
+    },
+    CatalogueColumn {
+        name: "value",
+        data_type: DataType::Float64,
+        meaning: "the machine's temperature sensor reading (unit not given by the source)",
+    },
+];
+
+/// The series as (epoch milliseconds, value) pairs, in file order.
+pub fn series() -> Result<Vec<(i64, f64)>> {
+    let mut rows = Vec::with_capacity(ROWS);
+    for (i, line) in DATA.lines().enumerate().skip(1) {
+        let parsed = line.trim_end().split_once(',').and_then(|(t, v)| {
+            Some((parse_timestamp_ms(t.trim())?, v.trim().parse::<f64>().ok()?))
+        });
+        match parsed {
+            Some(row) => rows.push(row),
+            None => {
+                return Err(Error::Connector(format!(
+                    "the bundled demo series is damaged at line {}",
+                    i + 1
+                )));
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// Replays the series at `speed` rows per second, stopping after `limit`
+/// rows (if any), at the end of the series, or when `emit` returns false.
+pub(super) fn read_demo(
+    config: &SourceConfig,
+    speed: f64,
+    limit: Option<u64>,
+    stats: &SourceStats,
+    emit: &mut dyn FnMut(RecordBatch) -> bool,
+) -> Result<()> {
+    let columns = match_columns(&config.stream, "demo", &config.schema, COLUMNS)?;
+    let mut rows = series()?;
+    if let Some(limit) = limit {
+        rows.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    }
+    let start = Instant::now();
+    let mut sent = 0;
+    while sent < rows.len() {
+        // Row i falls due i / speed seconds after the start.
+        let due = ((start.elapsed().as_secs_f64() * speed).floor() as usize).saturating_add(1);
+        let end = due.min(rows.len()).min(sent + DEFAULT_BATCH_SIZE);
+        if end <= sent {
+            let next_due = Duration::from_secs_f64(sent as f64 / speed);
+            let wait = next_due.saturating_sub(start.elapsed()).max(MIN_PAUSE);
+            std::thread::sleep(wait);
+            continue;
+        }
+        let batch = batch(config, &columns, &rows[sent..end])?;
+        sent = end;
+        stats
+            .rows
+            .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+        if !emit(batch) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// One batch of rows with the stream's schema; `columns` are the declared
+/// columns' indexes in [`COLUMNS`].
+fn batch(config: &SourceConfig, columns: &[usize], rows: &[(i64, f64)]) -> Result<RecordBatch> {
+    let arrays: Vec<ArrayRef> = columns
+        .iter()
+        .map(|&c| -> ArrayRef {
+            match c {
+                0 => Arc::new(TimestampMillisecondArray::from_iter_values(
+                    rows.iter().map(|r| r.0),
+                )),
+                1 => Arc::new(StringArray::from_iter_values(rows.iter().map(|_| HOST))),
+                2 => Arc::new(StringArray::from_iter_values(rows.iter().map(|_| METRIC))),
+                _ => Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.1))),
+            }
+        })
+        .collect();
+    Ok(RecordBatch::try_new(config.schema.clone(), arrays)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::Array;
+    use datafusion::arrow::datatypes::{Field, Schema};
+
+    use super::super::builtin::full_schema;
+    use super::super::timestamp::parse_timestamp_ms;
+    use super::super::{Format, Replay, SourceLocation};
+    use super::*;
+
+    fn config(schema: Arc<Schema>, speed: f64, limit: Option<u64>) -> SourceConfig {
+        SourceConfig {
+            stream: "d".into(),
+            schema,
+            location: SourceLocation::Demo { speed, limit },
+            format: Format::Csv,
+            replay: Replay::Fast,
+            event_time: Some(0),
+            batch_size: DEFAULT_BATCH_SIZE,
+            dead_letter: None,
+            follow: false,
+        }
+    }
+
+    fn run(cfg: &SourceConfig) -> Vec<RecordBatch> {
+        let SourceLocation::Demo { speed, limit } = cfg.location else {
+            unreachable!()
+        };
+        let mut batches = Vec::new();
+        read_demo(cfg, speed, limit, &SourceStats::default(), &mut |b| {
+            batches.push(b);
+            true
+        })
+        .unwrap();
+        batches
+    }
+
+    #[test]
+    fn the_embedded_series_parses() {
+        let rows = series().unwrap();
+        assert_eq!(rows.len(), ROWS);
+        assert_eq!(
+            rows[0],
+            (
+                parse_timestamp_ms("2013-12-02 21:15:00").unwrap(),
+                73.96732207
+            )
+        );
+        assert_eq!(
+            rows[ROWS - 1].0,
+            parse_timestamp_ms("2014-02-19 15:25:00").unwrap()
+        );
+    }
+
+    #[test]
+    fn first_rows_with_every_column() {
+        let cfg = config(full_schema(COLUMNS), DEFAULT_SPEED, Some(3));
+        let batches = run(&cfg);
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(rows, 3);
+        let b = &batches[0];
+        let ts = b
+            .column(0)
+            .as_any()
+            .downcast_ref::<TimestampMillisecondArray>()
+            .unwrap();
+        assert_eq!(
+            ts.value(0),
+            parse_timestamp_ms("2013-12-02 21:15:00").unwrap()
+        );
+        let host = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
+        let metric = b.column(2).as_any().downcast_ref::<StringArray>().unwrap();
+        let value = b.column(3).as_any().downcast_ref::<Float64Array>().unwrap();
+        assert_eq!(host.value(0), "machine");
+        assert_eq!(metric.value(0), "temperature");
+        assert_eq!(value.value(0), 73.96732207);
+        assert_eq!(value.null_count(), 0);
+    }
+
+    #[test]
+    fn paced_by_rows_per_second() {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "value",
+            DataType::Float64,
+            true,
+        )]));
+        // 20 rows at 100 rows/s: about 190 ms.
+        let cfg = config(schema, 100.0, Some(20));
+        let start = Instant::now();
+        let batches = run(&cfg);
+        let elapsed = start.elapsed();
+        assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 20);
+        assert!(batches.len() > 2, "{}", batches.len());
+        assert!(elapsed >= Duration::from_millis(180), "{elapsed:?}");
+        assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
+    }
+
+    #[test]
+    fn fast_replay_of_the_whole_series_in_big_batches() {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            true,
+        )]));
+        let cfg = config(schema, 1e9, None);
+        let batches = run(&cfg);
+        assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), ROWS);
+        assert!(batches.iter().all(|b| b.num_rows() <= DEFAULT_BATCH_SIZE));
+    }
+}
