@@ -9,12 +9,14 @@
 //! `dbscan` call's literals when the query is planned.
 
 mod dbscan;
+mod ewma;
 mod mad;
 mod median;
 mod robust_z;
 mod sketch;
 
 pub use dbscan::check_dbscan_args;
+pub use ewma::check_ewma_args;
 
 use std::sync::Arc;
 
@@ -33,6 +35,7 @@ pub fn register(state: &mut SessionState) -> Result<()> {
         ))))?;
     }
     state.register_udaf(Arc::new(AggregateUDF::from(mad::Mad::default())))?;
+    state.register_udaf(Arc::new(AggregateUDF::from(ewma::Ewma::default())))?;
     state.register_udaf(Arc::new(AggregateUDF::from(
         sketch::ApproxPercentile::default(),
     )))?;
@@ -42,16 +45,22 @@ pub fn register(state: &mut SessionState) -> Result<()> {
 }
 
 /// Checks, when a query is planned, the constant arguments of a window
-/// function call that vigil can check early (`dbscan`'s eps and min_pts).
+/// function call that vigil can check early (`dbscan`'s eps and min_pts,
+/// `ewma`'s alpha).
 pub fn check_window_call(expr: &datafusion::logical_expr::Expr) -> Result<()> {
     use datafusion::logical_expr::{Expr, WindowFunctionDefinition};
-    if let Expr::WindowFunction(call) = expr.clone().unalias()
-        && let WindowFunctionDefinition::WindowUDF(udf) = &call.fun
-        && udf.name() == "dbscan"
-    {
-        return check_dbscan_args(&call.params.args);
+    let Expr::WindowFunction(call) = expr.clone().unalias() else {
+        return Ok(());
+    };
+    match &call.fun {
+        WindowFunctionDefinition::WindowUDF(udf) if udf.name() == "dbscan" => {
+            check_dbscan_args(&call.params.args)
+        }
+        WindowFunctionDefinition::AggregateUDF(udaf) if udaf.name() == "ewma" => {
+            check_ewma_args(&call.params.args)
+        }
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -724,10 +724,10 @@ impl Builder {
                 _ => false,
             })
             .collect();
+        for expr in &window.window_expr {
+            crate::functions::check_window_call(expr)?;
+        }
         if peers.iter().all(|p| *p) {
-            for expr in &window.window_expr {
-                crate::functions::check_window_call(expr)?;
-            }
             return Ok(true);
         }
         if peers.iter().any(|p| *p) {
