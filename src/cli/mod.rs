@@ -1,6 +1,7 @@
 //! The `vigil` command line.
 
 mod output;
+mod serve;
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -30,6 +31,9 @@ enum Command {
     /// Run every statement of the given .sql files; exits when finite inputs
     /// end and every window has fired.
     Run(RunArgs),
+    /// Serve an HTTP API: post statements, push rows, follow results and
+    /// alerts as Server-Sent Events, scrape metrics.
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -109,6 +113,12 @@ pub fn main() -> ExitCode {
     };
     let outcome = match cli.command {
         Command::Run(args) => runtime.block_on(run(args)),
+        Command::Serve(args) => {
+            let outcome = runtime.block_on(serve::serve(args));
+            // A query's blocking tasks may still be winding down.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+            outcome
+        }
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
