@@ -5,7 +5,8 @@
 //! planner) -> [`exec`] (Arrow operators) -> [`runtime`] (tasks, channels,
 //! watermarks), with [`connectors`] (sources, sinks) and the front end
 //! ([`cli`]) at the edges. [`engine`] plans statements; [`session`] runs them
-//! in the background for programs that embed vigil.
+//! in the background for programs that embed vigil; [`service`] puts a
+//! session behind HTTP (`vigil serve`).
 
 pub mod cli;
 pub mod connectors;
@@ -16,5 +17,6 @@ pub mod functions;
 pub mod plan;
 pub mod planner;
 pub mod runtime;
+pub mod service;
 pub mod session;
 pub mod sql;

@@ -5,5 +5,6 @@ mod conformance;
 mod examples;
 mod library;
 mod series_pack;
+mod service;
 mod session;
 mod webhook;

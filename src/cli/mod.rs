@@ -3,6 +3,7 @@
 mod check;
 mod output;
 mod progress;
+mod serve;
 mod stop;
 
 use std::io::{IsTerminal, Write};
@@ -39,6 +40,9 @@ enum Command {
     /// Parse and plan every statement of the given .sql files without
     /// running anything; report every error as FILE:LINE:COLUMN.
     Check(CheckArgs),
+    /// Serve an HTTP API: post statements, push rows, follow results and
+    /// alerts as Server-Sent Events, scrape metrics.
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -151,6 +155,12 @@ pub fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Run(args) => runtime.block_on(run(args)),
         Command::Check(args) => return check(args),
+        Command::Serve(args) => {
+            let outcome = runtime.block_on(serve::serve(args));
+            // A query's blocking tasks may still be winding down.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+            outcome
+        }
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -172,7 +172,7 @@ impl Sink for JsonlSink {
 /// [`LineDelimited`], one JSON array with
 /// [`JsonArray`](datafusion::arrow::json::writer::JsonArray). Shared by the
 /// JSONL and webhook sinks so that both render a row the same way.
-pub(super) fn write_json_rows<F: JsonFormat>(batch: &RecordBatch, buf: Vec<u8>) -> Result<Vec<u8>> {
+pub(crate) fn write_json_rows<F: JsonFormat>(batch: &RecordBatch, buf: Vec<u8>) -> Result<Vec<u8>> {
     let batch = timestamps_as_text(batch)?;
     let mut writer = datafusion::arrow::json::WriterBuilder::new()
         .with_explicit_nulls(true)

@@ -1,0 +1,114 @@
+//! `vigil serve`: the query service's command line.
+
+use std::path::PathBuf;
+
+use crate::error::{Error, Result};
+use crate::service::{self, Config, DEFAULT_ADDR, DEFAULT_MAX_QUERIES};
+use crate::session::Session;
+
+const AFTER_HELP: &str = "\
+Endpoints (JSON; errors are {\"error\": \"...\"} with a 4xx status):
+  POST   /statements              SQL text, one or more statements; starts queries
+  GET    /queries                 running queries and their counters
+  DELETE /queries/{id}            stops a query
+  GET    /queries/{id}/results    its result rows as Server-Sent Events
+  GET    /alerts                  every alert row as Server-Sent Events (event: alert)
+  POST   /streams/{name}/rows     rows for a connector = 'push' stream, as JSON lines
+                                  (Content-Type: application/x-ndjson), a JSON array
+                                  (application/json) or CSV with a header (text/csv)
+  GET    /metrics                 Prometheus text format
+  GET    /health                  {\"status\":\"ok\"}, open even with --token
+
+With a token (--token or $VIGIL_TOKEN), every other request needs
+`Authorization: Bearer TOKEN`. Paths in posted statements resolve against the
+working directory; anyone who can post statements can read and write the files
+this process can.
+
+Example:
+  vigil serve --addr 127.0.0.1:8080 setup.sql
+  curl -X POST --data-binary @queries.sql http://127.0.0.1:8080/statements
+  curl -N http://127.0.0.1:8080/alerts";
+
+/// Arguments of `vigil serve`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = AFTER_HELP)]
+pub(super) struct ServeArgs {
+    /// Address to listen on; port 0 picks a free port. The address is
+    /// printed on stderr (`vigil: listening on http://ADDR`) once bound.
+    #[arg(long, default_value = DEFAULT_ADDR, value_name = "HOST:PORT")]
+    addr: String,
+    /// Require `Authorization: Bearer TOKEN` on every request but
+    /// GET /health. Defaults to $VIGIL_TOKEN, which keeps the token out of
+    /// the process list.
+    #[arg(long, value_name = "TOKEN")]
+    token: Option<String>,
+    /// Largest request body (bytes, or with KiB, MiB, GiB, KB, MB, GB);
+    /// larger requests get 413.
+    #[arg(long, default_value = "16MiB", value_name = "SIZE", value_parser = parse_size)]
+    max_body: usize,
+    /// Most queries running at once; a statement that would start one more
+    /// gets 429.
+    #[arg(long, default_value_t = DEFAULT_MAX_QUERIES, value_name = "N")]
+    max_queries: usize,
+    /// Scripts executed at start, in order, e.g. to declare streams, sinks
+    /// and alerts. Their queries run like posted ones.
+    files: Vec<PathBuf>,
+}
+
+/// Runs the service until Ctrl-C or SIGTERM.
+pub(super) async fn serve(args: ServeArgs) -> Result<()> {
+    let token = match args.token {
+        Some(token) if token.trim().is_empty() => {
+            return Err(Error::Plan("--token must not be empty".into()));
+        }
+        Some(token) => Some(token),
+        None => std::env::var("VIGIL_TOKEN")
+            .ok()
+            .filter(|t| !t.trim().is_empty()),
+    };
+    let config = Config {
+        addr: args.addr,
+        token: token.map(|t| t.trim().to_string()),
+        max_body: args.max_body,
+        max_queries: args.max_queries,
+        scripts: args.files,
+    };
+    service::serve(Session::new(), config).await
+}
+
+/// A size such as `16MiB`, `512KiB`, `10MB` or `1048576` (bytes).
+fn parse_size(text: &str) -> std::result::Result<usize, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let bad = || format!("expected a size such as 16MiB, 512KiB or 1048576, got '{text}'");
+    let n: usize = digits.parse().map_err(|_| bad())?;
+    let factor: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(factor).ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("16MiB"), Ok(16 << 20));
+        assert_eq!(parse_size("512 KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("10MB"), Ok(10_000_000));
+        assert_eq!(parse_size("1048576"), Ok(1 << 20));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("5 parsecs").is_err());
+    }
+}

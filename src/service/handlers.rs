@@ -1,0 +1,450 @@
+//! The request handlers of `vigil serve`.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{Path as UrlPath, Request, State};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use datafusion::arrow::json::writer::LineDelimited;
+use datafusion::arrow::record_batch::RecordBatch;
+use futures::{Stream, StreamExt};
+use serde_json::{Value, json};
+use subtle::ConstantTimeEq;
+use tokio::sync::watch;
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+
+use super::{AppState, metrics};
+use crate::connectors::sink::write_json_rows;
+use crate::connectors::{BadRow, Format, SourceLocation, SourceStats, read_bytes};
+use crate::runtime::live::QueryId;
+
+/// A JSON response, ending with a newline for terminals.
+fn reply(status: StatusCode, body: Value) -> Response {
+    (
+        status,
+        [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        format!("{body}\n"),
+    )
+        .into_response()
+}
+
+/// `{"error": message}` with `status`.
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    ApiError::new(status, message).into_response()
+}
+
+/// An error answer: `{"error": "..."}` with a 4xx status.
+pub(super) struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        reply(self.status, json!({"error": self.message}))
+    }
+}
+
+/// What most handlers return.
+type Answer = Result<Response, ApiError>;
+
+/// The body, or the error for one that is too large or unreadable.
+fn body_or_error(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
+        let status = rejection.status();
+        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "the request body is larger than the service takes (--max-body)".to_string()
+        } else {
+            rejection.body_text()
+        };
+        ApiError::new(status, message)
+    })
+}
+
+/// Lets a request through if no token is set or it carries
+/// `Authorization: Bearer <token>`; the comparison takes the same time
+/// wherever the tokens differ.
+pub(super) async fn require_token(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some(token) = &state.inner.token {
+        let given = request
+            .headers()
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim());
+        let ok = given.is_some_and(|g| bool::from(g.as_bytes().ct_eq(token.as_bytes())));
+        if !ok {
+            let mut response = error(
+                StatusCode::UNAUTHORIZED,
+                "this service needs `Authorization: Bearer <token>` with its token",
+            );
+            response
+                .headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return response;
+        }
+    }
+    next.run(request).await
+}
+
+/// `GET /health`.
+pub(super) async fn health() -> Response {
+    reply(StatusCode::OK, json!({"status": "ok"}))
+}
+
+/// Unknown paths.
+pub(super) async fn not_found() -> Response {
+    error(StatusCode::NOT_FOUND, "no such endpoint")
+}
+
+/// A known path with another method.
+pub(super) async fn method_not_allowed() -> Response {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "this endpoint does not take that method",
+    )
+}
+
+/// `POST /statements`: the body is SQL, one or more statements.
+pub(super) async fn statements(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let body = body_or_error(body)?;
+    let sql = std::str::from_utf8(&body)
+        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "the SQL is not UTF-8 text"))?;
+    // Paths in posted statements resolve against the server's directory.
+    Ok(match state.execute(sql, Path::new(".")).await {
+        Ok(done) => reply(
+            StatusCode::OK,
+            json!({"results": done.iter().map(|d| d.to_json()).collect::<Vec<_>>()}),
+        ),
+        Err(failure) => reply(
+            failure.status,
+            json!({
+                "error": failure.message,
+                "results": failure.done.iter().map(|d| d.to_json()).collect::<Vec<_>>(),
+            }),
+        ),
+    })
+}
+
+/// `GET /queries`.
+pub(super) async fn list_queries(State(state): State<AppState>) -> Response {
+    let queries = state.inner.session.read().await.queries();
+    let list: Vec<Value> = queries
+        .iter()
+        .map(|q| {
+            json!({
+                "id": q.id,
+                "label": q.label,
+                "rows_out": q.rows_out,
+                "late_rows": q.late_rows,
+                "sources": q.sources.iter().map(|(stream, rows, bad)| json!({
+                    "stream": stream,
+                    "rows": rows,
+                    "bad_rows": bad,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    reply(StatusCode::OK, json!({"queries": list}))
+}
+
+/// The query id in the path, or a 404.
+fn query_id(id: Result<UrlPath<String>, PathRejection>) -> Result<QueryId, ApiError> {
+    let text = id.map(|UrlPath(id)| id).unwrap_or_default();
+    text.parse()
+        .map_err(|_| ApiError::new(StatusCode::NOT_FOUND, format!("no query '{text}'")))
+}
+
+/// `DELETE /queries/{id}`.
+pub(super) async fn stop_query(
+    State(state): State<AppState>,
+    id: Result<UrlPath<String>, PathRejection>,
+) -> Answer {
+    let id = query_id(id)?;
+    if state.inner.session.read().await.stop(id) {
+        Ok(reply(StatusCode::OK, json!({"stopped": id})))
+    } else {
+        Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no running query {id}"),
+        ))
+    }
+}
+
+/// `GET /queries/{id}/results`: the query's result rows from now on, one
+/// event per row; ends when the query does.
+pub(super) async fn follow_results(
+    State(state): State<AppState>,
+    id: Result<UrlPath<String>, PathRejection>,
+) -> Answer {
+    let id = query_id(id)?;
+    let rx = state.subscribe(id).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no running query {id} started by this service"),
+        )
+    })?;
+    let batches = BroadcastStream::new(rx).map(|item| match item {
+        Ok(batch) => Ok(batch),
+        Err(BroadcastStreamRecvError::Lagged(n)) => Err(n),
+    });
+    Ok(row_events(batches, None, state.inner.shutdown.subscribe()))
+}
+
+/// `GET /alerts`: every alert row of the session from now on, one `alert`
+/// event per row.
+pub(super) async fn follow_alerts(State(state): State<AppState>) -> Response {
+    let alerts = state.inner.session.read().await.alerts();
+    row_events(
+        alerts.map(Ok),
+        Some("alert"),
+        state.inner.shutdown.subscribe(),
+    )
+}
+
+/// Server-Sent Events of the rows of `batches` as JSON objects (timestamps
+/// as text), each named `event` if given; a gap (`Err(n)`: n batches
+/// skipped by a slow client) is a `lagged` event. Ends with `batches` or
+/// when the service shuts down.
+fn row_events<S>(
+    batches: S,
+    event: Option<&'static str>,
+    shutdown: watch::Receiver<bool>,
+) -> Response
+where
+    S: Stream<Item = Result<RecordBatch, u64>> + Send + Unpin + 'static,
+{
+    struct Feed<S> {
+        batches: S,
+        pending: VecDeque<Event>,
+        shutdown: watch::Receiver<bool>,
+    }
+    let feed = Feed {
+        batches,
+        pending: VecDeque::new(),
+        shutdown,
+    };
+    let events = futures::stream::unfold(feed, move |mut feed| async move {
+        loop {
+            if *feed.shutdown.borrow() {
+                return None;
+            }
+            if let Some(next) = feed.pending.pop_front() {
+                return Some((Ok::<Event, Infallible>(next), feed));
+            }
+            let item = tokio::select! {
+                item = feed.batches.next() => item?,
+                _ = feed.shutdown.wait_for(|stopping| *stopping) => return None,
+            };
+            match item {
+                Ok(batch) => feed.pending.extend(batch_events(&batch, event)),
+                Err(skipped) => feed.pending.push_back(
+                    Event::default()
+                        .event("lagged")
+                        .data(json!({"skipped_batches": skipped}).to_string()),
+                ),
+            }
+        }
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+/// One event per row of `batch`.
+fn batch_events(batch: &RecordBatch, event: Option<&'static str>) -> Vec<Event> {
+    match write_json_rows::<LineDelimited>(batch, Vec::new()) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter(|line| !line.is_empty())
+            .map(|line| match event {
+                Some(name) => Event::default().event(name).data(line),
+                None => Event::default().data(line),
+            })
+            .collect(),
+        Err(e) => vec![
+            Event::default()
+                .event("error")
+                .data(json!({"error": e.to_string()}).to_string()),
+        ],
+    }
+}
+
+/// How pushed rows are written, from the request's content type: JSON
+/// lines (also without a content type), a JSON array or CSV.
+fn push_format(headers: &HeaderMap) -> Result<Format, ApiError> {
+    let Some(value) = headers.get(CONTENT_TYPE) else {
+        return Ok(Format::Jsonl);
+    };
+    let mime = value
+        .to_str()
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match mime.as_str() {
+        "application/x-ndjson"
+        | "application/ndjson"
+        | "application/jsonl"
+        | "application/x-jsonlines"
+        | "application/jsonlines"
+        | "application/json" => Ok(Format::Jsonl),
+        "text/csv" => Ok(Format::Csv),
+        other => Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!(
+                "rows must be sent as application/x-ndjson (JSON lines), application/json or text/csv, not '{other}'"
+            ),
+        )),
+    }
+}
+
+/// A JSON array of objects as JSON lines; other bodies unchanged.
+fn array_as_lines(body: Bytes) -> Result<Bytes, ApiError> {
+    let starts_array = body
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b == b'[');
+    if !starts_array {
+        return Ok(body);
+    }
+    let rows: Vec<Value> = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("the body is not a JSON array of rows: {e}"),
+        )
+    })?;
+    let mut lines = String::new();
+    for row in rows {
+        lines.push_str(&row.to_string());
+        lines.push('\n');
+    }
+    Ok(Bytes::from(lines))
+}
+
+/// `POST /streams/{name}/rows`: rows into a push stream. Malformed rows are
+/// skipped, counted and described (the first ten) in the answer.
+pub(super) async fn push_rows(
+    State(state): State<AppState>,
+    name: Result<UrlPath<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let name = name.map(|UrlPath(n)| n).unwrap_or_default();
+    let session = state.inner.session.read().await;
+    let catalog = session.engine().catalog();
+    let Some(def) = catalog
+        .stream(&name)
+        .or_else(|| catalog.stream(&name.to_ascii_lowercase()))
+        .cloned()
+    else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("unknown stream '{name}'"),
+        ));
+    };
+    if def.source.location != SourceLocation::Push {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "stream {} reads its own input; only streams with connector = 'push' take pushed rows",
+                def.name
+            ),
+        ));
+    }
+    let format = push_format(&headers)?;
+    let mut body = body_or_error(body)?;
+    if format == Format::Jsonl {
+        body = array_as_lines(body)?;
+    }
+    let parsed = SourceStats::default();
+    let mut batches = Vec::new();
+    if let Err(e) = read_bytes(&def.source, format, &body, &parsed, &mut |b| {
+        batches.push(b);
+        true
+    }) {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, e.to_string()));
+    }
+    let bad = parsed.bad_rows.load(Ordering::Relaxed);
+    let samples =
+        std::mem::take(&mut *parsed.bad_samples.lock().unwrap_or_else(|e| e.into_inner()));
+    let stats = session.push_stats(&def.name);
+    for row in &samples {
+        stats.record_bad(row.clone());
+    }
+    stats
+        .bad_rows
+        .fetch_add(bad - samples.len() as u64, Ordering::Relaxed);
+    let described: Vec<Value> = samples.iter().map(describe).collect();
+    if bad > 0 && batches.iter().all(|b| b.num_rows() == 0) {
+        return Ok(reply(
+            StatusCode::BAD_REQUEST,
+            json!({
+                "error": format!("stream {}: no valid row among the {bad} sent", def.name),
+                "rows": 0,
+                "bad": bad,
+                "bad_rows": described,
+            }),
+        ));
+    }
+    let mut rows = 0;
+    for batch in batches {
+        rows += batch.num_rows() as u64;
+        if let Err(e) = session.push(&def.name, batch).await {
+            return Err(ApiError::new(StatusCode::CONFLICT, e.to_string()));
+        }
+    }
+    Ok(reply(
+        StatusCode::OK,
+        json!({"rows": rows, "bad": bad, "bad_rows": described}),
+    ))
+}
+
+fn describe(row: &BadRow) -> Value {
+    json!({"line": row.line, "reason": row.reason})
+}
+
+/// `GET /metrics`: Prometheus text format.
+pub(super) async fn metrics(State(state): State<AppState>) -> Response {
+    let text = {
+        let session = state.inner.session.read().await;
+        metrics::render(&session, state.inner.alerts_fired.load(Ordering::Relaxed))
+    };
+    (
+        StatusCode::OK,
+        [(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        text,
+    )
+        .into_response()
+}

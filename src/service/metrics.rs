@@ -1,0 +1,164 @@
+//! `GET /metrics` in the Prometheus text exposition format (0.0.4).
+//!
+//! Stream counters are those of push streams (the rows the service took);
+//! a file-backed stream is read by each query on its own, so its rows are
+//! counted per query (`vigil_query_input_rows_total`). Watermark lag and
+//! channel queue depths are not exported: the runtime does not expose them.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use crate::connectors::SourceLocation;
+use crate::session::Session;
+
+/// The metrics of `session`, plus the count of alert rows seen firing.
+pub(super) fn render(session: &Session, alerts_fired: u64) -> String {
+    let mut out = String::new();
+    let streams: Vec<(String, u64, u64)> = session
+        .engine()
+        .catalog()
+        .streams()
+        .filter(|s| s.source.location == SourceLocation::Push)
+        .map(|s| {
+            let stats = session.push_stats(&s.name);
+            (
+                s.name.clone(),
+                stats.rows.load(Ordering::Relaxed),
+                stats.bad_rows.load(Ordering::Relaxed),
+            )
+        })
+        .collect();
+    let queries = session.queries();
+
+    header(
+        &mut out,
+        "vigil_stream_rows_total",
+        "counter",
+        "Rows pushed into a push stream.",
+    );
+    for (name, rows, _) in &streams {
+        sample(
+            &mut out,
+            "vigil_stream_rows_total",
+            &[("stream", name)],
+            *rows,
+        );
+    }
+    header(
+        &mut out,
+        "vigil_stream_bad_rows_total",
+        "counter",
+        "Malformed rows pushed into a push stream, skipped.",
+    );
+    for (name, _, bad) in &streams {
+        sample(
+            &mut out,
+            "vigil_stream_bad_rows_total",
+            &[("stream", name)],
+            *bad,
+        );
+    }
+    header(
+        &mut out,
+        "vigil_query_rows_out_total",
+        "counter",
+        "Result rows of a running query.",
+    );
+    for q in &queries {
+        let id = q.id.to_string();
+        sample(
+            &mut out,
+            "vigil_query_rows_out_total",
+            &[("query", &id)],
+            q.rows_out,
+        );
+    }
+    header(
+        &mut out,
+        "vigil_query_late_rows_total",
+        "counter",
+        "Rows a running query dropped as late.",
+    );
+    for q in &queries {
+        let id = q.id.to_string();
+        sample(
+            &mut out,
+            "vigil_query_late_rows_total",
+            &[("query", &id)],
+            q.late_rows,
+        );
+    }
+    header(
+        &mut out,
+        "vigil_query_input_rows_total",
+        "counter",
+        "Rows a running query read from a stream.",
+    );
+    for q in &queries {
+        let id = q.id.to_string();
+        for (stream, rows, _) in &q.sources {
+            sample(
+                &mut out,
+                "vigil_query_input_rows_total",
+                &[("query", &id), ("stream", stream)],
+                *rows,
+            );
+        }
+    }
+    header(
+        &mut out,
+        "vigil_running_queries",
+        "gauge",
+        "Queries running now.",
+    );
+    sample(&mut out, "vigil_running_queries", &[], queries.len() as u64);
+    header(
+        &mut out,
+        "vigil_alerts_fired_total",
+        "counter",
+        "Alert rows with state 'firing' since the service started.",
+    );
+    sample(&mut out, "vigil_alerts_fired_total", &[], alerts_fired);
+    out
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: u64) {
+    out.push_str(name);
+    if !labels.is_empty() {
+        out.push('{');
+        for (i, (label, value)) in labels.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let _ = write!(out, "{label}=\"{}\"", escape(value));
+        }
+        out.push('}');
+    }
+    let _ = writeln!(out, " {value}");
+}
+
+/// A label value with `\`, `"` and newlines escaped.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_escape_labels() {
+        let mut out = String::new();
+        sample(&mut out, "m", &[("stream", "a\"b\\c\nd"), ("q", "1")], 7);
+        sample(&mut out, "n", &[], 0);
+        assert_eq!(out, "m{stream=\"a\\\"b\\\\c\\nd\",q=\"1\"} 7\nn 0\n");
+    }
+}

@@ -1,0 +1,486 @@
+//! `vigil serve`: a [`Session`] behind an HTTP API.
+//!
+//! Clients post SQL (`POST /statements`), push rows into push streams
+//! (`POST /streams/{name}/rows`), follow a query's results or every alert as
+//! Server-Sent Events, list and stop queries, and scrape Prometheus metrics.
+//! Every request and response body is JSON (metrics and SSE aside); errors
+//! are `{"error": "..."}` with a 4xx status, and a failed request leaves the
+//! running queries alone.
+//!
+//! Each query the service starts has its results copied into a broadcast
+//! channel, so any number of clients can follow it and a query nobody
+//! follows still runs (its results are dropped). A follower sees the rows
+//! produced after it subscribed.
+
+mod handlers;
+mod metrics;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::routing::{delete, get, post};
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::sql::sqlparser::tokenizer::Location;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::{RwLock, broadcast, watch};
+
+use crate::engine::{Outcome, script_dir};
+use crate::error::{Error, Result};
+use crate::runtime::live::QueryId;
+use crate::session::{QueryHandle, Session};
+use crate::sql::{Statement, StatementKind, parse_script, render_error};
+
+/// Default listening address: loopback only.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:8080";
+/// Default largest request body: 16 MiB.
+pub const DEFAULT_MAX_BODY: usize = 16 << 20;
+/// Default most running queries.
+pub const DEFAULT_MAX_QUERIES: usize = 64;
+
+/// Result batches kept per query for followers that fall behind; a slower
+/// follower skips the oldest (and is told how many it missed).
+const FOLLOW_BUFFER: usize = 128;
+
+/// How `vigil serve` runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where to listen, e.g. `127.0.0.1:8080`; port 0 picks a free port.
+    pub addr: String,
+    /// When set, every request but `GET /health` must carry
+    /// `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+    /// Largest request body in bytes; larger ones get 413.
+    pub max_body: usize,
+    /// Most queries running at once; a statement that would start one more
+    /// gets 429.
+    pub max_queries: usize,
+    /// Scripts executed before the service listens (streams, sinks, alerts);
+    /// relative paths in them resolve against their directory.
+    pub scripts: Vec<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            addr: DEFAULT_ADDR.to_string(),
+            token: None,
+            max_body: DEFAULT_MAX_BODY,
+            max_queries: DEFAULT_MAX_QUERIES,
+            scripts: Vec::new(),
+        }
+    }
+}
+
+/// Runs the service until Ctrl-C or SIGTERM: executes the startup scripts,
+/// listens (printing `vigil: listening on http://ADDR` on stderr once
+/// bound), then shuts down gracefully: open event streams end, requests in
+/// flight finish, every query stops.
+pub async fn serve(session: Session, config: Config) -> Result<()> {
+    let state = AppState::new(session, &config);
+    for script in &config.scripts {
+        state.run_script(script).await?;
+    }
+    let listener = tokio::net::TcpListener::bind(&config.addr)
+        .await
+        .map_err(|e| Error::io(format!("cannot listen on {}", config.addr), e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::io("cannot read the listening address", e))?;
+    if config.token.is_none() && !addr.ip().is_loopback() {
+        eprintln!(
+            "vigil: warning: listening on {addr} without --token: anyone who can reach it can run SQL, which reads and writes files"
+        );
+    }
+    eprintln!("vigil: listening on http://{addr}");
+    let stopping = state.clone();
+    let outcome = axum::serve(listener, router(state.clone()))
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            eprintln!("vigil: shutting down");
+            stopping.begin_shutdown();
+        })
+        .await
+        .map_err(|e| Error::io("serving HTTP", e));
+    state.shutdown().await;
+    outcome
+}
+
+/// Waits for Ctrl-C or, on Unix, SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}
+
+/// The routes, with the body limit and, if a token is set, authentication
+/// on every route but `GET /health`.
+pub fn router(state: AppState) -> Router {
+    let protected = Router::new()
+        .route("/statements", post(handlers::statements))
+        .route("/queries", get(handlers::list_queries))
+        .route("/queries/{id}", delete(handlers::stop_query))
+        .route("/queries/{id}/results", get(handlers::follow_results))
+        .route("/alerts", get(handlers::follow_alerts))
+        .route("/streams/{name}/rows", post(handlers::push_rows))
+        .route("/metrics", get(handlers::metrics))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            handlers::require_token,
+        ));
+    Router::new()
+        .route("/health", get(handlers::health))
+        .merge(protected)
+        .fallback(handlers::not_found)
+        .method_not_allowed_fallback(handlers::method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.inner.max_body))
+        .with_state(state)
+}
+
+/// What the handlers share: the session, the followers' channels, limits.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Statements take it exclusively; pushes, listings and stops share it.
+    session: RwLock<Session>,
+    /// Result channels of the queries the service started, by id; an entry
+    /// goes when its query ends, which ends its followers' streams.
+    followers: Mutex<HashMap<QueryId, broadcast::Sender<RecordBatch>>>,
+    token: Option<String>,
+    max_body: usize,
+    max_queries: usize,
+    /// Rows with state 'firing' seen on the session's alert stream.
+    alerts_fired: Arc<AtomicU64>,
+    /// Turns true when the service stops: open event streams end.
+    shutdown: watch::Sender<bool>,
+}
+
+/// What one statement did, as the API reports it.
+#[derive(Debug, Clone)]
+pub enum StatementResult {
+    /// A declaration or setting.
+    Done,
+    /// `EXPLAIN` text.
+    Explain(String),
+    /// A query was started.
+    Query {
+        /// Its id.
+        id: QueryId,
+        /// Its statement, on one line.
+        label: String,
+        /// Its result columns: name and type.
+        columns: Vec<(String, String)>,
+        /// True for an alert.
+        alert: bool,
+    },
+}
+
+impl StatementResult {
+    fn to_json(&self) -> Value {
+        match self {
+            StatementResult::Done => json!({"kind": "done"}),
+            StatementResult::Explain(text) => json!({"kind": "explain", "text": text}),
+            StatementResult::Query {
+                id,
+                label,
+                columns,
+                alert,
+            } => json!({
+                "kind": "query",
+                "id": id,
+                "label": label,
+                "columns": columns
+                    .iter()
+                    .map(|(name, ty)| json!({"name": name, "type": ty}))
+                    .collect::<Vec<_>>(),
+                "alert": alert,
+            }),
+        }
+    }
+}
+
+/// Why a batch of statements stopped, after the results of those that ran.
+#[derive(Debug)]
+pub struct StatementFailure {
+    /// 400 for a statement that does not parse, plan or start; 429 for one
+    /// over the query limit.
+    pub status: StatusCode,
+    /// What went wrong, with line and column.
+    pub message: String,
+    /// What the statements before it did (they keep their effect).
+    pub done: Vec<StatementResult>,
+}
+
+impl AppState {
+    /// State around `session`; must be called within a tokio runtime (it
+    /// starts counting alerts).
+    pub fn new(session: Session, config: &Config) -> AppState {
+        let alerts_fired = Arc::new(AtomicU64::new(0));
+        let mut alerts = session.alerts();
+        let counter = alerts_fired.clone();
+        tokio::spawn(async move {
+            while let Some(batch) = alerts.next().await {
+                counter.fetch_add(firing_rows(&batch), Ordering::Relaxed);
+            }
+        });
+        AppState {
+            inner: Arc::new(Inner {
+                session: RwLock::new(session),
+                followers: Mutex::default(),
+                token: config.token.clone(),
+                max_body: config.max_body,
+                max_queries: config.max_queries,
+                alerts_fired,
+                shutdown: watch::channel(false).0,
+            }),
+        }
+    }
+
+    fn followers(&self) -> MutexGuard<'_, HashMap<QueryId, broadcast::Sender<RecordBatch>>> {
+        self.inner
+            .followers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs every statement of `sql`, relative paths resolving against
+    /// `base_dir`; stops at the first that fails.
+    pub async fn execute(
+        &self,
+        sql: &str,
+        base_dir: &Path,
+    ) -> std::result::Result<Vec<StatementResult>, StatementFailure> {
+        let invalid = |message: String, done: Vec<StatementResult>| StatementFailure {
+            status: StatusCode::BAD_REQUEST,
+            message,
+            done,
+        };
+        let statements = parse_script(sql).map_err(|e| invalid(e.to_string(), Vec::new()))?;
+        let mut session = self.inner.session.write().await;
+        let mut done = Vec::with_capacity(statements.len());
+        for statement in &statements {
+            let starts_query = matches!(
+                statement.kind,
+                StatementKind::Query { .. } | StatementKind::CreateAlert { .. }
+            );
+            if starts_query && session.queries().len() >= self.inner.max_queries {
+                return Err(StatementFailure {
+                    status: StatusCode::TOO_MANY_REQUESTS,
+                    message: locate(
+                        sql,
+                        statement,
+                        &format!(
+                            "{} queries are running, the most allowed (--max-queries); stop one first",
+                            self.inner.max_queries
+                        ),
+                    ),
+                    done,
+                });
+            }
+            let outcome = match session.engine_mut().execute(statement, base_dir) {
+                Ok(outcome) => outcome,
+                Err(e) => return Err(invalid(locate_error(sql, statement, &e), done)),
+            };
+            done.push(match outcome {
+                Outcome::Done => StatementResult::Done,
+                Outcome::Explain(text) => StatementResult::Explain(text),
+                Outcome::Query(query) => {
+                    let label = statement_label(sql, statement);
+                    let handle = match session.start(*query, &label) {
+                        Ok(handle) => handle,
+                        Err(e) => return Err(invalid(locate_error(sql, statement, &e), done)),
+                    };
+                    let result = StatementResult::Query {
+                        id: handle.id,
+                        label,
+                        columns: columns(&handle.schema),
+                        alert: handle.is_alert,
+                    };
+                    self.follow(handle);
+                    result
+                }
+            });
+        }
+        Ok(done)
+    }
+
+    /// Executes a startup script; its queries are listed on stderr and its
+    /// `EXPLAIN`s printed on stdout.
+    pub async fn run_script(&self, path: &Path) -> Result<()> {
+        let name = path.display();
+        let sql = std::fs::read_to_string(path)
+            .map_err(|e| Error::io(format!("cannot read {name}"), e))?;
+        let done = self
+            .execute(&sql, &script_dir(path))
+            .await
+            .map_err(|f| Error::Plan(format!("{name}: {}", f.message)))?;
+        for result in done {
+            match result {
+                StatementResult::Query { id, label, .. } => {
+                    eprintln!("vigil: {name}: query {id}: {label}");
+                }
+                StatementResult::Explain(text) => println!("{text}"),
+                StatementResult::Done => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies a query's results into a broadcast channel its followers
+    /// subscribe to; the channel closes when the query ends.
+    fn follow(&self, mut handle: QueryHandle) {
+        let id = handle.id;
+        let tx = broadcast::channel(FOLLOW_BUFFER).0;
+        self.followers().insert(id, tx.clone());
+        let state = self.clone();
+        tokio::spawn(async move {
+            while let Some(batch) = handle.next().await {
+                // No follower: the rows are dropped, the query runs on.
+                let _ = tx.send(batch);
+            }
+            state.followers().remove(&id);
+        });
+    }
+
+    /// A new follower of query `id`'s results; `None` if the service runs
+    /// no such query.
+    fn subscribe(&self, id: QueryId) -> Option<broadcast::Receiver<RecordBatch>> {
+        self.followers().get(&id).map(|tx| tx.subscribe())
+    }
+
+    /// Ends every open event stream (results and alerts), so a graceful
+    /// shutdown does not wait for clients that follow forever.
+    pub fn begin_shutdown(&self) {
+        self.inner.shutdown.send_replace(true);
+    }
+
+    /// Ends the event streams and stops every query.
+    pub async fn shutdown(&self) {
+        self.begin_shutdown();
+        self.inner.session.read().await.shutdown().await;
+    }
+}
+
+/// `e`'s message with the statement's position, unless it carries one (a
+/// parse error is rendered with its own line, column and caret).
+fn locate_error(sql: &str, statement: &Statement, e: &Error) -> String {
+    match e {
+        Error::Parse(message) => message.clone(),
+        other => locate(sql, statement, &other.to_string()),
+    }
+}
+
+/// `message` at the statement's first token, with its line and a caret.
+fn locate(sql: &str, statement: &Statement, message: &str) -> String {
+    let at = Location {
+        line: statement.line,
+        column: statement.column,
+    };
+    render_error(sql, message, at)
+}
+
+/// The statement's text on one line, shortened, to name its query.
+fn statement_label(sql: &str, statement: &Statement) -> String {
+    let text: String = sql
+        .lines()
+        .skip(statement.line.saturating_sub(1) as usize)
+        .enumerate()
+        .map(|(i, line)| {
+            if i == 0 {
+                line.chars()
+                    .skip(statement.column.saturating_sub(1) as usize)
+                    .collect()
+            } else {
+                line.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let text = text.split(';').next().unwrap_or("");
+    let mut words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if words.len() > 120 {
+        words.truncate(words.floor_char_boundary(117));
+        words.push_str("...");
+    }
+    words
+}
+
+/// Column names and SQL type names of a result schema.
+fn columns(schema: &SchemaRef) -> Vec<(String, String)> {
+    schema
+        .fields()
+        .iter()
+        .map(|f| (f.name().clone(), sql_type(f.data_type())))
+        .collect()
+}
+
+/// The SQL name of an Arrow type as vigil declares columns, else Arrow's.
+fn sql_type(ty: &DataType) -> String {
+    match ty {
+        DataType::Timestamp(..) => "TIMESTAMP".into(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "TEXT".into(),
+        DataType::Float64 => "DOUBLE".into(),
+        DataType::Float32 => "REAL".into(),
+        DataType::Int64 => "BIGINT".into(),
+        DataType::Int32 => "INT".into(),
+        DataType::UInt64 => "BIGINT UNSIGNED".into(),
+        DataType::Boolean => "BOOLEAN".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Rows of an alert batch whose `state` is `firing`.
+fn firing_rows(batch: &RecordBatch) -> u64 {
+    let Some(column) = batch.column_by_name("state") else {
+        return 0;
+    };
+    let Ok(text) = cast(column, &DataType::Utf8) else {
+        return 0;
+    };
+    text.as_string::<i32>()
+        .iter()
+        .filter(|s| *s == Some("firing"))
+        .count() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_start_at_the_statement() {
+        let sql = "CREATE STREAM s (ts TIMESTAMP); SELECT ts\n  FROM s;\nSELECT 1;";
+        let statements = parse_script(sql).unwrap();
+        assert_eq!(statement_label(sql, &statements[1]), "SELECT ts FROM s");
+        assert_eq!(statement_label(sql, &statements[2]), "SELECT 1");
+    }
+}

@@ -1,0 +1,535 @@
+//! `vigil serve` end to end: the real binary on a free port, driven by a
+//! real HTTP client (ureq, blocking; event streams are read on threads).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// Generous: the machine is shared and slow.
+const WAIT: Duration = Duration::from_secs(60);
+const TOKEN: &str = "secret";
+
+/// A `vigil serve` process, killed when dropped.
+struct Server {
+    child: Child,
+    base: String,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// Starts `vigil serve ARGS` in `dir` and waits for its address.
+    fn start(dir: &Path, args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .arg("serve")
+            .args(args)
+            .current_dir(dir)
+            .env_remove("VIGIL_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("vigil starts");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let pipe = child.stderr.take().expect("stderr");
+        let log = stderr.clone();
+        // Keeps reading stderr so the server never blocks on it.
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                if let Some(addr) = line.strip_prefix("vigil: listening on ") {
+                    let _ = tx.send(addr.to_string());
+                }
+                let mut log = log.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let base = match rx.recv_timeout(WAIT) {
+            Ok(base) => base,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "vigil serve did not print its address; stderr:\n{}",
+                    stderr.lock().unwrap()
+                );
+            }
+        };
+        assert!(base.starts_with("http://127.0.0.1:"), "{base}");
+        assert!(!base.ends_with(":0"), "the real port is printed: {base}");
+        Server {
+            child,
+            base,
+            stderr,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Sends SIGTERM and waits for the exit.
+    fn terminate(&mut self) -> ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+        wait_exit(&mut self.child).expect("vigil serve exits after SIGTERM")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_exit(child: &mut Child) -> Option<ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < WAIT {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+fn agent(timeout: Option<Duration>) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(timeout)
+        .build()
+        .new_agent()
+}
+
+/// An answer: status, content type, body.
+struct Answer {
+    status: u16,
+    content_type: String,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+
+    fn error(&self) -> String {
+        self.json()["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error message: {}", self.body))
+            .to_string()
+    }
+}
+
+fn answer(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Answer {
+    let mut response = response.expect("the server answers");
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    Answer {
+        status: response.status().as_u16(),
+        content_type,
+        body: response.body_mut().read_to_string().expect("a text body"),
+    }
+}
+
+fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+fn get(server: &Server, path: &str, token: Option<&str>) -> Answer {
+    let mut request = agent(Some(WAIT)).get(server.url(path));
+    if let Some(token) = token {
+        request = request.header("authorization", bearer(token));
+    }
+    answer(request.call())
+}
+
+fn delete(server: &Server, path: &str) -> Answer {
+    answer(
+        agent(Some(WAIT))
+            .delete(server.url(path))
+            .header("authorization", bearer(TOKEN))
+            .call(),
+    )
+}
+
+fn post(server: &Server, path: &str, content_type: Option<&str>, body: &str) -> Answer {
+    let mut request = agent(Some(WAIT))
+        .post(server.url(path))
+        .header("authorization", bearer(TOKEN));
+    if let Some(content_type) = content_type {
+        request = request.header("content-type", content_type);
+    }
+    answer(request.send(body))
+}
+
+fn statements(server: &Server, sql: &str) -> Answer {
+    post(server, "/statements", None, sql)
+}
+
+/// One Server-Sent Event: its name (empty for none) and data.
+type SseEvent = (String, String);
+
+/// Opens an event stream; its events arrive on the receiver, which
+/// disconnects when the stream ends.
+fn follow(server: &Server, path: &str) -> Receiver<SseEvent> {
+    let response = agent(None)
+        .get(server.url(path))
+        .header("authorization", bearer(TOKEN))
+        .call()
+        .expect("the server answers");
+    assert_eq!(response.status().as_u16(), 200, "GET {path}");
+    let content_type = response.headers().get("content-type").unwrap();
+    assert_eq!(content_type.to_str().unwrap(), "text/event-stream");
+    let reader = BufReader::new(response.into_body().into_reader());
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let (mut name, mut data) = (String::new(), String::new());
+        for line in reader.lines() {
+            let Ok(line) = line else { break };
+            if line.is_empty() {
+                if !data.is_empty() && tx.send((name.clone(), data.clone())).is_err() {
+                    break;
+                }
+                name.clear();
+                data.clear();
+            } else if let Some(value) = line.strip_prefix("event:") {
+                name = value.trim().to_string();
+            } else if let Some(value) = line.strip_prefix("data:") {
+                data.push_str(value.trim_start());
+            }
+        }
+    });
+    rx
+}
+
+/// The next event on `events` whose data is JSON matching `want`, skipping
+/// others.
+fn next_matching(
+    events: &Receiver<SseEvent>,
+    what: &str,
+    want: impl Fn(&str, &Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (name, data) = events
+            .recv_timeout(left)
+            .unwrap_or_else(|e| panic!("no {what} event: {e:?}"));
+        let value: Value = serde_json::from_str(&data).expect("event data is JSON");
+        if want(&name, &value) {
+            return value;
+        }
+    }
+}
+
+/// Waits until the event stream has ended.
+fn ends(events: &Receiver<SseEvent>) -> bool {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match events.recv_timeout(left) {
+            Ok(_) => continue,
+            Err(RecvTimeoutError::Disconnected) => return true,
+            Err(RecvTimeoutError::Timeout) => return false,
+        }
+    }
+}
+
+/// Parses `name{labels} value` from a metrics page.
+fn metric(page: &str, series: &str) -> u64 {
+    page.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {series} in\n{page}"))
+        .parse()
+        .expect("a number")
+}
+
+const SETUP: &str = "
+CREATE STREAM events (ts TIMESTAMP, host TEXT, cpu DOUBLE, WATERMARK FOR ts AS ts)
+  WITH (connector = 'push');
+CREATE STREAM logged (ts TIMESTAMP, msg TEXT) WITH (path = 'logged.csv');
+";
+
+#[test]
+fn serves_statements_rows_results_alerts_and_metrics() {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("setup.sql"), SETUP).expect("write script");
+    let mut server = Server::start(
+        dir.path(),
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--token",
+            TOKEN,
+            "--max-body",
+            "8KiB",
+            "--max-queries",
+            "3",
+            "setup.sql",
+        ],
+    );
+
+    // Health is open; everything else needs the token.
+    let health = get(&server, "/health", None);
+    assert_eq!(
+        (health.status, health.json()),
+        (200, json!({"status": "ok"}))
+    );
+    for token in [None, Some("wrong"), Some("secre"), Some("secrets")] {
+        let refused = get(&server, "/queries", token);
+        assert_eq!(refused.status, 401, "token {token:?}: {}", refused.body);
+        assert!(refused.error().contains("Bearer"), "{}", refused.body);
+        assert_eq!(get(&server, "/metrics", token).status, 401);
+    }
+
+    // An alert and a query over the pushed stream.
+    let started_queries = statements(
+        &server,
+        "CREATE ALERT hot AS SELECT ts, host, cpu FROM events ALERT BY host WHEN cpu > 90;
+         SELECT host, cpu FROM events WHERE cpu > 50;",
+    );
+    assert_eq!(started_queries.status, 200, "{}", started_queries.body);
+    assert_eq!(started_queries.content_type, "application/json");
+    let results = started_queries.json()["results"].clone();
+    assert_eq!(results[0]["kind"], "query", "{results}");
+    assert_eq!(results[0]["alert"], true);
+    assert_eq!(results[1]["alert"], false);
+    assert_eq!(
+        results[1]["columns"],
+        json!([{"name": "host", "type": "TEXT"}, {"name": "cpu", "type": "DOUBLE"}])
+    );
+    let alert_id = results[0]["id"].as_u64().expect("an id");
+    let query_id = results[1]["id"].as_u64().expect("an id");
+
+    let alerts = follow(&server, "/alerts");
+    let rows = follow(&server, &format!("/queries/{query_id}/results"));
+
+    // JSON lines, one malformed: the alert fires for host a.
+    let pushed = post(
+        &server,
+        "/streams/events/rows",
+        Some("application/x-ndjson"),
+        "{\"ts\": 1000, \"host\": \"a\", \"cpu\": 95}\nnot json\n{\"ts\": 2000, \"host\": \"b\", \"cpu\": 20}\n",
+    );
+    assert_eq!(pushed.status, 200, "{}", pushed.body);
+    assert_eq!(
+        (pushed.json()["rows"].clone(), pushed.json()["bad"].clone()),
+        (json!(2), json!(1))
+    );
+    assert_eq!(pushed.json()["bad_rows"][0]["line"], 2);
+    let fired = next_matching(&alerts, "firing alert", |name, v| {
+        name == "alert" && v["state"] == "firing"
+    });
+    assert_eq!(fired["host"], "a", "{fired}");
+    assert_eq!(fired["alert"], "hot", "{fired}");
+    assert_eq!(fired["event_time"], "1970-01-01T00:00:01", "{fired}");
+    let row = next_matching(&rows, "result", |_, _| true);
+    assert_eq!(row, json!({"host": "a", "cpu": 95.0}));
+
+    // CSV with a header, then a JSON array.
+    let pushed = post(
+        &server,
+        "/streams/events/rows",
+        Some("text/csv"),
+        "ts,host,cpu\n3000,c,42\n4000,d,77\n",
+    );
+    assert_eq!(pushed.status, 200, "{}", pushed.body);
+    assert_eq!(pushed.json()["rows"], 2);
+    assert_eq!(
+        next_matching(&rows, "result", |_, _| true),
+        json!({"host": "d", "cpu": 77.0})
+    );
+    let pushed = post(
+        &server,
+        "/streams/Events/rows",
+        Some("application/json"),
+        r#"[{"ts": 5000, "host": "e", "cpu": 60}]"#,
+    );
+    assert_eq!(pushed.status, 200, "{}", pushed.body);
+    assert_eq!(
+        next_matching(&rows, "result", |_, _| true),
+        json!({"host": "e", "cpu": 60.0})
+    );
+
+    // Listing.
+    let listed = get(&server, "/queries", Some(TOKEN));
+    assert_eq!(listed.status, 200);
+    let queries = listed.json()["queries"].clone();
+    let ids: Vec<u64> = queries
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, [alert_id, query_id], "{queries}");
+    assert_eq!(
+        queries[1]["label"],
+        "SELECT host, cpu FROM events WHERE cpu > 50"
+    );
+    assert_eq!(queries[1]["rows_out"], 3, "{queries}");
+    assert_eq!(
+        queries[1]["sources"][0],
+        json!({"stream": "events", "rows": 5, "bad_rows": 1})
+    );
+
+    // Metrics.
+    let page = get(&server, "/metrics", Some(TOKEN));
+    assert_eq!(page.status, 200);
+    assert!(
+        page.content_type.starts_with("text/plain; version=0.0.4"),
+        "{}",
+        page.content_type
+    );
+    let page = page.body;
+    assert_eq!(
+        metric(&page, "vigil_stream_rows_total{stream=\"events\"}"),
+        5
+    );
+    assert_eq!(
+        metric(&page, "vigil_stream_bad_rows_total{stream=\"events\"}"),
+        1
+    );
+    assert_eq!(
+        metric(
+            &page,
+            &format!("vigil_query_rows_out_total{{query=\"{query_id}\"}}")
+        ),
+        3
+    );
+    assert_eq!(
+        metric(
+            &page,
+            &format!("vigil_query_late_rows_total{{query=\"{query_id}\"}}")
+        ),
+        0
+    );
+    assert_eq!(metric(&page, "vigil_running_queries"), 2);
+    assert!(metric(&page, "vigil_alerts_fired_total") >= 1, "{page}");
+
+    // Bad SQL: 400 with line and column; nothing starts.
+    let bad = statements(&server, "SELECT host FROM events;\nSELEC oops;");
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(bad.error().contains("line 2, column 1"), "{}", bad.body);
+    let bad = statements(
+        &server,
+        "CREATE VIEW v AS SELECT host FROM events;\n  SELECT nope FROM events;",
+    );
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(bad.error().contains("nope"), "{}", bad.body);
+    assert!(bad.error().contains("line 2, column 3"), "{}", bad.body);
+    assert_eq!(
+        bad.json()["results"],
+        json!([{"kind": "done"}]),
+        "the view stays declared"
+    );
+
+    // Over the query limit: the first query starts, the second gets 429.
+    let limited = statements(&server, "SELECT host FROM events;\nSELECT cpu FROM events;");
+    assert_eq!(limited.status, 429, "{}", limited.body);
+    assert!(
+        limited.error().contains("--max-queries"),
+        "{}",
+        limited.body
+    );
+    assert!(limited.error().contains("line 2"), "{}", limited.body);
+    let third = limited.json()["results"][0]["id"]
+        .as_u64()
+        .expect("the first started");
+    assert_eq!(delete(&server, &format!("/queries/{third}")).status, 200);
+
+    // Too large a body.
+    let big = format!("-- {}\nSELECT host FROM events;", "x".repeat(20_000));
+    let refused = statements(&server, &big);
+    assert_eq!(refused.status, 413, "{}", refused.body);
+    assert!(refused.error().contains("--max-body"), "{}", refused.body);
+
+    // Streams that take no pushed rows.
+    let unknown = post(
+        &server,
+        "/streams/nope/rows",
+        Some("application/x-ndjson"),
+        "{}",
+    );
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+    assert!(unknown.error().contains("unknown stream 'nope'"));
+    let file = post(
+        &server,
+        "/streams/logged/rows",
+        Some("text/csv"),
+        "ts,msg\n1,x\n",
+    );
+    assert_eq!(file.status, 409, "{}", file.body);
+    assert!(file.error().contains("connector = 'push'"), "{}", file.body);
+    let wrong_type = post(&server, "/streams/events/rows", Some("text/plain"), "x");
+    assert_eq!(wrong_type.status, 415, "{}", wrong_type.body);
+
+    // Stopping ends the query's event stream.
+    let stopped = delete(&server, &format!("/queries/{query_id}"));
+    assert_eq!(stopped.status, 200, "{}", stopped.body);
+    assert!(ends(&rows), "the results stream ends with its query");
+    assert_eq!(delete(&server, &format!("/queries/{query_id}")).status, 404);
+    assert_eq!(delete(&server, "/queries/abc").status, 404);
+    assert_eq!(
+        get(&server, "/queries/999/results", Some(TOKEN)).status,
+        404
+    );
+    let listed = get(&server, "/queries", Some(TOKEN)).json();
+    assert_eq!(listed["queries"].as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed["queries"][0]["id"], alert_id);
+
+    // SIGTERM: a graceful exit, open event streams end.
+    let status = server.terminate();
+    assert!(status.success(), "{status:?}; stderr:\n{}", server.stderr());
+    assert!(ends(&alerts), "the alert stream ends on shutdown");
+    assert!(
+        server.stderr().contains("vigil: shutting down"),
+        "{}",
+        server.stderr()
+    );
+    eprintln!("service scenario took {:?}", started.elapsed());
+}
+
+#[test]
+fn a_broken_startup_script_stops_the_service_before_it_listens() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("bad.sql"),
+        "CREATE STREAM s (ts TIMESTAMP) WITH (connector = 'push');\nSELECT nope FROM s;\n",
+    )
+    .expect("write script");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(["serve", "--addr", "127.0.0.1:0", "bad.sql"])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("vigil starts");
+    let status = wait_exit(&mut child);
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    let output = child.wait_with_output().expect("output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(status.map(|s| s.code()), Some(Some(1)), "{stderr}");
+    assert!(stderr.contains("error: bad.sql: "), "{stderr}");
+    assert!(stderr.contains("line 2, column 1"), "{stderr}");
+    assert!(!stderr.contains("listening"), "{stderr}");
+}
