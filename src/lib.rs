@@ -15,6 +15,7 @@ pub mod exec;
 pub mod functions;
 pub mod plan;
 pub mod planner;
+pub mod repl;
 pub mod runtime;
 pub mod session;
 pub mod sql;

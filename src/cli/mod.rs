@@ -21,8 +21,9 @@ use output::SharedOutput;
 #[derive(Debug, Parser)]
 #[command(name = "vigil", version, about)]
 pub struct Cli {
+    /// Without a command, vigil starts the interactive shell (`vigil repl`).
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -30,6 +31,9 @@ enum Command {
     /// Run every statement of the given .sql files; exits when finite inputs
     /// end and every window has fired.
     Run(RunArgs),
+    /// The interactive shell: type statements, see results as windows fire
+    /// (the default without a command).
+    Repl,
 }
 
 #[derive(Debug, clap::Args)]
@@ -108,7 +112,13 @@ pub fn main() -> ExitCode {
         }
     };
     let outcome = match cli.command {
-        Command::Run(args) => runtime.block_on(run(args)),
+        Some(Command::Run(args)) => runtime.block_on(run(args)),
+        None | Some(Command::Repl) => {
+            let outcome = runtime.block_on(crate::repl::run());
+            // A source blocked on a read (a FIFO) must not hold the exit.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            outcome
+        }
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
