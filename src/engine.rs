@@ -107,6 +107,11 @@ impl Engine {
         &self.catalog
     }
 
+    /// The names of the functions queries can call, sorted.
+    pub fn function_names(&self) -> Vec<String> {
+        self.planner.function_names()
+    }
+
     /// Declares a stream built in Rust rather than by `CREATE STREAM`.
     pub fn add_stream(&mut self, def: crate::plan::StreamDef) -> Result<()> {
         self.catalog.add_stream(def)

@@ -16,6 +16,7 @@ pub mod exec;
 pub mod functions;
 pub mod plan;
 pub mod planner;
+pub mod repl;
 pub mod runtime;
 pub mod service;
 pub mod session;

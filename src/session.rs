@@ -355,9 +355,12 @@ impl Session {
         self.live.stop(id)
     }
 
-    /// Waits until query `id` has ended; its error if it failed.
-    pub async fn wait(&self, id: QueryId) -> Result<()> {
-        self.live.wait(id).await
+    /// Waits until query `id` has ended; its error if it failed. The query
+    /// is looked up when this is called: the future borrows nothing, so it
+    /// can be kept while the session is used, and it cannot miss the error
+    /// of a query that ends before it is awaited.
+    pub fn wait(&self, id: QueryId) -> impl Future<Output = Result<()>> + Send + 'static {
+        self.live.wait(id)
     }
 
     /// Stops every query and ends every push stream.

@@ -28,8 +28,9 @@ use stop::Stopper;
 #[derive(Debug, Parser)]
 #[command(name = "vigil", version, about)]
 pub struct Cli {
+    /// Without a command, vigil starts the interactive shell (`vigil repl`).
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -43,6 +44,9 @@ enum Command {
     /// Serve an HTTP API: post statements, push rows, follow results and
     /// alerts as Server-Sent Events, scrape metrics.
     Serve(serve::ServeArgs),
+    /// The interactive shell: type statements, see results as windows fire
+    /// (the default without a command).
+    Repl,
 }
 
 #[derive(Debug, clap::Args)]
@@ -153,9 +157,15 @@ pub fn main() -> ExitCode {
         }
     };
     let outcome = match cli.command {
-        Command::Run(args) => runtime.block_on(run(args)),
-        Command::Check(args) => return check(args),
-        Command::Serve(args) => {
+        Some(Command::Run(args)) => runtime.block_on(run(args)),
+        None | Some(Command::Repl) => {
+            let outcome = runtime.block_on(crate::repl::run());
+            // A source blocked on a read (a FIFO) must not hold the exit.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            outcome
+        }
+        Some(Command::Check(args)) => return check(args),
+        Some(Command::Serve(args)) => {
             let outcome = runtime.block_on(serve::serve(args));
             // A query's blocking tasks may still be winding down.
             runtime.shutdown_timeout(std::time::Duration::from_secs(5));

@@ -84,6 +84,11 @@ impl Catalog {
         self.views.get(name)
     }
 
+    /// All views, by name.
+    pub fn views(&self) -> impl Iterator<Item = (&str, &Arc<ViewSource>)> {
+        self.views.iter().map(|(name, view)| (name.as_str(), view))
+    }
+
     /// Adds a view: a planned query that later queries read by name.
     pub fn add_view(&mut self, name: &str, plan: LogicalPlan) -> Result<()> {
         self.check_free(name)?;

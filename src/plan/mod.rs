@@ -72,6 +72,22 @@ impl SqlPlanner {
         }
     }
 
+    /// The names of the scalar, aggregate and window functions a query can
+    /// call (DataFusion's and vigil's), sorted.
+    pub fn function_names(&self) -> Vec<String> {
+        let state = &self.state;
+        let mut names: Vec<String> = state
+            .scalar_functions()
+            .keys()
+            .chain(state.aggregate_functions().keys())
+            .chain(state.window_functions().keys())
+            .cloned()
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// Plans a query into a logical plan as the SQL says it, before type
     /// coercion: the form a view is kept in.
     pub fn plan_raw(&self, catalog: &Catalog, query: &ast::Query) -> Result<LogicalPlan> {

@@ -261,18 +261,22 @@ impl Live {
     }
 
     /// Waits until query `id` ends (its inputs ended, or it was stopped);
-    /// its error, if it failed. Returns at once for an unknown id.
-    pub async fn wait(&self, id: QueryId) -> Result<()> {
+    /// its error, if it failed. The query is looked up when this is called,
+    /// so the future borrows nothing and can be awaited later; it resolves
+    /// at once for an unknown id.
+    pub fn wait(&self, id: QueryId) -> impl Future<Output = Result<()>> + Send + 'static {
         let done = self.lock().queries.get(&id).map(|q| q.done.clone());
-        let Some(mut done) = done else {
-            return Ok(());
-        };
-        loop {
-            if let Some(outcome) = done.borrow().clone() {
-                return outcome.map_err(Error::Connector);
-            }
-            if done.changed().await.is_err() {
+        async move {
+            let Some(mut done) = done else {
                 return Ok(());
+            };
+            loop {
+                if let Some(outcome) = done.borrow().clone() {
+                    return outcome.map_err(Error::Connector);
+                }
+                if done.changed().await.is_err() {
+                    return Ok(());
+                }
             }
         }
     }
