@@ -6,6 +6,9 @@
 //! - Replays of the real NAB machine-temperature series (which goes back in time at data
 //!   row 10149) give the figures computed independently by `tests/nab_expected.py`.
 //! - The flagship example matches aggregates recomputed here from `queries/data/metrics.csv`.
+//! - Every `queries/pack/*.sql` alert file raises exactly the alerts that
+//!   `queries/data/make_fleet.py --summary` derives for it over `queries/data/fleet.csv`,
+//!   and runs over another CSV given with `--input metrics=...`.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -29,6 +32,11 @@ fn repo() -> PathBuf {
 
 /// Runs the `vigil` binary with `args`, stdin closed, killing it after `RUN_TIMEOUT`.
 fn run_vigil(args: &[&str]) -> Output {
+    run_vigil_within(args, RUN_TIMEOUT)
+}
+
+/// Runs the `vigil` binary with `args`, stdin closed, killing it after `timeout`.
+fn run_vigil_within(args: &[&str], timeout: Duration) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
         .args(args)
         .stdin(Stdio::null())
@@ -53,10 +61,10 @@ fn run_vigil(args: &[&str]) -> Output {
         if let Some(status) = child.try_wait().expect("wait for vigil") {
             break status;
         }
-        if started.elapsed() > RUN_TIMEOUT {
+        if started.elapsed() > timeout {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("vigil {args:?} did not finish within {RUN_TIMEOUT:?}");
+            panic!("vigil {args:?} did not finish within {timeout:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -700,4 +708,339 @@ fn flagship_tumble_avg_per_host_matches_the_data() {
         .collect();
     assert_eq!(spikes.len(), 6, "windows with max_cpu > 90: {spikes:?}");
     assert!(spikes.iter().all(|s| s.starts_with("2024-05-06T09:05:")));
+}
+
+// ---------------------------------------------------------------------------------------
+// (e) the query pack: each queries/pack/*.sql raises exactly its expected alerts
+// ---------------------------------------------------------------------------------------
+
+/// One alert change: (host, state, event_time).
+type Change = (&'static str, &'static str, &'static str);
+
+/// Every pack file, the name of its one `CREATE ALERT`, and every change it must emit over
+/// `queries/data/fleet.csv`, in event-time order.
+///
+/// The changes come from `python3 queries/data/make_fleet.py --summary` ("expected alert
+/// changes"), which injects the incidents and replays each rule in plain Python, written
+/// from the rule's SQL and the alert semantics the conformance cases state
+/// (`tests/cases/alert_*.case`), independently of vigil. Any
+/// missing change, any other host firing, or any extra flap fails the test. After changing
+/// the generator or a rule, rerun the script and update this table (and the file's
+/// header, which states the same facts).
+const PACK: &[(&str, &str, &[Change])] = &[
+    (
+        "high_cpu_sustained.sql",
+        "high_cpu_sustained",
+        &[
+            ("batch-02", "firing", "2024-06-03T11:01:00"),
+            ("batch-02", "resolved", "2024-06-03T11:16:00"),
+        ],
+    ),
+    (
+        "memory_creep.sql",
+        "memory_creep",
+        &[
+            ("web-03", "firing", "2024-06-03T12:05:00"),
+            ("web-03", "resolved", "2024-06-03T12:35:00"),
+        ],
+    ),
+    (
+        "spike_vs_moving_average.sql",
+        "cpu_spike",
+        &[
+            ("web-01", "firing", "2024-06-03T10:21:00"),
+            ("web-01", "resolved", "2024-06-03T10:23:00"),
+        ],
+    ),
+    (
+        "mad_own_history.sql",
+        "cpu_unusual_for_host",
+        &[
+            ("web-01", "firing", "2024-06-03T10:21:00"),
+            ("web-01", "resolved", "2024-06-03T10:24:00"),
+        ],
+    ),
+    (
+        "peer_outlier.sql",
+        "peer_outlier",
+        &[
+            ("web-05", "firing", "2024-06-03T11:54:00"),
+            ("web-05", "resolved", "2024-06-03T13:08:00"),
+        ],
+    ),
+    (
+        "dbscan_outlier.sql",
+        "dbscan_outlier",
+        // web-06 is still down when the file ends: no resolve.
+        &[("web-06", "firing", "2024-06-03T13:30:00")],
+    ),
+    (
+        "learned_range.sql",
+        "disk_io_out_of_range",
+        &[
+            ("web-02", "firing", "2024-06-03T12:15:00"),
+            ("web-02", "resolved", "2024-06-03T12:36:00"),
+        ],
+    ),
+    (
+        "no_data.sql",
+        "no_data",
+        // Last row 12:59:53, silent until its next row at 13:15:03.
+        &[
+            ("web-04", "firing", "2024-06-03T13:04:53"),
+            ("web-04", "resolved", "2024-06-03T13:15:03"),
+        ],
+    ),
+];
+
+/// `make_fleet.py --summary`: rows=19350, of which 35 out of order by at most 19 s; the
+/// pack's 30 s watermark delay loses none.
+const FLEET_STDERR: &[&str] = &["vigil: stream metrics: rows=19350 bad=0", "late=0"];
+
+/// A pack run must finish well within this (a few seconds in a debug build); the limit
+/// turns a hang into a quick failure.
+const PACK_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn pack_dir() -> PathBuf {
+    repo().join("queries/pack")
+}
+
+/// The `.sql` file names of `queries/pack/`, sorted.
+fn pack_files() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(pack_dir())
+        .expect("read queries/pack/")
+        .map(|e| {
+            e.expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|n| n.ends_with(".sql"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The SQL of a script without its `--` comment lines.
+fn without_comments(sql: &str) -> String {
+    sql.lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// What a pack file must say and declare, besides its results.
+fn check_pack_text(name: &str, alert: &str, failures: &mut Vec<String>) {
+    let text = std::fs::read_to_string(pack_dir().join(name)).expect("read pack file");
+    let header: String = text
+        .lines()
+        .take_while(|l| l.starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let sql = without_comments(&text).to_uppercase();
+    let mut problems = Vec::new();
+    for needle in [
+        format!("vigil run queries/pack/{name}"),
+        "--input metrics=".to_string(),
+        "Detects:".to_string(),
+        "Why:".to_string(),
+        "Your data:".to_string(),
+        "On data/fleet.csv:".to_string(),
+    ] {
+        if !header.contains(&needle) {
+            problems.push(format!("its header comment lacks {needle:?}"));
+        }
+    }
+    for needle in [
+        "CREATE STREAM METRICS (",
+        "WATERMARK FOR TS AS TS - INTERVAL '30' SECOND",
+        "PATH = '../DATA/FLEET.CSV'",
+        &format!("CREATE ALERT {} AS", alert.to_uppercase()),
+    ] {
+        if !sql.contains(needle) {
+            problems.push(format!("its SQL lacks {needle:?}"));
+        }
+    }
+    let alerts = sql.matches("CREATE ALERT").count();
+    if alerts != 1 {
+        problems.push(format!("it has {alerts} CREATE ALERT statements, not 1"));
+    }
+    for problem in problems {
+        failures.push(format!("queries/pack/{name}: {problem}"));
+    }
+}
+
+/// The (host, state, event_time) changes of a pack run's CSV output, checking the alert
+/// columns on the way.
+fn alert_changes(
+    name: &str,
+    alert: &str,
+    stdout: &str,
+) -> Result<Vec<(String, String, String)>, String> {
+    if stdout.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let table = Table::parse(stdout);
+    let fixed = ["alert", "host", "state", "event_time", "since"];
+    if table.header.len() < fixed.len() + 2
+        || table.header[..fixed.len()] != fixed
+        || table.header[table.header.len() - 2..] != ["severity", "message"]
+    {
+        return Err(format!(
+            "queries/pack/{name}: unexpected output columns {:?}",
+            table.header
+        ));
+    }
+    let (a, h, st, t) = (
+        table.col("alert"),
+        table.col("host"),
+        table.col("state"),
+        table.col("event_time"),
+    );
+    let (severity, message) = (table.col("severity"), table.col("message"));
+    let mut changes = Vec::new();
+    for row in &table.rows {
+        if row[a] != alert || row[severity].is_empty() || !row[message].contains(&row[h]) {
+            return Err(format!(
+                "queries/pack/{name}: row {row:?} should be alert {alert:?} with a severity and a message naming its host"
+            ));
+        }
+        changes.push((row[h].clone(), row[st].clone(), row[t].clone()));
+    }
+    Ok(changes)
+}
+
+#[test]
+fn query_pack_raises_exactly_the_expected_alerts_on_fleet_csv() {
+    let names = pack_files();
+    let listed: Vec<String> = {
+        let mut v: Vec<String> = PACK.iter().map(|(n, _, _)| n.to_string()).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        names, listed,
+        "queries/pack/*.sql and the PACK table of tests/examples.rs must list the same files"
+    );
+
+    let mut failures = Vec::new();
+    for &(name, alert, expected) in PACK {
+        check_pack_text(name, alert, &mut failures);
+        let path = pack_dir().join(name);
+        let started = Instant::now();
+        let output = run_vigil_within(
+            &["run", path.to_str().expect("utf-8 path"), "--format", "csv"],
+            PACK_TIMEOUT,
+        );
+        let elapsed = started.elapsed();
+        eprintln!("queries/pack/{name}: {elapsed:.2?}");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if !output.status.success() || stderr.contains("error:") {
+            failures.push(format!(
+                "queries/pack/{name}: status {:?}\n{stderr}",
+                output.status.code()
+            ));
+            continue;
+        }
+        for needle in FLEET_STDERR {
+            if !stderr.contains(needle) {
+                failures.push(format!(
+                    "queries/pack/{name}: stderr lacks {needle:?}:\n{stderr}"
+                ));
+            }
+        }
+        let actual = match alert_changes(name, alert, &stdout) {
+            Ok(changes) => changes,
+            Err(e) => {
+                failures.push(e);
+                continue;
+            }
+        };
+        // Compared in event-time order (then host, state): the order of changes of
+        // different hosts at the same instant is not part of the contract.
+        let by_time = |c: &(String, String, String)| (c.2.clone(), c.0.clone(), c.1.clone());
+        let mut actual = actual;
+        actual.sort_by_key(by_time);
+        let mut expected: Vec<(String, String, String)> = expected
+            .iter()
+            .map(|&(h, s, t)| (h.to_string(), s.to_string(), t.to_string()))
+            .collect();
+        expected.sort_by_key(by_time);
+        if actual != expected {
+            let missing: Vec<_> = expected.iter().filter(|c| !actual.contains(c)).collect();
+            let unexpected: Vec<_> = actual.iter().filter(|c| !expected.contains(c)).collect();
+            failures.push(format!(
+                "queries/pack/{name}: alert changes differ\n  expected:   {expected:?}\n  actual:     {actual:?}\n  missing:    {missing:?}\n  unexpected: {unexpected:?}"
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} problem(s) in the query pack:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// The documented way to use a pack file: point it at another CSV with `--input`. Over
+/// `queries/data/metrics.csv` (five hosts, one row per second, 10 minutes) every file
+/// runs; the spike detector reports web-02's spike, which make_metrics.py puts at
+/// 09:05:00-09:05:59: its one-minute window ending 09:06 averages above 90 against a
+/// baseline of about 40 over the five minutes before.
+#[test]
+fn query_pack_runs_on_another_csv_with_input() {
+    let metrics = repo().join("queries/data/metrics.csv");
+    let input = format!("metrics={}", metrics.display());
+    let mut failures = Vec::new();
+    for &(name, alert, _) in PACK {
+        let path = pack_dir().join(name);
+        let output = run_vigil_within(
+            &[
+                "run",
+                path.to_str().expect("utf-8 path"),
+                "--input",
+                &input,
+                "--format",
+                "csv",
+            ],
+            PACK_TIMEOUT,
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if !output.status.success()
+            || stderr.contains("error:")
+            || !stderr.contains("vigil: stream metrics: rows=3000 bad=0")
+        {
+            failures.push(format!(
+                "queries/pack/{name} --input {input}: status {:?}\n{stderr}",
+                output.status.code()
+            ));
+            continue;
+        }
+        if name == "spike_vs_moving_average.sql" {
+            match alert_changes(name, alert, &stdout) {
+                Ok(changes) => {
+                    let firing: Vec<_> = changes.iter().filter(|c| c.1 == "firing").collect();
+                    let expected = (
+                        "web-02".to_string(),
+                        "firing".to_string(),
+                        "2024-05-06T09:06:00".to_string(),
+                    );
+                    if firing != [&expected] {
+                        failures.push(format!(
+                            "queries/pack/{name} over metrics.csv: firing {firing:?}, expected [{expected:?}]"
+                        ));
+                    }
+                }
+                Err(e) => failures.push(e),
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} pack file(s) failed over metrics.csv:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

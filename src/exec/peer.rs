@@ -70,8 +70,14 @@ impl PeerOp {
             })?
             .data;
         // The plan is in-memory and single-partition: nothing in it waits
-        // on I/O or spawns, so driving it to completion here is quick.
-        let batches = futures::executor::block_on(collect(plan, self.task.clone()))?;
+        // on I/O or spawns, so driving it to completion here is quick. It
+        // must run outside tokio's cooperative budget: DataFusion's streams
+        // spend the budget of the tokio task this operator runs in, and once
+        // it is spent they return Pending with their wake-up deferred until
+        // that task yields, which it cannot do inside `block_on`: the query
+        // would hang.
+        let collected = tokio::task::coop::unconstrained(collect(plan, self.task.clone()));
+        let batches = futures::executor::block_on(collected)?;
         let all = concat_batches(&self.plan.schema(), &batches)?;
         let columns = all
             .columns()
