@@ -161,3 +161,33 @@ fn a_session_at_the_prompt() {
         assert!(saved.contains(entry), "history lacks {entry:?}:\n{saved}");
     }
 }
+
+/// The README's first step: a CPU alert over this machine's own metrics
+/// (the built-in `host_metrics` stream), typed at the prompt. The threshold
+/// here holds on any machine, so the alert fires without loading it.
+#[test]
+fn a_live_cpu_alert_fires_in_the_shell() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let history = dir.path().join("history");
+    let mut repl = start(dir.path(), &history);
+    expect(&mut repl, "vigil> ");
+    type_line(&mut repl, "CREATE ALERT busy AS");
+    expect(&mut repl, "...> ");
+    type_line(
+        &mut repl,
+        "  SELECT window_end, host, avg(cpu) AS cpu FROM TUMBLE(host_metrics, ts, INTERVAL '2' SECOND)",
+    );
+    type_line(&mut repl, "  GROUP BY window_end, host");
+    type_line(
+        &mut repl,
+        "ALERT WHEN cpu >= 0 MESSAGE 'cpu on {host} at {cpu:.0} %';",
+    );
+    expect(&mut repl, "firing");
+    expect(&mut repl, "cpu on ");
+    type_line(&mut repl, ".stop all");
+    type_line(&mut repl, ".quit");
+    match repl.process_mut().wait() {
+        Ok(WaitStatus::Exited(_, 0)) => {}
+        other => panic!("the shell should exit 0, got {other:?}"),
+    }
+}

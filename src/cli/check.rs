@@ -51,6 +51,19 @@ pub(super) fn check_files(engine: &mut Engine, files: &[PathBuf]) -> CheckReport
     report
 }
 
+/// Checks each file on its own, each with a fresh engine from `engine`:
+/// independent alert files that each declare the same stream all pass.
+pub(super) fn check_each(engine: impl Fn() -> Engine, files: &[PathBuf]) -> CheckReport {
+    let mut report = CheckReport {
+        files: files.len(),
+        ..CheckReport::default()
+    };
+    for file in files {
+        check_file(&mut engine(), file, &mut report);
+    }
+    report
+}
+
 fn check_file(engine: &mut Engine, file: &Path, report: &mut CheckReport) {
     let name = file.display();
     let text = match std::fs::read_to_string(file) {

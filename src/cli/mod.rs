@@ -51,10 +51,13 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct CheckArgs {
-    /// Script files, checked in order (later files see the streams and
-    /// sinks of earlier ones).
+    /// Script files, each checked on its own (like `promtool check rules`).
     #[arg(required = true)]
     files: Vec<PathBuf>,
+    /// Check the files in order with one catalog, as `vigil run` runs them
+    /// (later files see the streams and sinks of earlier ones).
+    #[arg(long)]
+    together: bool,
     /// Plan queries in this execution mode until a `SET execution_mode`
     /// says otherwise.
     #[arg(long, value_enum)]
@@ -182,11 +185,17 @@ pub fn main() -> ExitCode {
 }
 
 fn check(args: CheckArgs) -> ExitCode {
-    let mut engine = Engine::new();
-    if let Some(mode) = args.execution_mode {
-        engine.set_execution_mode(mode.into());
-    }
-    let report = check::check_files(&mut engine, &args.files);
+    let engine = || {
+        let mut engine = Engine::new();
+        if let Some(mode) = args.execution_mode {
+            engine.set_execution_mode(mode.into());
+        }
+        engine
+    };
+    let report = match args.together {
+        true => check::check_files(&mut engine(), &args.files),
+        false => check::check_each(engine, &args.files),
+    };
     for error in &report.errors {
         eprintln!("{error}");
     }
