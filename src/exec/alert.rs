@@ -329,7 +329,8 @@ fn step_absent(state: &mut KeyState, t: i64, interval_ms: i64) -> Vec<(bool, i64
     }
 }
 
-fn event_times(column: &ArrayRef) -> Result<Vec<i64>> {
+/// The event times of `column` in milliseconds; NULL becomes `i64::MIN`.
+pub(super) fn event_times(column: &ArrayRef) -> Result<Vec<i64>> {
     let millis = cast(column, &DataType::Timestamp(TimeUnit::Millisecond, None))?;
     let millis = millis.as_primitive::<TimestampMillisecondType>();
     // A row without event time cannot wait for the watermark: take it now.

@@ -13,11 +13,11 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray, UInt32Array,
 };
 use datafusion::arrow::compute::{cast, take_record_batch};
-use datafusion::arrow::datatypes::TimestampMillisecondType;
-use datafusion::arrow::datatypes::{DataType, Float64Type, SchemaRef, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Float64Type, SchemaRef};
 use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 
+use super::alert::event_times;
 use super::{Message, Operator};
 use crate::error::Result;
 use crate::plan::{InvariantSpec, Training};
@@ -79,7 +79,7 @@ impl Learned {
     fn describe(&self, learn: Learn) -> String {
         match learn {
             Learn::Range => match self.range {
-                Some((lo, hi)) => format!("[{lo}, {hi}]"),
+                Some((lo, hi)) => format!("[{}, {}]", shown(lo), shown(hi)),
                 None => "nothing learned".into(),
             },
             Learn::Set if self.set.is_empty() => "nothing learned".into(),
@@ -97,6 +97,11 @@ impl Learned {
             }
         }
     }
+}
+
+/// A bound as `learned` shows it: to 6 decimals, without trailing zeros.
+fn shown(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
 }
 
 impl InvariantOp {
@@ -150,20 +155,6 @@ impl InvariantOp {
             Training::Interval(ms) => self.first_time.is_some_and(|first| t < first + ms),
         }
     }
-}
-
-fn event_times(column: &ArrayRef) -> Result<Vec<i64>> {
-    let millis = cast(column, &DataType::Timestamp(TimeUnit::Millisecond, None))?;
-    let millis = millis.as_primitive::<TimestampMillisecondType>();
-    Ok((0..millis.len())
-        .map(|i| {
-            if millis.is_valid(i) {
-                millis.value(i)
-            } else {
-                i64::MIN
-            }
-        })
-        .collect())
 }
 
 impl Operator for InvariantOp {
