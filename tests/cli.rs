@@ -552,10 +552,10 @@ INSERT INTO out SELECT host FROM m;"
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);
     assert!(
-        stderr.starts_with("error: sink 'out': the queries writing to ")
-            && stderr.contains(
-                "must write the same columns, but one writes (host, cpu) and another (host)"
-            ),
+        stderr.starts_with(
+            "error: q.sql:5: sink 'out': the queries writing to out.csv must write the same columns, \
+             but one writes (host, cpu) and another (host) (the first query is at q.sql:4:1)"
+        ),
         "{stderr}"
     );
     assert!(!stderr.contains("vigil: query"), "nothing ran: {stderr}");

@@ -84,14 +84,14 @@ pub(super) fn check_each(engine: impl Fn() -> Engine, files: &[PathBuf]) -> Chec
 /// where that query is: every later query writing to the file must write
 /// the same (a run shares one writer and one CSV header between them).
 #[derive(Default)]
-struct SinkColumns {
+pub(super) struct SinkColumns {
     seen: HashMap<PathBuf, (Vec<String>, String)>,
 }
 
 impl SinkColumns {
     /// Takes note of `query` (at `place`), or the message for a query
     /// writing other columns than an earlier one to the same file.
-    fn add(&mut self, query: &PreparedQuery, place: String) -> Result<(), String> {
+    pub fn add(&mut self, query: &PreparedQuery, place: String) -> Result<(), String> {
         let Some(sink) = &query.sink else {
             return Ok(());
         };

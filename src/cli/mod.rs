@@ -222,8 +222,9 @@ async fn run(args: RunArgs) -> Result<()> {
         engine.set_follow(args.follow);
     }
     let mut queries = Vec::new();
+    let mut sinks = check::SinkColumns::default();
     for file in &args.files {
-        queries.extend(load_script(&mut engine, file)?);
+        queries.extend(load_script(&mut engine, &mut sinks, file)?);
     }
     check_inputs(&engine, &args.input)?;
     let queries = drop_routed_alerts(queries);
@@ -387,7 +388,13 @@ fn check_inputs(engine: &Engine, inputs: &[(String, PathBuf)]) -> Result<()> {
 }
 
 /// Parses and executes one script; returns its queries, not yet running.
-fn load_script(engine: &mut Engine, file: &Path) -> Result<Vec<PreparedQuery>> {
+/// `sinks` rejects a query writing other columns to a file sink than an
+/// earlier query of the run, before anything runs.
+fn load_script(
+    engine: &mut Engine,
+    sinks: &mut check::SinkColumns,
+    file: &Path,
+) -> Result<Vec<PreparedQuery>> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| Error::io(format!("cannot read {}", file.display()), e))?;
     let name = file.display();
@@ -404,7 +411,13 @@ fn load_script(engine: &mut Engine, file: &Path) -> Result<Vec<PreparedQuery>> {
                 // A closed stdout (`| head`) must not panic the run.
                 let _ = writeln!(std::io::stdout(), "{text}");
             }
-            Outcome::Query(query) => queries.push(*query),
+            Outcome::Query(query) => {
+                let place = format!("{name}:{}:{}", statement.line, statement.column);
+                sinks
+                    .add(&query, place)
+                    .map_err(|e| Error::Plan(format!("{name}:{}: {e}", statement.line)))?;
+                queries.push(*query);
+            }
         }
     }
     Ok(queries)

@@ -184,9 +184,11 @@ pub fn check_same_columns(
     if first == other {
         return Ok(());
     }
+    // `./out.csv` is shown as the script wrote it: `out.csv`.
+    let shown = path.strip_prefix(".").unwrap_or(path);
     Err(Error::Plan(format!(
         "sink '{sink}': the queries writing to {} must write the same columns, but one writes ({}) and another ({})",
-        path.display(),
+        shown.display(),
         first.join(", "),
         other.join(", ")
     )))
