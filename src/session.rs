@@ -190,7 +190,7 @@ impl Session {
         let schema = query.graph.schema.clone();
         let (tx, results) = mpsc::channel(RESULT_BUFFER);
         let mut sink: Box<dyn Sink> = match &query.sink {
-            Some(config) => open_sink(config)?,
+            Some(config) => open_sink(config, &schema)?,
             None => Box::new(ChannelSink { tx }),
         };
         if is_alert {

@@ -325,7 +325,12 @@ fn check_accepts_good_scripts_without_running_them() {
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(out.stdout.is_empty());
-    assert_eq!(stderr, "vigil check: 2 files, 4 statements, ok\n");
+    // The file may appear before the run: a warning, not an error.
+    assert_eq!(
+        stderr,
+        "ddl.sql:1:1: warning: stream 'm' reads 'missing.csv', which does not exist\n\
+         vigil check: 2 files, 4 statements, ok (1 warning)\n"
+    );
     assert!(
         !dir.path().join("out").exists(),
         "checking must not create the sink's file"
@@ -346,7 +351,10 @@ INSERT INTO out SELECT host FROM m;
     let out = vigil(dir.path(), &["check", "--together", "a.sql", "b.sql"], None);
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);
-    let errors: Vec<&str> = stderr.lines().filter(|l| l.contains(".sql:")).collect();
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains(".sql:") && !l.contains(": warning: "))
+        .collect();
     assert_eq!(errors.len(), 3, "{stderr}");
     assert!(
         errors[0].starts_with("a.sql:4:1: ") && errors[0].contains("nosuch"),
@@ -365,7 +373,7 @@ INSERT INTO out SELECT host FROM m;
         "the caret under the error: {stderr}"
     );
     assert!(
-        stderr.ends_with("vigil check: 2 files, 7 statements, 3 errors\n"),
+        stderr.ends_with("vigil check: 2 files, 7 statements, 3 errors (1 warning)\n"),
         "{stderr}"
     );
     assert!(!dir.path().join("out.csv").exists());
@@ -500,4 +508,195 @@ SELECT window_start, count(*) AS n, max(cpu) AS top
     );
     assert!(stderr.contains("vigil: stream m: rows=4 bad=0"), "{stderr}");
     assert!(stderr.contains("vigil: query 1: out=2 late=0"), "{stderr}");
+}
+
+/// `n` rows of stream m, one a second, host `a`, cpu 0, 1, 2, ...
+fn numbered_rows(n: usize) -> String {
+    let mut rows = String::from("ts,host,cpu\n");
+    for i in 0..n {
+        rows.push_str(&format!("{},a,{i}\n", i * 1000));
+    }
+    rows
+}
+
+#[test]
+fn queries_writing_one_file_sink_share_it() {
+    let sql = format!(
+        "{STREAM} WITH (path = 'm.csv');
+CREATE SINK out WITH (path = 'out.csv');
+INSERT INTO out SELECT host, cpu FROM m WHERE cpu < 37;
+INSERT INTO out SELECT host, cpu FROM m WHERE cpu >= 59;"
+    );
+    let dir = setup(&[("q.sql", &sql), ("m.csv", &numbered_rows(100))]);
+    let out = vigil(dir.path(), &["run", "q.sql"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let written = std::fs::read_to_string(dir.path().join("out.csv")).expect("sink file");
+    let mut lines: Vec<&str> = written.lines().collect();
+    assert_eq!(lines.remove(0), "host,cpu", "one header, first: {written}");
+    // 37 + 41 rows, each whole and once.
+    lines.sort_by_key(|l| l.trim_start_matches("a,").parse::<f64>().unwrap_or(-1.0) as i64);
+    let expected: Vec<String> = (0..37).chain(59..100).map(|i| format!("a,{i}.0")).collect();
+    assert_eq!(lines, expected, "{written}");
+}
+
+#[test]
+fn queries_sharing_a_file_sink_with_other_columns_are_rejected() {
+    let sql = format!(
+        "{STREAM} WITH (path = 'm.csv');
+CREATE SINK out WITH (path = 'out.csv');
+INSERT INTO out SELECT host, cpu FROM m;
+INSERT INTO out SELECT host FROM m;"
+    );
+    let dir = setup(&[("q.sql", &sql), ("m.csv", ROWS)]);
+    let out = vigil(dir.path(), &["run", "q.sql"], None);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with(
+            "error: q.sql:5: sink 'out': the queries writing to out.csv must write the same columns, \
+             but one writes (host, cpu) and another (host) (the first query is at q.sql:4:1)"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("vigil: query"), "nothing ran: {stderr}");
+}
+
+/// Splits labelled CSV by query: each header line (first field `query`)
+/// must come right before a row of its query, and each query has one.
+fn lines_by_query(stdout: &str) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut by_query = std::collections::BTreeMap::<String, Vec<String>>::new();
+    let mut header = None;
+    for line in stdout.lines() {
+        let (query, _) = line.split_once(',').expect("a labelled line");
+        if query == "query" {
+            assert!(
+                header.replace(line).is_none(),
+                "two headers in a row: {stdout}"
+            );
+            continue;
+        }
+        let lines = by_query.entry(query.to_string()).or_default();
+        match header.take() {
+            Some(h) => {
+                assert!(lines.is_empty(), "a second header for {query}: {stdout}");
+                lines.push(h.to_string());
+            }
+            None => assert!(
+                !lines.is_empty(),
+                "rows of {query} before its header: {stdout}"
+            ),
+        }
+        lines.push(line.to_string());
+    }
+    assert!(header.is_none(), "a header without rows: {stdout}");
+    by_query
+}
+
+#[test]
+fn several_queries_on_stdout_label_their_rows() {
+    let sql = format!(
+        "{STREAM} WITH (path = 'm.csv');
+SELECT host FROM m WHERE cpu > 2;
+CREATE ALERT hot AS SELECT ts, host, cpu FROM m ALERT BY host WHEN cpu > 6;
+SELECT cpu, host FROM m WHERE cpu < 4;"
+    );
+    let dir = setup(&[("q.sql", &sql), ("m.csv", ROWS)]);
+    let mut first = None;
+    for _ in 0..3 {
+        let out = vigil(dir.path(), &["run", "q.sql"], None);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let by_query = lines_by_query(&text(&out.stdout));
+        assert_eq!(by_query["q1"], ["query,host", "q1,a", "q1,b", "q1,a"]);
+        assert_eq!(by_query["q3"], ["query,cpu,host", "q3,1.0,a", "q3,3.0,a"]);
+        assert!(by_query["hot"][0].starts_with("query,"), "{by_query:?}");
+        assert!(by_query["hot"][1].contains("firing"), "{by_query:?}");
+        assert_eq!(by_query.len(), 3, "{by_query:?}");
+        // Each query's own lines come in the same order every run.
+        match &first {
+            None => first = Some(by_query),
+            Some(first) => assert_eq!(first, &by_query),
+        }
+    }
+
+    let out = vigil(dir.path(), &["run", "q.sql", "--format", "jsonl"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.lines().count(), 3 + 2 + 1, "{stdout}");
+    for line in stdout.lines() {
+        assert!(
+            [
+                "{\"query\":\"q1\",\"host\":",
+                "{\"query\":\"q3\",\"cpu\":",
+                "{\"query\":\"hot\","
+            ]
+            .iter()
+            .any(|start| line.starts_with(start)),
+            "{stdout}"
+        );
+    }
+
+    let out = vigil(dir.path(), &["run", "q.sql", "--format", "table"], None);
+    let stdout = text(&out.stdout);
+    for title in ["-- q1\n+", "-- q3\n+", "-- hot\n+"] {
+        assert!(stdout.contains(title), "{stdout}");
+    }
+}
+
+#[test]
+fn a_closed_stdout_ends_the_run_cleanly() {
+    use std::io::{BufRead, BufReader};
+    use std::time::Duration;
+    // Far more output than a pipe holds, and a source that would follow
+    // its file for ever: only the closed pipe can end this run.
+    let sql = format!("{STREAM} WITH (path = 'm.csv');\nSELECT host, cpu FROM m;");
+    let dir = setup(&[("q.sql", &sql), ("m.csv", &numbered_rows(50_000))]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(["run", "q.sql", "--follow"])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("vigil starts");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut header = String::new();
+    stdout.read_line(&mut header).expect("a line");
+    assert_eq!(header, "host,cpu\n");
+    drop(stdout);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(90) {
+            let _ = child.kill();
+            panic!("vigil did not end after its stdout closed");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+        .expect("stderr");
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(!stderr.contains("error"), "{stderr}");
+    assert!(stderr.contains("vigil: stream m: rows="), "{stderr}");
+}
+
+#[test]
+fn an_input_naming_no_stream_is_an_error() {
+    let sql = format!(
+        "{STREAM} WITH (path = 'm.csv');\nCREATE STREAM other (ts TIMESTAMP) WITH (path = 'm.csv');\nSELECT host FROM m;"
+    );
+    let dir = setup(&[("q.sql", &sql), ("m.csv", ROWS), ("my.csv", ROWS)]);
+    let out = vigil(
+        dir.path(),
+        &["run", "q.sql", "--input", "metrcs=my.csv"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "error: --input metrcs: no stream is named 'metrcs' (streams: m, other)\n"
+    );
+    assert!(out.stdout.is_empty());
 }

@@ -197,6 +197,66 @@ fn compare_csv(expected: &str, actual: &str) -> Result<(), String> {
     }
 }
 
+/// Compares output: as one CSV text, or per query when the expected header
+/// starts with `query` (the output several queries share, each row
+/// labelled with its query's name).
+fn compare_output(expected: &str, actual: &str) -> Result<(), String> {
+    let labelled = expected
+        .lines()
+        .next()
+        .is_some_and(|header| split_csv(header)[0] == "query");
+    if !labelled {
+        return compare_csv(expected, actual);
+    }
+    let (expected, actual) = (by_query(expected)?, by_query(actual)?);
+    let mut problems = Vec::new();
+    for (query, text) in &expected {
+        let empty = String::new();
+        if let Err(diff) = compare_csv(text, actual.get(query).unwrap_or(&empty)) {
+            problems.push(format!("query {query}:\n{}", indent(&diff)));
+        }
+    }
+    for query in actual.keys().filter(|q| !expected.contains_key(*q)) {
+        problems.push(format!("unexpected rows of query {query}"));
+    }
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(problems.join("\n")),
+    }
+}
+
+/// Splits labelled CSV into one CSV text per query. A row belongs to the
+/// query its first field names; a header line (first field `query`) to the
+/// query of the row right after it, as the engine writes a query's header
+/// together with its first rows.
+fn by_query(text: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let mut queries = std::collections::BTreeMap::<String, String>::new();
+    let mut header: Option<&str> = None;
+    for line in text.lines() {
+        let query = split_csv(line).swap_remove(0);
+        if query == "query" {
+            if let Some(orphan) = header.replace(line) {
+                return Err(format!("header {orphan:?} is not followed by a row"));
+            }
+            continue;
+        }
+        let lines = queries.entry(query).or_default();
+        if let Some(header) = header.take() {
+            if !lines.is_empty() {
+                return Err(format!("a second header {header:?} before {line:?}"));
+            }
+            lines.push_str(header);
+            lines.push('\n');
+        }
+        lines.push_str(line);
+        lines.push('\n');
+    }
+    match header {
+        Some(orphan) => Err(format!("header {orphan:?} is not followed by a row")),
+        None => Ok(queries),
+    }
+}
+
 struct RunResult {
     code: Option<i32>,
     stdout: String,
@@ -282,13 +342,13 @@ fn run_case(name: &str, text: &str, mode: &str) -> Result<(), String> {
             problems.push(format!("stderr lacks {needle:?}"));
         }
     }
-    if let Some(Err(diff)) = case.output.as_ref().map(|e| compare_csv(e, &run.stdout)) {
+    if let Some(Err(diff)) = case.output.as_ref().map(|e| compare_output(e, &run.stdout)) {
         problems.push(format!("stdout differs:\n{}", indent(&diff)));
     }
     for (file, expected) in &case.expect_files {
         match std::fs::read_to_string(dir.path().join(file)) {
             Ok(actual) => {
-                if let Err(diff) = compare_csv(expected, &actual) {
+                if let Err(diff) = compare_output(expected, &actual) {
                     problems.push(format!(
                         "file {file} differs:\n{}\n  expected {file}:\n{}\n  actual {file}:\n{}",
                         indent(&diff),
@@ -412,6 +472,26 @@ fn compare_csv_is_a_multiset_with_exact_header() {
     assert!(compare_csv("h,n", "h,n\n").is_ok());
     assert!(compare_csv("", "").is_ok());
     assert!(compare_csv("h,n", "h,n\na,1\n").is_err());
+}
+
+#[test]
+fn labelled_output_is_compared_per_query() {
+    let expected = "query,h\nq1,a\nq1,b\nquery,n,m\nq2,1,2";
+    // Another interleaving of the same rows.
+    assert!(compare_output(expected, "query,n,m\nq2,1,2.0\nquery,h\nq1,b\nq1,a\n").is_ok());
+    let err = compare_output(expected, "query,h\nq1,a\nq1,b\n").unwrap_err();
+    assert!(err.contains("query q2:"), "{err}");
+    let err = compare_output(expected, "query,h\nq1,a\nquery,n,m\nq2,1,2\nq1,c\n").unwrap_err();
+    assert!(
+        err.contains("missing row: q1,b") && err.contains("unexpected row: q1,c"),
+        "{err}"
+    );
+    let err = compare_output(expected, "query,h\nq1,a\nq1,b\nq2,1,2\nq3,x\n").unwrap_err();
+    assert!(
+        err.contains("header differs") && err.contains("unexpected rows of query q3"),
+        "{err}"
+    );
+    assert!(compare_output(expected, "query,h\nquery,n,m\nq2,1,2\n").is_err());
 }
 
 #[test]

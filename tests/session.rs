@@ -143,3 +143,55 @@ async fn pushing_into_a_file_stream_or_an_unknown_one_is_refused() {
     let e = session.push_json("nope", "{}").await.unwrap_err();
     assert!(e.to_string().contains("unknown stream 'nope'"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_started_one_by_one_share_a_file_sink() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut session = Session::new();
+    session.set_base_dir(dir.path());
+    let handles = started(
+        session
+            .execute(
+                "CREATE STREAM events (ts TIMESTAMP, n BIGINT, WATERMARK FOR ts AS ts)
+                   WITH (connector = 'push');
+                 CREATE SINK out WITH (path = 'out.csv');
+                 INSERT INTO out SELECT n FROM events WHERE n < 37;",
+            )
+            .expect("starts"),
+    );
+    // Started later, while the first still writes: it must not truncate
+    // the file nor write a second header.
+    let more = started(
+        session
+            .execute("INSERT INTO out SELECT n FROM events WHERE n >= 59;")
+            .expect("starts"),
+    );
+    let other = session
+        .execute("INSERT INTO out SELECT ts FROM events;")
+        .err()
+        .expect("other columns are refused")
+        .to_string();
+    assert!(
+        other.contains("sink 'out'") && other.contains("(n)") && other.contains("(ts)"),
+        "{other}"
+    );
+    let rows: String = (0..100).map(|i| format!("{i},{i}\n")).collect();
+    session
+        .push_csv("events", &format!("ts,n\n{rows}"))
+        .await
+        .expect("pushes");
+    session.end_stream("events").await;
+    for query in handles.iter().chain(&more) {
+        tokio::time::timeout(WAIT, session.wait(query.id))
+            .await
+            .expect("the query ends")
+            .expect("without error");
+    }
+    let written = std::fs::read_to_string(dir.path().join("out.csv")).expect("sink file");
+    let mut lines: Vec<&str> = written.lines().collect();
+    assert_eq!(lines.remove(0), "n", "{written}");
+    let mut numbers: Vec<i64> = lines.iter().map(|l| l.parse().expect("a number")).collect();
+    numbers.sort();
+    let expected: Vec<i64> = (0..37).chain(59..100).collect();
+    assert_eq!(numbers, expected, "{written}");
+}

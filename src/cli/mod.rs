@@ -14,13 +14,13 @@ use std::sync::atomic::Ordering;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::connectors::{OutputFormat, SinkTarget, make_sink, sink::open_sink};
+use crate::connectors::{OutputFormat, Sink, SinkTarget, make_labelled_sink, make_sink, open_sink};
 use crate::engine::{Engine, Outcome, PreparedQuery, drop_routed_alerts, script_dir};
 use crate::error::{Error, Result};
 use crate::planner::ExecutionMode;
 use crate::runtime::{self, RunReport, RunnableQuery};
 use crate::sql::parse_script;
-use output::SharedOutput;
+use output::{SharedOutput, StdoutClosed};
 use progress::{Progress, StatusLine};
 use stop::Stopper;
 
@@ -196,8 +196,8 @@ fn check(args: CheckArgs) -> ExitCode {
         true => check::check_files(&mut engine(), &args.files),
         false => check::check_each(engine, &args.files),
     };
-    for error in &report.errors {
-        eprintln!("{error}");
+    for message in report.warnings.iter().chain(&report.errors) {
+        eprintln!("{message}");
     }
     eprintln!("{}", report.summary());
     if report.errors.is_empty() {
@@ -222,9 +222,11 @@ async fn run(args: RunArgs) -> Result<()> {
         engine.set_follow(args.follow);
     }
     let mut queries = Vec::new();
+    let mut sinks = check::SinkColumns::default();
     for file in &args.files {
-        queries.extend(load_script(&mut engine, file)?);
+        queries.extend(load_script(&mut engine, &mut sinks, file)?);
     }
+    check_inputs(&engine, &args.input)?;
     let queries = drop_routed_alerts(queries);
     if queries.is_empty() {
         return Ok(());
@@ -245,8 +247,10 @@ async fn run(args: RunArgs) -> Result<()> {
     };
     let status = Arc::new(StatusLine::default());
     // Everything bound for stdout goes through one writer; on a terminal,
-    // that writer clears the progress line while it writes.
-    let mut stdout = SharedOutput::stdout();
+    // that writer clears the progress line while it writes. A reader that
+    // goes away (`| head`) ends the run like a signal does.
+    let closed = Arc::new(StdoutClosed::default());
+    let mut stdout = SharedOutput::stdout(closed.clone());
     if show_progress && std::io::stdout().is_terminal() {
         stdout = stdout.with_status(status.clone());
     }
@@ -254,16 +258,19 @@ async fn run(args: RunArgs) -> Result<()> {
         Some(path) => SharedOutput::file(path)?,
         None => stdout.clone(),
     };
+    let outputs = Outputs {
+        stdout,
+        default: output,
+        format,
+        to_file: args.output.is_some(),
+    };
+    let labelled = outputs.shared(&queries);
     let runnable = queries
         .into_iter()
-        .map(|q| {
-            let sink = match &q.sink {
-                Some(config) if config.target == SinkTarget::Stdout => {
-                    make_sink(config.format, Box::new(stdout.clone()))
-                }
-                Some(config) => open_sink(config)?,
-                None => make_sink(format, Box::new(output.clone())),
-            };
+        .enumerate()
+        .map(|(i, q)| {
+            let name = query_name(i, &q);
+            let sink = outputs.sink(&q, labelled.then_some(name.as_str()))?;
             Ok(RunnableQuery {
                 graph: q.graph,
                 sink,
@@ -275,6 +282,7 @@ async fn run(args: RunArgs) -> Result<()> {
         if let Some(stopper) = &stopper {
             stopper.watch(report);
         }
+        closed.watch(report);
         if show_progress {
             progress = Some(Progress::start(status.clone(), report));
         }
@@ -291,8 +299,102 @@ async fn run(args: RunArgs) -> Result<()> {
     Ok(())
 }
 
+/// The outputs of a run that queries without a sink of their own share.
+struct Outputs {
+    /// Standard output, for the default output and `connector = 'stdout'`
+    /// sinks.
+    stdout: SharedOutput,
+    /// Where queries without `INSERT INTO` write: stdout or `--output`.
+    default: SharedOutput,
+    /// The format of the default output.
+    format: OutputFormat,
+    /// The default output is an `--output` file, not stdout.
+    to_file: bool,
+}
+
+/// Which shared output a query writes to, if any.
+#[derive(PartialEq)]
+enum SharedTarget {
+    Stdout,
+    OutputFile,
+}
+
+impl Outputs {
+    fn target(&self, query: &PreparedQuery) -> Option<SharedTarget> {
+        match &query.sink {
+            Some(config) if config.target == SinkTarget::Stdout => Some(SharedTarget::Stdout),
+            Some(_) => None,
+            None if self.to_file => Some(SharedTarget::OutputFile),
+            None => Some(SharedTarget::Stdout),
+        }
+    }
+
+    /// True when more than one query writes to stdout, or to the
+    /// `--output` file: their rows are then labelled with the query.
+    fn shared(&self, queries: &[PreparedQuery]) -> bool {
+        let count = |target: SharedTarget| {
+            queries
+                .iter()
+                .filter(|q| self.target(q).as_ref() == Some(&target))
+                .count()
+        };
+        count(SharedTarget::Stdout) > 1 || count(SharedTarget::OutputFile) > 1
+    }
+
+    /// Opens the sink of `query`; `label` marks its rows on a shared output.
+    fn sink(&self, query: &PreparedQuery, label: Option<&str>) -> Result<Box<dyn Sink>> {
+        let (format, out) = match (&query.sink, self.target(query)) {
+            (Some(config), Some(_)) => (config.format, self.stdout.clone()),
+            (Some(config), None) => return open_sink(config, &query.graph.schema),
+            (None, _) => (self.format, self.default.clone()),
+        };
+        Ok(match label {
+            Some(label) => make_labelled_sink(format, label, Box::new(out)),
+            None => make_sink(format, Box::new(out)),
+        })
+    }
+}
+
+/// The name that labels a query's rows on a shared output: its alert's
+/// name for a `CREATE ALERT`, else `q<N>` for the run's N-th query (as in
+/// the `vigil: query N:` summary line).
+fn query_name(index: usize, query: &PreparedQuery) -> String {
+    match &query.declares_alert {
+        Some(name) => name.clone(),
+        None => format!("q{}", index + 1),
+    }
+}
+
+/// An error for an `--input` that names no declared stream (a typo would
+/// otherwise run the scripts over their own files).
+fn check_inputs(engine: &Engine, inputs: &[(String, PathBuf)]) -> Result<()> {
+    let streams: Vec<&str> = engine
+        .catalog()
+        .streams()
+        .map(|s| s.name.as_str())
+        .collect();
+    for (name, _) in inputs {
+        if !streams.contains(&name.as_str()) {
+            let known = match streams.is_empty() {
+                true => "the scripts declare no stream".to_string(),
+                false => format!("streams: {}", streams.join(", ")),
+            };
+            return Err(Error::Plan(format!(
+                "--input {name}: no stream is named '{name}' ({known})"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Parses and executes one script; returns its queries, not yet running.
-fn load_script(engine: &mut Engine, file: &Path) -> Result<Vec<PreparedQuery>> {
+/// `sinks` rejects a query writing other columns to a file sink than an
+/// earlier query of the run, before anything runs.
+fn load_script(
+    engine: &mut Engine,
+    sinks: &mut check::SinkColumns,
+    file: &Path,
+) -> Result<Vec<PreparedQuery>> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| Error::io(format!("cannot read {}", file.display()), e))?;
     let name = file.display();
@@ -309,7 +411,13 @@ fn load_script(engine: &mut Engine, file: &Path) -> Result<Vec<PreparedQuery>> {
                 // A closed stdout (`| head`) must not panic the run.
                 let _ = writeln!(std::io::stdout(), "{text}");
             }
-            Outcome::Query(query) => queries.push(*query),
+            Outcome::Query(query) => {
+                let place = format!("{name}:{}:{}", statement.line, statement.column);
+                sinks
+                    .add(&query, place)
+                    .map_err(|e| Error::Plan(format!("{name}:{}: {e}", statement.line)))?;
+                queries.push(*query);
+            }
         }
     }
     Ok(queries)

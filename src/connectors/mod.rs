@@ -24,7 +24,7 @@ use std::time::Duration;
 use datafusion::arrow::datatypes::SchemaRef;
 
 pub use options::parse_output_format;
-pub use sink::{Sink, make_sink, open_sink};
+pub use sink::{Sink, make_labelled_sink, make_sink, open_sink};
 pub use source::{read_bytes, read_source};
 
 /// Where a source reads from.
@@ -178,7 +178,8 @@ pub enum OutputFormat {
 pub enum SinkTarget {
     /// Standard output.
     Stdout,
-    /// A file, created or truncated when the query starts.
+    /// A file, created or truncated when the first query writing to it
+    /// starts; queries writing to it at the same time share it.
     File(PathBuf),
     /// An HTTP endpoint that each batch is POSTed to as a JSON array.
     Webhook(webhook::WebhookConfig),

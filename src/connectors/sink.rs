@@ -9,14 +9,16 @@
 //! (NULL as `null`). Output is flushed after every batch so results appear
 //! as they fire.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray, StringBuilder};
 use datafusion::arrow::datatypes::{
-    DataType, Field, Schema, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
-    TimestampNanosecondType, TimestampSecondType,
+    DataType, Field, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType,
+    TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
 };
 use datafusion::arrow::json::writer::{JsonFormat, LineDelimited};
 use datafusion::arrow::record_batch::RecordBatch;
@@ -40,41 +42,185 @@ pub trait Sink: Send {
 
 /// Creates a sink writing `format` to `out`.
 pub fn make_sink(format: OutputFormat, out: Box<dyn Write + Send>) -> Box<dyn Sink> {
+    build_sink(format, None, out)
+}
+
+/// Creates a sink like [`make_sink`] that marks every row with the query
+/// it comes from, for an output several queries share: CSV and JSONL get a
+/// leading column `query` holding `query` (CSV writes its header, with
+/// that column, together with the query's first rows), a table gets a line
+/// `-- QUERY` above it.
+pub fn make_labelled_sink(
+    format: OutputFormat,
+    query: &str,
+    out: Box<dyn Write + Send>,
+) -> Box<dyn Sink> {
+    build_sink(format, Some(query), out)
+}
+
+fn build_sink(
+    format: OutputFormat,
+    label: Option<&str>,
+    out: Box<dyn Write + Send>,
+) -> Box<dyn Sink> {
     let out = Output {
         out,
         buf: Vec::new(),
     };
+    let label = label.map(str::to_string);
     match format {
-        OutputFormat::Table => Box::new(TableSink { out }),
+        OutputFormat::Table => Box::new(TableSink { out, label }),
         OutputFormat::Csv => Box::new(CsvSink {
             out,
+            label,
             header_written: false,
         }),
-        OutputFormat::Jsonl => Box::new(JsonlSink { out }),
+        OutputFormat::Jsonl => Box::new(JsonlSink { out, label }),
     }
 }
 
-/// Opens the destination of a `CREATE SINK` (creating or truncating its
-/// file, using stdout, or starting a webhook's delivery thread) and returns a
-/// sink for its format.
-pub fn open_sink(config: &SinkConfig) -> Result<Box<dyn Sink>> {
+/// Opens the destination of a `CREATE SINK` for a query whose result rows
+/// have `schema`, and returns a sink for its format: a webhook gets its
+/// own delivery thread, stdout is shared as is, and a file is created (or
+/// truncated) by the first query that opens it. A query opening a file
+/// that another query of this process still writes shares that writer
+/// instead; it must write the same columns (names, in order) in the same
+/// format, or this is an error naming the sink and both sets of columns.
+pub fn open_sink(config: &SinkConfig, schema: &SchemaRef) -> Result<Box<dyn Sink>> {
     let out: Box<dyn Write + Send> = match &config.target {
         SinkTarget::Webhook(webhook) => {
             return Ok(Box::new(WebhookSink::open(&config.name, webhook)?));
         }
         SinkTarget::Stdout => Box::new(io::stdout()),
-        SinkTarget::File(path) => {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    Error::Connector(format!("cannot create {}: {e}", dir.display()))
-                })?;
-            }
-            let file = File::create(path)
-                .map_err(|e| Error::Connector(format!("cannot create {}: {e}", path.display())))?;
-            Box::new(BufWriter::new(file))
-        }
+        SinkTarget::File(path) => return open_shared_file(config, path, schema),
     };
     Ok(make_sink(config.format, out))
+}
+
+/// The files open for writing in this process, by absolute path. Entries
+/// die with the last query writing to them.
+static OPEN_FILES: Mutex<BTreeMap<PathBuf, Weak<SharedFile>>> = Mutex::new(BTreeMap::new());
+
+/// One file that several queries write to.
+struct SharedFile {
+    /// The sink that opened it, for messages.
+    sink: String,
+    format: OutputFormat,
+    /// The column names every writer must have.
+    columns: Vec<String>,
+    writer: Mutex<Box<dyn Sink>>,
+}
+
+/// One query's handle on a [`SharedFile`].
+struct SharedFileSink(Arc<SharedFile>);
+
+impl Sink for SharedFileSink {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        // The lock is held for the whole batch: its rows are one write.
+        let mut writer = self.0.writer.lock().unwrap_or_else(|e| e.into_inner());
+        writer.write(batch)
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        let mut writer = self.0.writer.lock().unwrap_or_else(|e| e.into_inner());
+        writer.finish()
+    }
+}
+
+fn open_shared_file(config: &SinkConfig, path: &Path, schema: &SchemaRef) -> Result<Box<dyn Sink>> {
+    let key = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let columns = column_names(schema);
+    let mut open = OPEN_FILES.lock().unwrap_or_else(|e| e.into_inner());
+    open.retain(|_, file| file.strong_count() > 0);
+    if let Some(file) = open.get(&key).and_then(Weak::upgrade) {
+        if file.format != config.format {
+            return Err(Error::Plan(format!(
+                "sink '{}' writes {} as {}, but sink '{}' already writes it as {}",
+                config.name,
+                path.display(),
+                format_name(config.format),
+                file.sink,
+                format_name(file.format)
+            )));
+        }
+        check_same_columns(&config.name, path, &file.columns, &columns)?;
+        return Ok(Box::new(SharedFileSink(file)));
+    }
+    let writer = make_sink(config.format, Box::new(create_file(path)?));
+    let file = Arc::new(SharedFile {
+        sink: config.name.clone(),
+        format: config.format,
+        columns,
+        writer: Mutex::new(writer),
+    });
+    open.insert(key, Arc::downgrade(&file));
+    Ok(Box::new(SharedFileSink(file)))
+}
+
+/// Creates (or truncates) `path` and the directories above it.
+fn create_file(path: &Path) -> Result<BufWriter<File>> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::Connector(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let file = File::create(path)
+        .map_err(|e| Error::Connector(format!("cannot create {}: {e}", path.display())))?;
+    Ok(BufWriter::new(file))
+}
+
+/// The column names of `schema`, in order.
+pub fn column_names(schema: &Schema) -> Vec<String> {
+    schema.fields().iter().map(|f| f.name().clone()).collect()
+}
+
+/// The error for two queries writing different columns to sink `sink`
+/// (file `path`): `first` is what the file already receives.
+pub fn check_same_columns(
+    sink: &str,
+    path: &Path,
+    first: &[String],
+    other: &[String],
+) -> Result<()> {
+    if first == other {
+        return Ok(());
+    }
+    // `./out.csv` is shown as the script wrote it: `out.csv`.
+    let shown = path.strip_prefix(".").unwrap_or(path);
+    Err(Error::Plan(format!(
+        "sink '{sink}': the queries writing to {} must write the same columns, but one writes ({}) and another ({})",
+        shown.display(),
+        first.join(", "),
+        other.join(", ")
+    )))
+}
+
+fn format_name(format: OutputFormat) -> &'static str {
+    match format {
+        OutputFormat::Table => "table",
+        OutputFormat::Csv => "csv",
+        OutputFormat::Jsonl => "jsonl",
+    }
+}
+
+/// `batch` with a leading column `query` holding `label` on every row.
+fn with_query_column(batch: &RecordBatch, label: &str) -> Result<RecordBatch> {
+    let schema = batch.schema();
+    let mut fields = Vec::with_capacity(schema.fields().len() + 1);
+    fields.push(Arc::new(Field::new("query", DataType::Utf8, false)));
+    fields.extend(schema.fields().iter().cloned());
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(fields.len());
+    columns.push(Arc::new(StringArray::from(vec![label; batch.num_rows()])));
+    columns.extend(batch.columns().iter().cloned());
+    let schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// `batch`, with its query column when it has a label.
+fn labelled(batch: &RecordBatch, label: Option<&str>) -> Result<RecordBatch> {
+    match label {
+        Some(label) => with_query_column(batch, label),
+        None => Ok(batch.clone()),
+    }
 }
 
 /// The destination plus a reusable buffer that each batch is rendered into
@@ -104,6 +250,8 @@ impl Output {
 
 struct TableSink {
     out: Output,
+    /// The query's name, written above each of its tables.
+    label: Option<String>,
 }
 
 impl Sink for TableSink {
@@ -113,6 +261,9 @@ impl Sink for TableSink {
         }
         let batch = timestamps_as_text(batch)?;
         let table = pretty_format_batches(&[batch])?;
+        if let Some(label) = &self.label {
+            writeln!(self.out.buf, "-- {label}").expect("writing to a Vec cannot fail");
+        }
         writeln!(self.out.buf, "{table}").expect("writing to a Vec cannot fail");
         self.out.send()
     }
@@ -124,6 +275,8 @@ impl Sink for TableSink {
 
 struct CsvSink {
     out: Output,
+    /// The query's name, written as a leading `query` column.
+    label: Option<String>,
     header_written: bool,
 }
 
@@ -132,7 +285,7 @@ impl Sink for CsvSink {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        let batch = timestamps_as_text(batch)?;
+        let batch = timestamps_as_text(&labelled(batch, self.label.as_deref())?)?;
         let buf = std::mem::take(&mut self.out.buf);
         let mut writer = datafusion::arrow::csv::WriterBuilder::new()
             .with_header(!self.header_written)
@@ -150,6 +303,8 @@ impl Sink for CsvSink {
 
 struct JsonlSink {
     out: Output,
+    /// The query's name, written as a leading `query` field.
+    label: Option<String>,
 }
 
 impl Sink for JsonlSink {
@@ -157,8 +312,9 @@ impl Sink for JsonlSink {
         if batch.num_rows() == 0 {
             return Ok(());
         }
+        let batch = labelled(batch, self.label.as_deref())?;
         let buf = std::mem::take(&mut self.out.buf);
-        self.out.buf = write_json_rows::<LineDelimited>(batch, buf)?;
+        self.out.buf = write_json_rows::<LineDelimited>(&batch, buf)?;
         self.out.send()
     }
 
@@ -441,7 +597,8 @@ mod tests {
             format: OutputFormat::Csv,
             append_only: false,
         };
-        let mut sink = open_sink(&config).unwrap();
+        let schema = sample().schema();
+        let mut sink = open_sink(&config, &schema).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
         sink.write(&sample().slice(0, 1)).unwrap();
         // Flushed per batch: visible before finish.
@@ -450,12 +607,13 @@ mod tests {
             "window_start,host,avg_cpu,n,hot\n1970-01-01T00:00:10,a,1.5,0,true\n"
         );
         sink.finish().unwrap();
+        drop(sink);
 
         let nested = SinkConfig {
             target: SinkTarget::File(dir.path().join("new/dir/out.csv")),
             ..config.clone()
         };
-        open_sink(&nested).unwrap().finish().unwrap();
+        open_sink(&nested, &schema).unwrap().finish().unwrap();
         assert!(dir.path().join("new/dir/out.csv").exists());
 
         std::fs::write(dir.path().join("file"), "").unwrap();
@@ -463,7 +621,104 @@ mod tests {
             target: SinkTarget::File(dir.path().join("file/out.csv")),
             ..config
         };
-        let err = open_sink(&bad).err().unwrap();
+        let err = open_sink(&bad, &schema).err().unwrap();
         assert!(err.to_string().starts_with("cannot create "), "{err}");
+    }
+
+    fn file_sink(name: &str, path: &Path, format: OutputFormat) -> SinkConfig {
+        SinkConfig {
+            name: name.to_string(),
+            target: SinkTarget::File(path.to_path_buf()),
+            format,
+            append_only: false,
+        }
+    }
+
+    #[test]
+    fn queries_writing_one_file_share_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.csv");
+        let schema = sample().schema();
+        let mut first = open_sink(&file_sink("out", &path, OutputFormat::Csv), &schema).unwrap();
+        first.write(&sample().slice(0, 1)).unwrap();
+        // A second sink over the same file (another name, a relative
+        // spelling would do too) neither truncates it nor repeats the header.
+        let mut second = open_sink(&file_sink("again", &path, OutputFormat::Csv), &schema).unwrap();
+        second.write(&sample().slice(1, 1)).unwrap();
+        first.write(&sample().slice(0, 1)).unwrap();
+        first.finish().unwrap();
+        second.write(&sample().slice(2, 1)).unwrap();
+        second.finish().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "window_start,host,avg_cpu,n,hot\n\
+             1970-01-01T00:00:10,a,1.5,0,true\n\
+             1970-01-01T00:00:10.250,\"b,\"\"c\"\"\",2.0,1,false\n\
+             1970-01-01T00:00:10,a,1.5,0,true\n\
+             ,,,2,true\n"
+        );
+        drop((first, second));
+        // Once no query writes it, the next one starts the file afresh.
+        let third = open_sink(&file_sink("out", &path, OutputFormat::Csv), &schema).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
+        drop(third);
+    }
+
+    #[test]
+    fn a_shared_file_takes_one_set_of_columns_and_one_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.csv");
+        let schema = sample().schema();
+        let _first = open_sink(&file_sink("out", &path, OutputFormat::Csv), &schema).unwrap();
+        let other = Arc::new(Schema::new(vec![Field::new("host", DataType::Utf8, true)]));
+        let err = open_sink(&file_sink("out", &path, OutputFormat::Csv), &other)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("sink 'out'")
+                && err.contains("(window_start, host, avg_cpu, n, hot)")
+                && err.contains("(host)"),
+            "{err}"
+        );
+        let err = open_sink(&file_sink("j", &path, OutputFormat::Jsonl), &schema)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("sink 'j' writes")
+                && err.contains("as jsonl, but sink 'out' already writes it as csv"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn labelled_output_names_the_query() {
+        let shared = Shared::default();
+        let mut sink = make_labelled_sink(OutputFormat::Csv, "q2", Box::new(shared.clone()));
+        sink.write(&sample().slice(0, 0)).unwrap();
+        sink.write(&sample().slice(0, 1)).unwrap();
+        sink.write(&sample().slice(2, 1)).unwrap();
+        assert_eq!(
+            shared.text(),
+            "query,window_start,host,avg_cpu,n,hot\n\
+             q2,1970-01-01T00:00:10,a,1.5,0,true\n\
+             q2,,,,2,true\n"
+        );
+        let shared = Shared::default();
+        let mut sink = make_labelled_sink(OutputFormat::Jsonl, "hot", Box::new(shared.clone()));
+        sink.write(&sample().slice(2, 1)).unwrap();
+        assert_eq!(
+            shared.text(),
+            "{\"query\":\"hot\",\"window_start\":null,\"host\":null,\"avg_cpu\":null,\"n\":2,\"hot\":true}\n"
+        );
+        let shared = Shared::default();
+        let mut sink = make_labelled_sink(OutputFormat::Table, "q1", Box::new(shared.clone()));
+        sink.write(&sample().slice(0, 1).project(&[1]).unwrap())
+            .unwrap();
+        assert_eq!(
+            shared.text(),
+            "-- q1\n+------+\n| host |\n+------+\n| a    |\n+------+\n"
+        );
     }
 }
