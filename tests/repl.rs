@@ -191,3 +191,213 @@ fn a_live_cpu_alert_fires_in_the_shell() {
         other => panic!("the shell should exit 0, got {other:?}"),
     }
 }
+
+/// Waits for the shell to exit and returns its exit code.
+fn exit_code(session: &mut PtySession) -> i32 {
+    session.exp_eof().expect("vigil exits");
+    match session.process().wait() {
+        Ok(WaitStatus::Exited(_, code)) => code,
+        other => panic!("vigil did not exit normally: {other:?}"),
+    }
+}
+
+/// Ctrl-C stops a foreground query that is still printing rows: its sink,
+/// blocked on the full channel of results the shell no longer reads, must
+/// not keep the prompt from coming back.
+#[test]
+fn ctrl_c_stops_a_query_that_is_still_producing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut rows = String::from("ts,host,cpu\n");
+    for i in 0..300_000 {
+        rows.push_str(&format!("{},h{},{}.5\n", i * 1000, i % 7, i % 100));
+    }
+    std::fs::write(dir.path().join("big.csv"), rows).expect("write big.csv");
+    let history = dir.path().join("history");
+    let mut repl = start(dir.path(), &history);
+    expect(&mut repl, "vigil> ");
+    // Small batches: far more of them than the channels between the query
+    // and the shell hold, so that the query is still producing when Ctrl-C
+    // comes.
+    type_line(
+        &mut repl,
+        "CREATE STREAM big (ts TIMESTAMP, host TEXT, cpu DOUBLE) \
+         WITH (path = 'big.csv', batch_size = '100');",
+    );
+    expect(&mut repl, "vigil> ");
+    type_line(&mut repl, "SELECT ts, host, cpu FROM big;");
+    expect(&mut repl, "| h3 ");
+    repl.send_control('c').expect("Ctrl-C");
+    expect(&mut repl, "stopped query");
+    expect(&mut repl, "vigil> ");
+    type_line(&mut repl, ".queries");
+    expect(&mut repl, "no queries running");
+    type_line(&mut repl, ".quit");
+    assert_eq!(exit_code(&mut repl), 0, "exit status");
+}
+
+/// A query whose rows come one batch each prints one table: its header
+/// once, its rows below it; DOUBLEs are rounded for reading.
+#[test]
+fn rows_that_come_one_by_one_share_one_table() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut rows = String::from("ts,host,cpu\n");
+    for i in 0..30 {
+        rows.push_str(&format!("{},a,0.2\n", i * 1000));
+    }
+    std::fs::write(dir.path().join("r.csv"), rows).expect("write r.csv");
+    let history = dir.path().join("history");
+    let mut repl = start(dir.path(), &history);
+    expect(&mut repl, "vigil> ");
+    // One row per batch: before, each became a five-line table.
+    type_line(
+        &mut repl,
+        "CREATE STREAM r (ts TIMESTAMP, host TEXT, cpu DOUBLE) \
+         WITH (path = 'r.csv', batch_size = '1');",
+    );
+    expect(&mut repl, "vigil> ");
+    type_line(&mut repl, "SELECT host, cpu + 0.1 AS cpu FROM r;");
+    let screen = expect(&mut repl, "(30 rows)");
+    assert_eq!(screen.matches("| host |").count(), 1, "{screen}");
+    assert_eq!(screen.matches("| a    | 0.3 |").count(), 30, "{screen}");
+    assert!(!screen.contains("0.30000000000000004"), "{screen}");
+    type_line(&mut repl, ".quit");
+    assert_eq!(exit_code(&mut repl), 0, "exit status");
+}
+
+/// psql's commands do what psql users expect, or give a hint; none opens
+/// a continuation prompt. `.streams` lists the built-in streams and tells
+/// streams, views, alerts and sinks apart.
+#[test]
+fn psql_commands_and_the_kinds_of_streams() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let history = dir.path().join("history");
+    let mut repl = start(dir.path(), &history);
+    expect(&mut repl, "vigil> ");
+    type_line(
+        &mut repl,
+        "CREATE STREAM p (ts TIMESTAMP, v DOUBLE) WITH (connector = 'push');",
+    );
+    expect(&mut repl, "vigil> ");
+    type_line(
+        &mut repl,
+        "CREATE VIEW big_v AS SELECT ts, v FROM p WHERE v > 5;",
+    );
+    expect(&mut repl, "vigil> ");
+    type_line(
+        &mut repl,
+        "CREATE ALERT hot AS SELECT ts, v FROM p ALERT WHEN v > 9;",
+    );
+    expect(&mut repl, "running in the background");
+    type_line(
+        &mut repl,
+        "CREATE SINK out WITH (path = 'out.csv', format = 'csv');",
+    );
+    expect(&mut repl, "vigil> ");
+
+    type_line(&mut repl, "\\d");
+    for row in [
+        "| p            | stream",
+        "| host_metrics | stream",
+        "| demo         | stream",
+        "| big_v        | view",
+        "| hot          | alert",
+        "| out          | sink",
+    ] {
+        expect(&mut repl, row);
+    }
+    expect(&mut repl, "vigil> ");
+    type_line(&mut repl, ".streams");
+    expect(&mut repl, "this host, every 1000 ms (built in)");
+    expect(&mut repl, "vigil> ");
+    type_line(&mut repl, "\\d hot");
+    expect(&mut repl, "alert hot");
+    expect(&mut repl, "vigil> ");
+    type_line(&mut repl, "\\d host_metrics");
+    expect(&mut repl, "event time: ts");
+    expect(&mut repl, "vigil> ");
+    type_line(&mut repl, "\\?");
+    expect(&mut repl, ".describe NAME");
+    expect(&mut repl, "vigil> ");
+
+    // Any other backslash command: a hint, and a fresh prompt.
+    type_line(&mut repl, "\\dt");
+    let screen = expect(&mut repl, "unknown command \\dt; try .help");
+    assert!(!screen.contains("...>"), "{screen}");
+    expect(&mut repl, "vigil> ");
+    type_line(&mut repl, "\\x");
+    expect(&mut repl, "unknown command \\x; try .help");
+    let screen = expect(&mut repl, "vigil> ");
+    assert!(!screen.contains("...>"), "{screen}");
+
+    // `\q` leaves, even in the middle of a statement.
+    type_line(&mut repl, "SELECT v");
+    expect(&mut repl, "...> ");
+    type_line(&mut repl, "\\q");
+    assert_eq!(exit_code(&mut repl), 0, "exit status");
+}
+
+/// Runs the shell with `input` piped to it (not a terminal): its exit
+/// code, standard output and standard error.
+fn piped(dir: &Path, input: &str) -> (Option<i32>, String, String) {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .current_dir(dir)
+        .env("VIGIL_HISTORY", dir.join("history"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("vigil starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input.as_bytes()).expect("write stdin");
+    drop(stdin);
+    let out = child.wait_with_output().expect("vigil runs");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// A script piped into the shell stops at its first error and exits 1,
+/// as `psql -v ON_ERROR_STOP=1` and `duckdb` do; one without errors exits
+/// 0, its last statement may lack its `;`, and CSV keeps full precision.
+#[test]
+fn a_piped_script_stops_at_its_first_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("m.csv"), ROWS).expect("write m.csv");
+    let (code, stdout, stderr) = piped(dir.path(), "SELEC 1;\n.streams\n");
+    assert_eq!(code, Some(1), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stderr.contains("error: ") && stderr.contains("column 1"),
+        "{stderr}"
+    );
+    // Nothing after the error ran.
+    assert!(!stdout.contains("host_metrics"), "{stdout}");
+
+    let (code, stdout, stderr) = piped(dir.path(), ".nope\nSELECT 1;\n");
+    assert_eq!(code, Some(1), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stderr.contains("unknown command .nope"), "{stderr}");
+
+    let (code, stdout, stderr) = piped(
+        dir.path(),
+        "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE) WITH (path = 'm.csv');\n\
+         SELECT nope FROM m;\nSELECT host FROM m;\n",
+    );
+    assert_eq!(code, Some(1), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stderr.contains("nope"), "{stderr}");
+    assert!(!stdout.contains("host"), "{stdout}");
+
+    let (code, stdout, stderr) = piped(
+        dir.path(),
+        "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE) WITH (path = 'm.csv');\n\
+         SELECT host, cpu + 0.1 AS x FROM m WHERE cpu = 5",
+    );
+    assert_eq!(code, Some(0), "stdout: {stdout}\nstderr: {stderr}");
+    assert_eq!(stdout, "host,x\nb,5.1\n", "{stderr}");
+    let (code, stdout, stderr) = piped(
+        dir.path(),
+        "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE) WITH (path = 'm.csv');\n\
+         SELECT cpu * 0.1 AS x FROM m WHERE cpu = 3;\n",
+    );
+    assert_eq!(code, Some(0), "stdout: {stdout}\nstderr: {stderr}");
+    assert_eq!(stdout, "x\n0.30000000000000004\n", "{stderr}");
+}

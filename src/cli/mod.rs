@@ -165,7 +165,12 @@ pub fn main() -> ExitCode {
             let outcome = runtime.block_on(crate::repl::run());
             // A source blocked on a read (a FIFO) must not hold the exit.
             runtime.shutdown_timeout(std::time::Duration::from_secs(1));
-            outcome
+            // The shell has reported its errors itself; a script piped in
+            // that failed exits with a failure.
+            match outcome {
+                Ok(code) => return code,
+                Err(e) => Err(e),
+            }
         }
         Some(Command::Check(args)) => return check(args),
         Some(Command::Serve(args)) => {

@@ -79,6 +79,11 @@ impl Catalog {
         self.sinks.get(name)
     }
 
+    /// All sinks, by name.
+    pub fn sinks(&self) -> impl Iterator<Item = &SinkConfig> {
+        self.sinks.values()
+    }
+
     /// Looks up a view.
     pub fn view(&self, name: &str) -> Option<&Arc<ViewSource>> {
         self.views.get(name)

@@ -1,5 +1,6 @@
 //! The dot commands: `.help`, `.streams`, `.describe`, `.queries`, `.stop`,
-//! `.read`, `.format`, `.quit`.
+//! `.read`, `.format`, `.quit`; and the psql commands people type out of
+//! habit: `\q`, `\d`, `\d NAME`, `\i FILE`, `\?`, `\h`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,12 +9,15 @@ use datafusion::arrow::array::{ArrayRef, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::pretty::pretty_format_batches;
-use datafusion::logical_expr::TableSource;
+use datafusion::logical_expr::{LogicalPlan, TableSource};
 
 use super::helper::{Completeness, completeness, split_background};
 use super::{Flow, Repl};
-use crate::connectors::{Format, OutputFormat, SourceLocation, parse_output_format};
-use crate::plan::StreamDef;
+use crate::connectors::{
+    Format, OutputFormat, SinkConfig, SinkTarget, SourceLocation, parse_output_format,
+};
+use crate::plan::catalog::{BUILTIN_STREAMS, builtin_stream};
+use crate::plan::{AlertNode, Catalog, InvariantNode, StreamDef, ViewSource};
 
 const HELP: &str = "\
 Statements end with ';' and may span lines. A query runs in the foreground,
@@ -21,8 +25,10 @@ printing results as its windows fire, until its input ends or Ctrl-C stops
 it; end it with '&' instead of ';' to run it in the background.
 
   .help                    this text
-  .streams                 declared streams and views: columns and source
-  .describe NAME           one stream or view: columns, types, event time
+  .streams                 streams, views, alerts and sinks: kind, columns
+                           and source (built-in streams too)
+  .describe NAME           one stream, view, alert or sink: columns, types,
+                           event time
   .queries                 background queries: id, rows out, statement
   .stop ID|all             stop a background query (or all of them)
   .read FILE [&]           run a script (its queries in the background
@@ -30,6 +36,9 @@ it; end it with '&' instead of ';' to run it in the background.
                            its directory
   .format table|csv|jsonl  how results are printed (now: {format})
   .quit, .exit             leave (so do Ctrl-D and Ctrl-C twice)
+
+psql's \\q, \\d, \\d NAME, \\i FILE and \\? do the same as .quit, .streams,
+.describe NAME, .read FILE and .help.
 ";
 
 impl Repl {
@@ -48,32 +57,66 @@ impl Repl {
             ".stop" => self.stop(arg),
             ".read" => self.read(arg).await,
             ".format" => self.set_format(arg),
-            _ => errln!("error: unknown command {name} (.help lists the commands)"),
+            _ => self.fail(format_args!(
+                "unknown command {name} (.help lists the commands)"
+            )),
         }
         Flow::Continue
     }
 
+    /// Runs a psql command: the few that have a dot command of the same
+    /// meaning; any other gets a hint rather than a continuation prompt.
+    pub(super) async fn backslash(&mut self, line: &str) -> Flow {
+        let (name, arg) = match line.split_once(char::is_whitespace) {
+            Some((name, arg)) => (name, arg.trim()),
+            None => (line, ""),
+        };
+        match (name, arg.is_empty()) {
+            ("\\q" | "\\quit", true) => Flow::Quit,
+            ("\\d", true) => self.command(".streams").await,
+            ("\\d", false) => self.command(&format!(".describe {arg}")).await,
+            ("\\i", _) => self.command(&format!(".read {arg}")).await,
+            ("\\?" | "\\h" | "\\help", _) => self.command(".help").await,
+            _ => {
+                self.fail(format_args!("unknown command {name}; try .help"));
+                Flow::Continue
+            }
+        }
+    }
+
     fn list_streams(&self) {
         let catalog = self.session.engine().catalog();
-        let mut rows: Vec<[String; 3]> = catalog
-            .streams()
-            .map(|s| [s.name.clone(), columns(&s.schema), source(s)])
+        let mut rows: Vec<[String; 4]> = all_streams(catalog)
+            .map(|s| {
+                let mut from = source(s);
+                if is_builtin(s) {
+                    from.push_str(" (built in)");
+                }
+                [s.name.clone(), "stream".into(), columns(&s.schema), from]
+            })
             .collect();
-        rows.extend(
-            catalog
-                .views()
-                .map(|(name, view)| [name.to_string(), columns(&view.schema()), "view".into()]),
-        );
-        if rows.is_empty() {
-            outln!("no streams or views yet (CREATE STREAM declares one)");
-            return;
-        }
-        print_table(&["name", "columns", "source"], &rows);
+        rows.extend(catalog.views().map(|(name, view)| {
+            [
+                name.to_string(),
+                view_kind(view).into(),
+                columns(&view.schema()),
+                String::new(),
+            ]
+        }));
+        rows.extend(catalog.sinks().map(|sink| {
+            [
+                sink.name.clone(),
+                "sink".into(),
+                String::new(),
+                sink_target(sink),
+            ]
+        }));
+        print_table(&["name", "kind", "columns", "source"], &rows);
     }
 
     fn describe(&self, name: &str) {
         if name.is_empty() {
-            errln!("error: .describe needs a stream or view name");
+            self.fail(".describe needs a stream, view, alert or sink name");
             return;
         }
         let name = name.trim_end_matches(';');
@@ -83,7 +126,11 @@ impl Repl {
         } else {
             name.to_lowercase()
         };
-        if let Some(stream) = catalog.stream(&key) {
+        // A stream or view hides a built-in stream of the same name.
+        if let Some(view) = catalog.view(&key) {
+            outln!("{} {key}", view_kind(view));
+            describe_columns(&view.schema(), None);
+        } else if let Some(stream) = catalog.stream(&key) {
             outln!("stream {}: {}", stream.name, source(stream));
             if let Some(i) = stream.event_time {
                 let mut timing = format!(
@@ -106,11 +153,12 @@ impl Repl {
                 outln!("{timing}");
             }
             describe_columns(&stream.schema, stream.event_time);
-        } else if let Some(view) = catalog.view(&key) {
-            outln!("view {key}");
-            describe_columns(&view.schema(), None);
+        } else if let Some(sink) = catalog.sink(&key) {
+            outln!("sink {key}: {}", sink_target(sink));
         } else {
-            errln!("error: no stream or view named '{key}' (.streams lists them)");
+            self.fail(format_args!(
+                "no stream, view, alert or sink named '{key}' (.streams lists them)"
+            ));
         }
     }
 
@@ -154,8 +202,10 @@ impl Repl {
         }
         match arg.trim_start_matches('[').trim_end_matches(']').parse() {
             Ok(id) if self.session.stop(id) => outln!("stopped query {id}"),
-            Ok(id) => errln!("error: no query {id} is running (.queries lists them)"),
-            Err(_) => errln!("error: .stop needs a query id (.queries lists them) or 'all'"),
+            Ok(id) => self.fail(format_args!(
+                "no query {id} is running (.queries lists them)"
+            )),
+            Err(_) => self.fail(".stop needs a query id (.queries lists them) or 'all'"),
         }
     }
 
@@ -166,13 +216,13 @@ impl Repl {
         };
         let path = Path::new(arg.trim_matches(|c| c == '\'' || c == '"'));
         if arg.is_empty() {
-            errln!("error: .read needs a file name");
+            self.fail(".read needs a file name");
             return;
         }
         let text = match std::fs::read_to_string(path) {
             Ok(text) => text,
             Err(e) => {
-                errln!("error: cannot read {}: {e}", path.display());
+                self.fail(format_args!("cannot read {}: {e}", path.display()));
                 return;
             }
         };
@@ -192,8 +242,52 @@ impl Repl {
         }
         match parse_output_format(arg) {
             Ok(format) => self.format = format,
-            Err(e) => errln!("error: {e}"),
+            Err(e) => self.fail(e),
         }
+    }
+}
+
+/// The declared streams, then the built-in ones that no stream or view
+/// hides.
+pub(super) fn all_streams(catalog: &Catalog) -> impl Iterator<Item = &Arc<StreamDef>> {
+    let builtin = BUILTIN_STREAMS
+        .iter()
+        .filter(|(name, _)| catalog.view(name).is_none())
+        .filter_map(|(name, _)| catalog.stream(name))
+        .filter(|s| is_builtin(s));
+    catalog.streams().chain(builtin)
+}
+
+/// True for a built-in stream (not a declared one of the same name).
+fn is_builtin(stream: &Arc<StreamDef>) -> bool {
+    builtin_stream(&stream.name).is_some_and(|b| Arc::ptr_eq(b, stream))
+}
+
+/// What a view is: an alert (`CREATE ALERT`), an invariant, or a view.
+fn view_kind(view: &ViewSource) -> &'static str {
+    match view.get_logical_plan().as_deref() {
+        Some(LogicalPlan::Extension(ext)) if ext.node.as_any().is::<AlertNode>() => "alert",
+        Some(LogicalPlan::Extension(ext)) if ext.node.as_any().is::<InvariantNode>() => "invariant",
+        _ => "view",
+    }
+}
+
+/// Where a sink writes, in a few words. A webhook shows its address
+/// without the query string or credentials, which may hold secrets.
+fn sink_target(sink: &SinkConfig) -> String {
+    let format = format_name(sink.format);
+    match &sink.target {
+        SinkTarget::Stdout => format!("stdout ({format})"),
+        SinkTarget::File(path) => format!("file {} ({format})", path.display()),
+        SinkTarget::Webhook(hook) => match url::Url::parse(&hook.url) {
+            Ok(url) => format!(
+                "webhook {}://{}{}",
+                url.scheme(),
+                url.host_str().unwrap_or(""),
+                url.path()
+            ),
+            Err(_) => "webhook".into(),
+        },
     }
 }
 

@@ -104,6 +104,15 @@ pub fn completeness(text: &str) -> Completeness {
     }
 }
 
+/// True if `text` ends inside a quoted literal or identifier or a block
+/// comment: a next line starting with `\` belongs to it, not a command.
+pub fn inside_text(text: &str) -> bool {
+    matches!(
+        scan(text).mode,
+        Mode::Single | Mode::Double | Mode::BlockComment
+    )
+}
+
 /// Splits complete input into the SQL to run (ending with one `;`) and
 /// whether it ends with `&` (run in the background): `SELECT ... &`,
 /// `SELECT ...; &` and `SELECT ... &;` all do.
@@ -431,6 +440,16 @@ mod tests {
             Complete
         );
         assert_eq!(completeness("SELECT * FROM m &"), Complete);
+    }
+
+    #[test]
+    fn a_backslash_line_is_text_only_inside_quotes_and_comments() {
+        assert!(!inside_text(""));
+        assert!(!inside_text("SELECT 1\n"));
+        assert!(!inside_text("SELECT 1 -- it's\n"));
+        assert!(inside_text("SELECT 'a\n"));
+        assert!(inside_text("SELECT \"a\n"));
+        assert!(inside_text("SELECT 1 /* a\n"));
     }
 
     #[test]

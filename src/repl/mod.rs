@@ -6,7 +6,11 @@
 //! as its windows fire, until its input ends or Ctrl-C stops it; one that
 //! ends with `&` runs in the background, its lines tagged with its id.
 //! Dot commands (`.help`) list streams and queries, stop queries, read
-//! scripts and choose the output format.
+//! scripts and choose the output format; psql's `\q`, `\d` and a few more
+//! do the same as their dot commands.
+//!
+//! Piped input (standard input is not a terminal) runs as a script that
+//! stops at its first error, with a failure exit code.
 //!
 //! The line editor blocks while it reads, so it runs on a blocking thread
 //! of the tokio runtime, which keeps running the queries meanwhile.
@@ -40,13 +44,16 @@ macro_rules! errln {
 mod commands;
 mod helper;
 mod output;
+mod table;
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use rustyline::config::{CompletionType, Config};
@@ -70,9 +77,19 @@ const CONTINUATION: &str = "   ...> ";
 /// How long a foreground query may stay silent before the REPL says how to
 /// stop it.
 const QUIET_HINT_AFTER: Duration = Duration::from_secs(2);
+/// How long the shell waits for a query stopped by Ctrl-C to wind down
+/// before it shows the prompt anyway: a task blocked on its input (a quiet
+/// FIFO, a webhook) must not hold the prompt.
+const STOP_GRACE: Duration = Duration::from_secs(1);
+/// Table rows drawn at once when the terminal's height is not known.
+const DEFAULT_SCREENFUL: usize = 40;
 
 /// Runs the REPL until `.quit`, Ctrl-D or two Ctrl-C in a row.
-pub async fn run() -> Result<()> {
+///
+/// When standard input is not a terminal (a script piped in), the shell
+/// stops at the first error, as `psql -v ON_ERROR_STOP=1` does, and the
+/// exit code is a failure; otherwise it is a success.
+pub async fn run() -> Result<ExitCode> {
     // While the line editor is not reading, the terminal sends Ctrl-C as
     // SIGINT: catch it for the life of the process (a foreground query
     // listens for it), so that it never ends the REPL.
@@ -92,6 +109,9 @@ pub async fn run() -> Result<()> {
         shared,
         printer: Printer::start(external),
         functions: Vec::new(),
+        interactive,
+        failed: Cell::new(false),
+        screenful: DEFAULT_SCREENFUL,
     };
     repl.functions = repl.session.engine().function_names();
     repl.refresh_names();
@@ -106,7 +126,10 @@ pub async fn run() -> Result<()> {
     repl.printer.close();
     repl.session.shutdown().await;
     reader.save();
-    Ok(())
+    if repl.failed.get() && !interactive {
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// What to do after a command.
@@ -124,6 +147,12 @@ struct Repl {
     shared: Arc<Shared>,
     printer: Printer,
     functions: Vec<String>,
+    /// Standard input is a terminal: errors do not end the shell.
+    interactive: bool,
+    /// An error was reported.
+    failed: Cell<bool>,
+    /// Table rows that fill the terminal.
+    screenful: usize,
 }
 
 /// A query started by a statement.
@@ -170,16 +199,33 @@ impl Repl {
                     outln!("(to leave, press Ctrl-C again or Ctrl-D, or type .quit)");
                     continue;
                 }
-                Ok(Read::Eof) => break,
+                Ok(Read::Eof) => {
+                    // A script's last statement may lack its `;`, as in
+                    // `.read`.
+                    if !self.interactive && completeness(&pending) == Completeness::Incomplete {
+                        let (sql, background) = split_background(&pending);
+                        self.run_sql(&sql, background, None).await;
+                    }
+                    break;
+                }
                 Err(e) => {
-                    errln!("error: reading input: {e}");
+                    self.fail(format_args!("reading input: {e}"));
                     break;
                 }
             };
             interrupted = false;
-            if pending.is_empty() && line.trim_start().starts_with('.') {
-                reader.remember(line.trim());
-                if self.command(line.trim()).await == Flow::Quit {
+            self.screenful = reader.screenful().unwrap_or(DEFAULT_SCREENFUL);
+            let command = line.trim();
+            // A psql command (`\q`) is taken between the lines of a
+            // statement too, as psql does, unless a quote or comment is open.
+            let backslash = command.starts_with('\\') && !helper::inside_text(&pending);
+            if backslash || (pending.is_empty() && command.starts_with('.')) {
+                reader.remember(command);
+                let flow = match backslash {
+                    true => self.backslash(command).await,
+                    false => self.command(command).await,
+                };
+                if flow == Flow::Quit || self.must_stop() {
                     break;
                 }
                 continue;
@@ -194,9 +240,23 @@ impl Repl {
                     reader.remember(input.trim());
                     let (sql, background) = split_background(&input);
                     self.run_sql(&sql, background, None).await;
+                    if self.must_stop() {
+                        break;
+                    }
                 }
             }
         }
+    }
+
+    /// Prints an error; when input is not a terminal, the shell stops.
+    fn fail(&self, message: impl std::fmt::Display) {
+        errln!("error: {message}");
+        self.failed.set(true);
+    }
+
+    /// True when an error ends the shell: its input is a script.
+    fn must_stop(&self) -> bool {
+        !self.interactive && self.failed.get()
     }
 
     /// Refreshes the names completion offers from the catalog.
@@ -204,7 +264,7 @@ impl Repl {
         let catalog = self.session.engine().catalog();
         let mut relations = Vec::new();
         let mut columns = Vec::new();
-        for stream in catalog.streams() {
+        for stream in commands::all_streams(catalog) {
             relations.push(stream.name.clone());
             columns.extend(stream.schema.fields().iter().map(|f| f.name().clone()));
         }
@@ -235,8 +295,8 @@ impl Repl {
             Ok(statements) => statements,
             Err(e) => {
                 match script {
-                    Some(path) => errln!("error: {}: {e}", path.display()),
-                    None => errln!("error: {e}"),
+                    Some(path) => self.fail(format_args!("{}: {e}", path.display())),
+                    None => self.fail(e),
                 }
                 return;
             }
@@ -254,7 +314,7 @@ impl Repl {
                         None if statements.len() > 1 => format!("line {}: ", statement.line),
                         None => String::new(),
                     };
-                    errln!("error: {place}{e}");
+                    self.fail(format_args!("{place}{e}"));
                     break;
                 }
             }
@@ -311,12 +371,21 @@ impl Repl {
         let tag = ids.len() > 1;
         let mut renderers: HashMap<QueryId, Renderer> = ids
             .iter()
-            .map(|&id| (id, Renderer::new(self.format)))
+            .map(|&id| (id, Renderer::new(self.format, self.screenful)))
             .collect();
         let mut results = futures::stream::select_all(queries.into_iter().map(|q| {
             let id = q.handle.id;
             q.handle.map(move |batch| (id, batch))
         }));
+        let print = |id: QueryId, text: String| {
+            if text.is_empty() {
+                return;
+            }
+            let text = if tag { tagged(id, &text) } else { text };
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+        };
         let interrupt = tokio::signal::ctrl_c();
         tokio::pin!(interrupt);
         let quiet = tokio::time::sleep(QUIET_HINT_AFTER);
@@ -325,23 +394,25 @@ impl Repl {
         let mut listening = true;
         let mut rows = 0usize;
         let stopped = loop {
+            let due = renderers.values().filter_map(Renderer::due).min();
+            let flush_at = tokio::time::Instant::from_std(due.unwrap_or_else(Instant::now));
             tokio::select! {
                 next = results.next() => match next {
                     Some((id, batch)) => {
                         rows += batch.num_rows();
                         let renderer = renderers.get_mut(&id).expect("one renderer per query");
-                        match renderer.render(&batch) {
-                            Ok(text) => {
-                                let text = if tag { tagged(id, &text) } else { text };
-                                let mut out = std::io::stdout().lock();
-                                let _ = out.write_all(text.as_bytes());
-                                let _ = out.flush();
-                            }
-                            Err(e) => errln!("error: query {id}: {e}"),
+                        match renderer.push(&batch) {
+                            Ok(text) => print(id, text),
+                            Err(e) => self.fail(format_args!("query {id}: {e}")),
                         }
                     }
                     None => break false,
                 },
+                _ = tokio::time::sleep_until(flush_at), if due.is_some() => {
+                    for (&id, renderer) in &mut renderers {
+                        print(id, renderer.flush());
+                    }
+                }
                 signal = &mut interrupt, if listening => match signal {
                     Ok(()) => break true,
                     Err(e) => {
@@ -362,11 +433,30 @@ impl Repl {
                 self.session.stop(id);
             }
             outln!();
+        }
+        // Nobody reads the results any more: a query's sink blocked on
+        // their full channel must see that, or it never ends.
+        drop(results);
+        for &id in &ids {
+            if let Some(renderer) = renderers.get_mut(&id) {
+                print(id, renderer.finish());
+            }
+        }
+        if stopped {
             errln!("stopped query {}", list(&ids));
         }
+        let grace = tokio::time::Instant::now() + STOP_GRACE;
         for (id, ended) in ended {
-            if let Err(e) = ended.await {
-                errln!("error: query {id}: {e}");
+            let outcome = match stopped {
+                // A stopped query's error is of no interest, and a task
+                // stuck on its input must not hold the prompt.
+                true => tokio::time::timeout_at(grace, ended)
+                    .await
+                    .unwrap_or(Ok(())),
+                false => ended.await,
+            };
+            if let Err(e) = outcome {
+                self.fail(format_args!("query {id}: {e}"));
             }
         }
         if !stopped && sinks.is_empty() && self.format == OutputFormat::Table {
@@ -378,26 +468,41 @@ impl Repl {
     }
 
     /// Lets a query run in the background; its lines are printed tagged
-    /// with its id as they come.
+    /// with its id as they come (table rows a little later, gathered as in
+    /// the foreground).
     fn detach(&self, started: Started) {
         let Started { mut handle, .. } = started;
         let id = handle.id;
         let ended = self.session.wait(id);
         let printer = self.printer.clone();
-        let mut renderer = Renderer::new(self.format);
+        let mut renderer = Renderer::new(self.format, self.screenful);
         printer.print(format!(
             "[{id}] running in the background (.queries lists it, .stop {id} stops it)\n"
         ));
+        let print = move |text: String| {
+            if !text.is_empty() {
+                printer.print(tagged(id, &text));
+            }
+        };
         tokio::spawn(async move {
-            while let Some(batch) = handle.next().await {
-                match renderer.render(&batch) {
-                    Ok(text) => printer.print(tagged(id, &text)),
-                    Err(e) => printer.print(format!("[{id}] error: {e}\n")),
+            loop {
+                let due = renderer.due();
+                let flush_at = tokio::time::Instant::from_std(due.unwrap_or_else(Instant::now));
+                tokio::select! {
+                    next = handle.next() => match next {
+                        Some(batch) => match renderer.push(&batch) {
+                            Ok(text) => print(text),
+                            Err(e) => print(format!("error: {e}\n")),
+                        },
+                        None => break,
+                    },
+                    _ = tokio::time::sleep_until(flush_at), if due.is_some() => print(renderer.flush()),
                 }
             }
+            print(renderer.finish());
             match ended.await {
-                Ok(()) => printer.print(format!("[{id}] ended\n")),
-                Err(e) => printer.print(format!("[{id}] error: {e}\n")),
+                Ok(()) => print("ended\n".into()),
+                Err(e) => print(format!("error: {e}\n")),
             }
         });
     }
@@ -490,6 +595,13 @@ impl LineReader {
             Err(ReadlineError::Eof) => Ok(Read::Eof),
             Err(e) => Err(editor_error(e)),
         }
+    }
+
+    /// Table rows that fit the terminal below a header, if output is a
+    /// terminal.
+    fn screenful(&mut self) -> Option<usize> {
+        let (_, rows) = self.editor.as_mut()?.dimensions()?;
+        Some(usize::from(rows).saturating_sub(5).max(5))
     }
 
     /// Adds an entry to the history and appends it to the history file.

@@ -5,33 +5,114 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use datafusion::arrow::record_batch::RecordBatch;
 use rustyline::ExternalPrinter;
 
+use super::table::Table;
 use crate::connectors::{OutputFormat, Sink, make_sink};
 use crate::error::Result;
 
-/// Renders one query's batches in an output format; a CSV header is
-/// written once, before the first rows.
-pub struct Renderer {
-    sink: Box<dyn Sink>,
-    buf: Arc<Mutex<Vec<u8>>>,
+/// How long table rows wait for more before they are drawn: a query that
+/// emits row by row gets one table, not one per row.
+pub const FLUSH_AFTER: Duration = Duration::from_millis(100);
+
+/// Renders one query's batches in an output format. CSV and JSON lines
+/// are written as they come (a CSV header once, before the first rows);
+/// table rows are kept for up to [`FLUSH_AFTER`] or a screenful, then drawn
+/// as the continuation of the query's table (see [`Table`]).
+pub enum Renderer {
+    /// The table format: rows are kept, then drawn.
+    Table {
+        /// Created from the first batch's schema.
+        table: Option<Table>,
+        /// Rows that make a screenful: drawn at once.
+        screenful: usize,
+        /// When the first kept row came.
+        since: Option<Instant>,
+    },
+    /// CSV or JSON lines, through the sink of that format.
+    Text {
+        sink: Box<dyn Sink>,
+        buf: Arc<Mutex<Vec<u8>>>,
+    },
 }
 
 impl Renderer {
-    /// A renderer for `format`.
-    pub fn new(format: OutputFormat) -> Self {
+    /// A renderer for `format`; a table draws at the latest when
+    /// `screenful` rows are waiting.
+    pub fn new(format: OutputFormat, screenful: usize) -> Self {
+        if format == OutputFormat::Table {
+            return Renderer::Table {
+                table: None,
+                screenful: screenful.max(1),
+                since: None,
+            };
+        }
         let buf = Arc::new(Mutex::new(Vec::new()));
         let sink = make_sink(format, Box::new(SharedBuf(buf.clone())));
-        Self { sink, buf }
+        Renderer::Text { sink, buf }
     }
 
-    /// The text of `batch` (empty for no rows).
-    pub fn render(&mut self, batch: &RecordBatch) -> Result<String> {
-        self.sink.write(batch)?;
-        let bytes = std::mem::take(&mut *self.buf.lock().unwrap_or_else(|e| e.into_inner()));
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    /// Takes `batch`; returns the text to print now (empty while table
+    /// rows wait).
+    pub fn push(&mut self, batch: &RecordBatch) -> Result<String> {
+        match self {
+            Renderer::Table {
+                table,
+                screenful,
+                since,
+            } => {
+                if batch.num_rows() == 0 {
+                    return Ok(String::new());
+                }
+                let table = table.get_or_insert_with(|| Table::new(&batch.schema()));
+                table.push(batch)?;
+                since.get_or_insert_with(Instant::now);
+                if table.buffered() >= *screenful {
+                    *since = None;
+                    return Ok(table.flush());
+                }
+                Ok(String::new())
+            }
+            Renderer::Text { sink, buf } => {
+                sink.write(batch)?;
+                let bytes = std::mem::take(&mut *buf.lock().unwrap_or_else(|e| e.into_inner()));
+                Ok(String::from_utf8_lossy(&bytes).into_owned())
+            }
+        }
+    }
+
+    /// When the rows waiting should be drawn; `None` if none wait.
+    pub fn due(&self) -> Option<Instant> {
+        match self {
+            Renderer::Table { since, .. } => since.map(|t| t + FLUSH_AFTER),
+            Renderer::Text { .. } => None,
+        }
+    }
+
+    /// The text of the rows waiting.
+    pub fn flush(&mut self) -> String {
+        match self {
+            Renderer::Table { table, since, .. } => {
+                *since = None;
+                table.as_mut().map(Table::flush).unwrap_or_default()
+            }
+            Renderer::Text { .. } => String::new(),
+        }
+    }
+
+    /// The text of the rows waiting and the end of the table: the query
+    /// has ended.
+    pub fn finish(&mut self) -> String {
+        match self {
+            Renderer::Table { table, since, .. } => {
+                *since = None;
+                table.as_mut().map(Table::finish).unwrap_or_default()
+            }
+            Renderer::Text { .. } => String::new(),
+        }
     }
 }
 
@@ -112,5 +193,51 @@ impl Printer {
     /// need not say so.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{ArrayRef, Float64Array};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn batch(values: &[f64]) -> RecordBatch {
+        let schema = Schema::new(vec![Field::new("x", DataType::Float64, false)]);
+        let column: ArrayRef = Arc::new(Float64Array::from(values.to_vec()));
+        RecordBatch::try_new(Arc::new(schema), vec![column]).unwrap()
+    }
+
+    #[test]
+    fn table_rows_wait_until_due_or_a_screenful() {
+        let mut renderer = Renderer::new(OutputFormat::Table, 3);
+        assert_eq!(renderer.due(), None);
+        let before = Instant::now();
+        assert_eq!(renderer.push(&batch(&[1.5])).unwrap(), "");
+        let due = renderer.due().expect("rows wait");
+        assert!(due >= before + FLUSH_AFTER, "{due:?}");
+        assert_eq!(renderer.push(&batch(&[2.5])).unwrap(), "");
+        // The third row makes a screenful: drawn at once.
+        let text = renderer.push(&batch(&[3.5])).unwrap();
+        assert_eq!(text.matches("| x ").count(), 1, "{text}");
+        assert_eq!(text.matches("| 2.5 |").count(), 1, "{text}");
+        assert_eq!(renderer.due(), None);
+        assert_eq!(renderer.push(&batch(&[4.5])).unwrap(), "");
+        assert_eq!(renderer.flush(), "| 4.5 |\n");
+        assert_eq!(renderer.due(), None);
+        assert_eq!(renderer.finish(), "+-----+\n");
+    }
+
+    #[test]
+    fn csv_is_written_at_once_with_full_precision() {
+        let mut renderer = Renderer::new(OutputFormat::Csv, 3);
+        let text = renderer.push(&batch(&[32.949999999999996])).unwrap();
+        assert_eq!(text, "x\n32.949999999999996\n");
+        assert_eq!(renderer.due(), None);
+        assert_eq!(renderer.push(&batch(&[1.0])).unwrap(), "1.0\n");
+        assert_eq!(renderer.finish(), "");
     }
 }
