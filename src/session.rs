@@ -346,18 +346,19 @@ impl Session {
         }
     }
 
-    /// The running queries.
+    /// The running queries (see [`Session::all_queries`] for the ended
+    /// ones).
     pub fn queries(&self) -> Vec<QueryInfo> {
         self.live.queries()
     }
 
     /// The running queries and the ended ones still kept (state
     /// [`QueryState::Failed`] with its error, or [`QueryState::Finished`]),
-    /// by id. Failed queries stay until [`Session::forget`] removes them
-    /// (at most [`KEEP_FAILED`](crate::runtime::live::KEEP_FAILED), the
-    /// oldest forgotten first); the last
-    /// [`KEEP_FINISHED`](crate::runtime::live::KEEP_FINISHED) finished ones are kept. Stopped queries are not
-    /// listed.
+    /// by id. Failed queries stay until [`Session::forget`] removes them (at
+    /// most [`KEEP_FAILED`](crate::runtime::live::KEEP_FAILED), the oldest
+    /// forgotten first); the last
+    /// [`KEEP_FINISHED`](crate::runtime::live::KEEP_FINISHED) finished ones
+    /// are kept. Stopped queries are not listed.
     pub fn all_queries(&self) -> Vec<QueryInfo> {
         self.live.all_queries()
     }

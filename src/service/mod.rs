@@ -252,7 +252,7 @@ impl StatementResult {
 #[derive(Debug)]
 pub struct StatementFailure {
     /// 400 for a statement that does not parse, plan or start; 429 for one
-    /// over the query limit.
+    /// over the query limit; 500 if planning panicked.
     pub status: StatusCode,
     /// What went wrong, with line and column.
     pub message: String,
