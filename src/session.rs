@@ -49,6 +49,7 @@ use crate::connectors::{
 use crate::engine::{Engine, Outcome, PreparedQuery};
 use crate::error::{Error, Result};
 use crate::plan::{AlertNode, StreamDef};
+pub use crate::runtime::live::QueryState;
 use crate::runtime::live::{Live, QueryId, QueryInfo};
 use crate::sql::parse_script;
 
@@ -345,14 +346,33 @@ impl Session {
         }
     }
 
-    /// The running queries.
+    /// The running queries (see [`Session::all_queries`] for the ended
+    /// ones).
     pub fn queries(&self) -> Vec<QueryInfo> {
         self.live.queries()
+    }
+
+    /// The running queries and the ended ones still kept (state
+    /// [`QueryState::Failed`] with its error, or [`QueryState::Finished`]),
+    /// by id. Failed queries stay until [`Session::forget`] removes them (at
+    /// most [`KEEP_FAILED`](crate::runtime::live::KEEP_FAILED), the oldest
+    /// forgotten first); the last
+    /// [`KEEP_FINISHED`](crate::runtime::live::KEEP_FINISHED) finished ones
+    /// are kept. Stopped queries are not listed.
+    pub fn all_queries(&self) -> Vec<QueryInfo> {
+        self.live.all_queries()
     }
 
     /// Stops a query; false if none with that id runs.
     pub fn stop(&self, id: QueryId) -> bool {
         self.live.stop(id)
+    }
+
+    /// Removes an ended (failed or finished) query from
+    /// [`Session::all_queries`]; false if none with that id is kept or it
+    /// still runs (stop it with [`Session::stop`]).
+    pub fn forget(&self, id: QueryId) -> bool {
+        self.live.forget(id)
     }
 
     /// Waits until query `id` has ended; its error if it failed. The query

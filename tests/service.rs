@@ -24,11 +24,17 @@ struct Server {
 impl Server {
     /// Starts `vigil serve ARGS` in `dir` and waits for its address.
     fn start(dir: &Path, args: &[&str]) -> Server {
+        Server::start_with(dir, args, &[])
+    }
+
+    /// Like [`Server::start`], with environment variables `env` set.
+    fn start_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
             .arg("serve")
             .args(args)
             .current_dir(dir)
             .env_remove("VIGIL_TOKEN")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -189,6 +195,11 @@ type SseEvent = (String, String);
 /// Opens an event stream; its events arrive on the receiver, which
 /// disconnects when the stream ends.
 fn follow(server: &Server, path: &str) -> Receiver<SseEvent> {
+    read_events(subscribe(server, path))
+}
+
+/// Opens an event stream without reading it.
+fn subscribe(server: &Server, path: &str) -> ureq::http::Response<ureq::Body> {
     let response = agent(None)
         .get(server.url(path))
         .header("authorization", bearer(TOKEN))
@@ -197,6 +208,12 @@ fn follow(server: &Server, path: &str) -> Receiver<SseEvent> {
     assert_eq!(response.status().as_u16(), 200, "GET {path}");
     let content_type = response.headers().get("content-type").unwrap();
     assert_eq!(content_type.to_str().unwrap(), "text/event-stream");
+    response
+}
+
+/// Reads the events of an open stream on a thread; they arrive on the
+/// receiver, which disconnects when the stream ends.
+fn read_events(response: ureq::http::Response<ureq::Body>) -> Receiver<SseEvent> {
     let reader = BufReader::new(response.into_body().into_reader());
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -533,3 +550,338 @@ fn a_broken_startup_script_stops_the_service_before_it_listens() {
     assert!(stderr.contains("line 2, column 1"), "{stderr}");
     assert!(!stderr.contains("listening"), "{stderr}");
 }
+
+/// Query `id` as `GET /queries/{id}` answers it.
+fn query(server: &Server, id: u64) -> Value {
+    let answer = get(server, &format!("/queries/{id}"), Some(TOKEN));
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer.json()
+}
+
+/// Waits until query `id` is in `state`; its listing.
+fn wait_state(server: &Server, id: u64, state: &str) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let listed = query(server, id);
+        if listed["state"] == state {
+            return listed;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "query {id} is not {state}: {listed}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The id of the one query `sql` starts.
+fn start_query(server: &Server, sql: &str) -> u64 {
+    let started = statements(server, sql);
+    assert_eq!(started.status, 200, "{}", started.body);
+    started.json()["results"][0]["id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no query id: {}", started.body))
+}
+
+#[test]
+fn a_query_that_fails_while_running_stays_listed_with_its_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("setup.sql"), SETUP).expect("write script");
+    std::fs::write(dir.path().join("logged.csv"), "ts,msg\n1,x\n2,y\n").expect("write csv");
+    std::fs::write(
+        dir.path().join("gone.sql"),
+        "CREATE STREAM gone (ts TIMESTAMP, x BIGINT) WITH (path = 'missing.csv');\n",
+    )
+    .expect("write script");
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--token",
+            TOKEN,
+            "setup.sql",
+            "gone.sql",
+        ],
+    );
+
+    let failing = start_query(&server, "SELECT CAST(host AS BIGINT) AS n FROM events;");
+    let running = start_query(&server, "SELECT host FROM events;");
+    let rows = follow(&server, &format!("/queries/{failing}/results"));
+    let pushed = post(
+        &server,
+        "/streams/events/rows",
+        None,
+        "{\"ts\": 1000, \"host\": \"abc\", \"cpu\": 1}\n",
+    );
+    assert_eq!(pushed.status, 200, "{}", pushed.body);
+
+    // The follower is told, then its stream ends.
+    let told = next_matching(&rows, "error", |name, _| name == "error");
+    let message = told["error"]
+        .as_str()
+        .expect("an error message")
+        .to_string();
+    assert!(message.contains("abc"), "{told}");
+    assert!(ends(&rows), "the results stream ends after the error");
+
+    // Listed as failed with the same error; the other query runs on.
+    let listed = wait_state(&server, failing, "failed");
+    assert_eq!(listed["error"], message.as_str(), "{listed}");
+    assert_eq!(
+        listed["label"],
+        "SELECT CAST(host AS BIGINT) AS n FROM events"
+    );
+    let all = get(&server, "/queries", Some(TOKEN)).json();
+    let states: Vec<(u64, String)> = all["queries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| {
+            (
+                q["id"].as_u64().unwrap(),
+                q["state"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [(failing, "failed".into()), (running, "running".into())],
+        "{all}"
+    );
+    assert_eq!(query(&server, running)["error"], Value::Null);
+    assert!(
+        server
+            .stderr()
+            .contains(&format!("vigil serve: query {failing} failed: {message}")),
+        "{}",
+        server.stderr()
+    );
+
+    // A follower arriving later gets the error at once.
+    let late = follow(&server, &format!("/queries/{failing}/results"));
+    let told = next_matching(&late, "error", |name, _| name == "error");
+    assert_eq!(told["error"], message.as_str());
+    assert!(ends(&late));
+
+    // A source that cannot be read fails the same way; a file read to its
+    // end finishes.
+    let missing = start_query(&server, "SELECT x FROM gone;");
+    let listed = wait_state(&server, missing, "failed");
+    assert!(
+        listed["error"].as_str().unwrap().contains("missing.csv"),
+        "{listed}"
+    );
+    let finished = start_query(&server, "SELECT msg FROM logged;");
+    let listed = wait_state(&server, finished, "finished");
+    assert_eq!(listed["rows_out"], 2, "{listed}");
+    assert_eq!(listed["error"], Value::Null);
+    let page = get(&server, "/metrics", Some(TOKEN)).body;
+    assert_eq!(metric(&page, "vigil_running_queries"), 1, "{page}");
+    assert_eq!(metric(&page, "vigil_failed_queries"), 2, "{page}");
+
+    // DELETE removes an ended query from the listing.
+    let removed = delete(&server, &format!("/queries/{failing}"));
+    assert_eq!(removed.status, 200, "{}", removed.body);
+    assert_eq!(removed.json(), json!({"removed": failing}));
+    let gone = get(&server, &format!("/queries/{failing}"), Some(TOKEN));
+    assert_eq!(gone.status, 404, "{}", gone.body);
+    assert_eq!(delete(&server, &format!("/queries/{failing}")).status, 404);
+    let stopped = delete(&server, &format!("/queries/{running}"));
+    assert_eq!(stopped.json(), json!({"stopped": running}));
+    let left: Vec<u64> = get(&server, "/queries", Some(TOKEN)).json()["queries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(left, [missing, finished], "stopped queries are not kept");
+}
+
+#[test]
+fn unknown_or_malformed_query_ids_are_not_found() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = Server::start(dir.path(), &["--addr", "127.0.0.1:0"]);
+    let paths = [
+        "/queries/abc",
+        "/queries/abc/results",
+        "/queries/-1",
+        "/queries/1.5",
+        "/queries/99999999999999999999999",
+        "/queries/%FF",
+        "/queries/7",
+        "/queries/7/results",
+        "/queries/7/nope",
+    ];
+    for path in paths {
+        let answer = get(&server, path, None);
+        assert_eq!(answer.status, 404, "GET {path}: {}", answer.body);
+        assert_eq!(answer.content_type, "application/json", "GET {path}");
+        assert!(!answer.error().is_empty(), "GET {path}");
+    }
+    for path in ["/queries/abc", "/queries/7", "/queries/-1"] {
+        let answer = delete(&server, path);
+        assert_eq!(answer.status, 404, "DELETE {path}: {}", answer.body);
+        assert!(!answer.error().is_empty(), "DELETE {path}");
+    }
+    // A method the endpoint does not take is still 405, with a JSON body.
+    let answer = post(&server, "/queries/abc", None, "");
+    assert_eq!(answer.status, 405, "{}", answer.body);
+    assert!(!answer.error().is_empty());
+}
+
+/// Resident memory of process `pid` in bytes, from /proc.
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("VmRSS");
+    kib * 1024
+}
+
+#[test]
+fn results_kept_for_followers_stay_within_the_budget() {
+    const BUDGET: u64 = 2 << 20;
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("setup.sql"),
+        "CREATE STREAM notes (ts TIMESTAMP, host TEXT, note TEXT, WATERMARK FOR ts AS ts)
+           WITH (connector = 'push');",
+    )
+    .expect("write script");
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--token",
+            TOKEN,
+            "--max-result-buffer",
+            "2MiB",
+            "setup.sql",
+        ],
+    );
+    let followed = start_query(&server, "SELECT host, note FROM notes;");
+    let unfollowed = [
+        start_query(&server, "SELECT note FROM notes WHERE host <> 'x';"),
+        start_query(&server, "SELECT ts, host FROM notes;"),
+    ];
+    // A follower that does not read: the socket and the server's write
+    // buffers fill, then its results queue up in the service.
+    let slow = subscribe(&server, &format!("/queries/{followed}/results"));
+
+    let note = "n".repeat(100);
+    let body: String = (0..2500)
+        .map(|i| {
+            format!(
+                "{{\"ts\": {i}, \"host\": \"h{}\", \"note\": \"{note}\"}}\n",
+                i % 7
+            )
+        })
+        .collect();
+    let buffered = |page: &str, id: u64| {
+        metric(
+            page,
+            &format!("vigil_query_result_buffer_bytes{{query=\"{id}\"}}"),
+        )
+    };
+    let mut most = 0;
+    for push in 0..60 {
+        let pushed = post(
+            &server,
+            "/streams/notes/rows",
+            Some("application/x-ndjson"),
+            &body,
+        );
+        assert_eq!(pushed.status, 200, "push {push}: {}", pushed.body);
+        let page = get(&server, "/metrics", Some(TOKEN)).body;
+        let kept = buffered(&page, followed);
+        assert!(kept <= BUDGET, "push {push}: {kept} bytes kept\n{page}");
+        most = most.max(kept);
+        for id in unfollowed {
+            assert_eq!(buffered(&page, id), 0, "no follower, nothing kept");
+        }
+    }
+    assert!(
+        most > BUDGET / 2,
+        "the slow follower's results queued up to near the budget: {most}"
+    );
+    // Coarse: 150k rows went through three queries; the service's memory
+    // stays far from what keeping them all would take.
+    let rss = rss_bytes(server.child.id());
+    assert!(rss < 600 << 20, "resident memory {} MiB", rss >> 20);
+
+    // Once it reads, the follower learns what it missed and gets rows.
+    let events = read_events(slow);
+    let lagged = next_matching(&events, "lagged", |name, _| name == "lagged");
+    assert!(lagged["skipped_batches"].as_u64().unwrap() > 0, "{lagged}");
+    let pushed = post(
+        &server,
+        "/streams/notes/rows",
+        None,
+        "{\"ts\": 99999, \"host\": \"last\", \"note\": \"end\"}\n",
+    );
+    assert_eq!(pushed.status, 200, "{}", pushed.body);
+    let last = next_matching(&events, "the last row", |_, v| v["host"] == "last");
+    assert_eq!(last, json!({"host": "last", "note": "end"}));
+    let page = get(&server, "/metrics", Some(TOKEN)).body;
+    assert!(buffered(&page, followed) <= BUDGET, "{page}");
+}
+
+#[test]
+fn a_long_plan_does_not_stop_the_server_answering() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("setup.sql"), SETUP).expect("write script");
+    // One worker thread: planning on it would hold every other request.
+    let server = Server::start_with(
+        dir.path(),
+        &["--addr", "127.0.0.1:0", "--token", TOKEN, "setup.sql"],
+        &[("TOKIO_WORKER_THREADS", "1")],
+    );
+    // Starting a query into a file sink creates the file: the first marks
+    // that planning began, the last that it ended.
+    let mut sql = String::from(
+        "CREATE SINK first WITH (connector = 'file', path = 'first.csv', format = 'csv');
+         INSERT INTO first SELECT host FROM events;\n",
+    );
+    for _ in 0..PLANS {
+        sql.push_str(
+            "EXPLAIN SELECT window_end, host, avg(cpu) AS cpu, max(cpu) AS peak
+               FROM TUMBLE(events, ts, INTERVAL '1' MINUTE)
+               WHERE cpu > 1 AND host <> 'x' GROUP BY window_start, window_end, host;\n",
+        );
+    }
+    sql.push_str(
+        "CREATE SINK last WITH (connector = 'file', path = 'last.csv', format = 'csv');
+         INSERT INTO last SELECT host FROM events;\n",
+    );
+    let url = server.url("/statements");
+    let posting = std::thread::spawn(move || {
+        answer(
+            agent(Some(WAIT * 4))
+                .post(&url)
+                .header("authorization", bearer(TOKEN))
+                .send(&sql),
+        )
+    });
+    let deadline = Instant::now() + WAIT;
+    while !dir.path().join("first.csv").exists() {
+        assert!(Instant::now() < deadline, "planning did not begin");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let health = get(&server, "/health", None);
+    assert_eq!(health.status, 200);
+    assert!(
+        !dir.path().join("last.csv").exists(),
+        "the server answered only once planning ended"
+    );
+    let posted = posting.join().expect("the post thread");
+    assert_eq!(posted.status, 200, "{}", posted.body);
+    assert!(dir.path().join("last.csv").exists());
+}
+
+/// EXPLAINs in the long statement batch: enough to take seconds.
+const PLANS: usize = 1500;

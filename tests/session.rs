@@ -8,7 +8,7 @@ use datafusion::arrow::array::{
     AsArray, Float64Array, RecordBatch, StringArray, TimestampMillisecondArray,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-use vigil::session::{Executed, QueryHandle, Session};
+use vigil::session::{Executed, QueryHandle, QueryState, Session};
 
 #[allow(dead_code)]
 #[path = "../examples/embed.rs"]
@@ -194,4 +194,101 @@ async fn queries_started_one_by_one_share_a_file_sink() {
     numbers.sort();
     let expected: Vec<i64> = (0..37).chain(59..100).collect();
     assert_eq!(numbers, expected, "{written}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_that_fails_while_running_is_kept_with_its_error() {
+    let mut session = Session::new();
+    let mut handles = started(
+        session
+            .execute(
+                "CREATE STREAM events (ts TIMESTAMP, host TEXT, WATERMARK FOR ts AS ts)
+                   WITH (connector = 'push');
+                 SELECT CAST(host AS BIGINT) AS n FROM events;
+                 SELECT host FROM events;",
+            )
+            .expect("starts"),
+    );
+    let (failing, running) = (handles.remove(0), handles.remove(0));
+    let ended = session.wait(failing.id);
+    session
+        .push_json("events", "{\"ts\": 1, \"host\": \"abc\"}\n")
+        .await
+        .expect("pushes");
+    let error = tokio::time::timeout(WAIT, ended)
+        .await
+        .expect("the query ends")
+        .expect_err("it failed");
+    assert!(error.to_string().contains("abc"), "{error}");
+
+    // `queries` lists the running ones only, as before; `all_queries` the
+    // failed one too, with its error.
+    let ids: Vec<_> = session.queries().iter().map(|q| q.id).collect();
+    assert_eq!(ids, [running.id]);
+    let all = session.all_queries();
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[0].id, failing.id);
+    assert_eq!(all[0].state, QueryState::Failed);
+    assert_eq!(all[0].state.to_string(), "failed");
+    assert_eq!(all[0].error.as_deref(), Some(error.to_string().as_str()));
+    assert_eq!(
+        (all[1].state, all[1].error.clone()),
+        (QueryState::Running, None)
+    );
+    assert!(
+        !session.stop(failing.id),
+        "an ended query cannot be stopped"
+    );
+    assert!(
+        !session.forget(running.id),
+        "a running query is not forgotten"
+    );
+    assert!(session.forget(failing.id));
+    assert!(!session.forget(failing.id));
+
+    // A query whose input ends is kept as finished.
+    let ended = session.wait(running.id);
+    session.end_stream("events").await;
+    tokio::time::timeout(WAIT, ended)
+        .await
+        .expect("the query ends")
+        .expect("it finished");
+    let all = session.all_queries();
+    assert_eq!(all.len(), 1);
+    assert_eq!(
+        (all[0].id, all[0].state),
+        (running.id, QueryState::Finished)
+    );
+    assert!(session.queries().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_in_one_input_ends_the_whole_query() {
+    let mut session = Session::new();
+    let handles = started(
+        session
+            .execute(
+                "CREATE STREAM a (ts TIMESTAMP, host TEXT, WATERMARK FOR ts AS ts)
+                   WITH (connector = 'push');
+                 CREATE STREAM b (ts TIMESTAMP, host TEXT, WATERMARK FOR ts AS ts)
+                   WITH (connector = 'push');
+                 SELECT CAST(host AS BIGINT) AS n FROM a
+                 UNION ALL SELECT CAST(host AS BIGINT) AS n FROM b;",
+            )
+            .expect("starts"),
+    );
+    let id = handles[0].id;
+    let ended = session.wait(id);
+    session
+        .push_json("a", "{\"ts\": 1, \"host\": \"abc\"}\n")
+        .await
+        .expect("pushes");
+    // Stream b stays open: the failed input must stop the rest.
+    let error = tokio::time::timeout(WAIT, ended)
+        .await
+        .expect("the query ends although b is still open")
+        .expect_err("it failed");
+    assert!(error.to_string().contains("abc"), "{error}");
+    assert_eq!(session.all_queries()[0].state, QueryState::Failed);
+    session.shutdown().await;
 }

@@ -9,9 +9,11 @@ use crate::session::Session;
 const AFTER_HELP: &str = "\
 Endpoints (JSON; errors are {\"error\": \"...\"} with a 4xx status):
   POST   /statements              SQL text, one or more statements; starts queries
-  GET    /queries                 running queries and their counters
-  DELETE /queries/{id}            stops a query
-  GET    /queries/{id}/results    its result rows as Server-Sent Events
+  GET    /queries                 queries (running, failed, finished) and their counters
+  GET    /queries/{id}            one query
+  DELETE /queries/{id}            stops a query, or removes an ended one
+  GET    /queries/{id}/results    its result rows as Server-Sent Events (event: error
+                                  if it fails, event: lagged for a slow reader)
   GET    /alerts                  every alert row as Server-Sent Events (event: alert)
   POST   /streams/{name}/rows     rows for a connector = 'push' stream, as JSON lines
                                   (Content-Type: application/x-ndjson), a JSON array
@@ -50,6 +52,11 @@ pub(super) struct ServeArgs {
     /// gets 429.
     #[arg(long, default_value_t = DEFAULT_MAX_QUERIES, value_name = "N")]
     max_queries: usize,
+    /// Bytes of results (Arrow buffer memory) kept per query for followers
+    /// that have not read them (sizes as for --max-body); a follower
+    /// further behind misses the oldest batches and gets `event: lagged`.
+    #[arg(long, default_value = "8MiB", value_name = "SIZE", value_parser = parse_size)]
+    max_result_buffer: usize,
     /// Scripts executed at start, in order, e.g. to declare streams, sinks
     /// and alerts. Their queries run like posted ones.
     files: Vec<PathBuf>,
@@ -71,6 +78,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<()> {
         token: token.map(|t| t.trim().to_string()),
         max_body: args.max_body,
         max_queries: args.max_queries,
+        max_result_buffer: args.max_result_buffer,
         scripts: args.files,
     };
     service::serve(Session::new(), config).await

@@ -26,6 +26,14 @@ use crate::planner::{ExecutionMode, QueryGraph};
 /// Identifies a running query within a [`Live`] runtime.
 pub type QueryId = u64;
 
+/// Finished queries kept in the listing ([`Live::all_queries`]), the most
+/// recent; older ones are forgotten.
+pub const KEEP_FINISHED: usize = 16;
+/// Failed queries kept in the listing until [`Live::forget`] removes them;
+/// beyond this many the oldest failures are forgotten, so a long-running
+/// service cannot fill up with them.
+pub const KEEP_FAILED: usize = 64;
+
 /// Starts, lists and stops queries; routes pushed rows.
 #[derive(Clone, Default)]
 pub struct Live {
@@ -37,15 +45,51 @@ pub struct Live {
 struct State {
     queries: BTreeMap<QueryId, Running>,
     hubs: HashMap<String, Hub>,
+    /// Counts the queries that ended, to forget the oldest first.
+    ended: u64,
 }
 
-/// What the live runtime knows of a running query.
+/// What the live runtime knows of a query, running or ended.
 struct Running {
     label: String,
     stats: Arc<QueryStats>,
     sources: Vec<(String, Arc<SourceStats>)>,
     tasks: Vec<tokio::task::AbortHandle>,
     done: watch::Receiver<Option<Result<(), String>>>,
+    state: QueryState,
+    /// Why it failed.
+    error: Option<String>,
+    /// When it ended, in the order queries end.
+    ended: u64,
+}
+
+/// Where a query is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueryState {
+    /// Reading its streams.
+    Running,
+    /// Its inputs ended and it wrote its last results.
+    Finished,
+    /// A task of it failed (a run-time error, an unreadable source, a sink
+    /// that cannot be written); its other tasks were stopped.
+    Failed,
+}
+
+impl QueryState {
+    /// `running`, `finished` or `failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueryState::Running => "running",
+            QueryState::Finished => "finished",
+            QueryState::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for QueryState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The queries reading a push stream, and whether it has ended.
@@ -56,13 +100,17 @@ struct Hub {
     ended: bool,
 }
 
-/// A snapshot of one running query.
+/// A snapshot of one query.
 #[derive(Debug, Clone)]
 pub struct QueryInfo {
     /// Its id.
     pub id: QueryId,
     /// What it runs (its SQL, or a name).
     pub label: String,
+    /// Running, finished or failed.
+    pub state: QueryState,
+    /// Why it failed (for a failed query).
+    pub error: Option<String>,
     /// Result rows so far.
     pub rows_out: u64,
     /// Rows its windows dropped as late.
@@ -125,15 +173,55 @@ impl Live {
             sources,
             tasks: tasks.iter().map(|t| t.abort_handle()).collect(),
             done,
+            state: QueryState::Running,
+            error: None,
+            ended: 0,
         };
         self.lock().queries.insert(id, running);
         let live = self.clone();
         tokio::spawn(async move {
-            let outcome = wait_all(tasks).await;
-            live.lock().queries.remove(&id);
-            let _ = done_tx.send(Some(outcome.map_err(|e| e.to_string())));
+            let outcome = wait_all(tasks).await.map_err(|e| e.to_string());
+            // The listing shows the end before waiters learn of it, so a
+            // waiter that then lists the queries sees it.
+            live.ended(id, outcome.as_ref().err());
+            let _ = done_tx.send(Some(outcome));
         });
         Ok(id)
+    }
+
+    /// Records that query `id` ended, with `error` if it failed, and
+    /// forgets the oldest ended queries beyond those kept. Nothing if it
+    /// was stopped (and so is no longer listed).
+    fn ended(&self, id: QueryId, error: Option<&String>) {
+        let mut state = self.lock();
+        state.ended += 1;
+        let order = state.ended;
+        let Some(query) = state.queries.get_mut(&id) else {
+            return;
+        };
+        query.tasks.clear();
+        query.ended = order;
+        query.error = error.cloned();
+        query.state = match error {
+            Some(_) => QueryState::Failed,
+            None => QueryState::Finished,
+        };
+        let (kind, keep) = match query.state {
+            QueryState::Failed => (QueryState::Failed, KEEP_FAILED),
+            _ => (QueryState::Finished, KEEP_FINISHED),
+        };
+        let mut ended: Vec<(u64, QueryId)> = state
+            .queries
+            .iter()
+            .filter(|(_, q)| q.state == kind)
+            .map(|(&id, q)| (q.ended, id))
+            .collect();
+        if ended.len() > keep {
+            ended.sort_unstable();
+            for (_, old) in &ended[..ended.len() - keep] {
+                state.queries.remove(old);
+            }
+        }
     }
 
     /// Connects one input of a query to its stream: a push stream's hub, or
@@ -225,12 +313,24 @@ impl Live {
 
     /// The running queries.
     pub fn queries(&self) -> Vec<QueryInfo> {
+        let mut queries = self.all_queries();
+        queries.retain(|q| q.state == QueryState::Running);
+        queries
+    }
+
+    /// The running queries and the ended ones still kept, by id: failed
+    /// ones until [`Live::forget`] removes them (at most [`KEEP_FAILED`]),
+    /// the last [`KEEP_FINISHED`] finished ones. Stopped queries are not
+    /// listed.
+    pub fn all_queries(&self) -> Vec<QueryInfo> {
         self.lock()
             .queries
             .iter()
             .map(|(&id, q)| QueryInfo {
                 id,
                 label: q.label.clone(),
+                state: q.state,
+                error: q.error.clone(),
                 rows_out: q.stats.rows_out.load(Ordering::Relaxed),
                 late_rows: q.stats.late_rows.load(Ordering::Relaxed),
                 sources: q
@@ -248,16 +348,34 @@ impl Live {
             .collect()
     }
 
-    /// Stops query `id`: its tasks are cancelled and its sink finishes with
-    /// what it has. False if no such query is running.
+    /// Stops query `id`: its tasks are cancelled, its sink finishes with
+    /// what it has and it is no longer listed. False if no such query is
+    /// running.
     pub fn stop(&self, id: QueryId) -> bool {
-        let Some(query) = self.lock().queries.remove(&id) else {
+        let query = {
+            let mut state = self.lock();
+            match state.queries.get(&id) {
+                Some(q) if q.state == QueryState::Running => state.queries.remove(&id),
+                _ => None,
+            }
+        };
+        let Some(query) = query else {
             return false;
         };
         for task in &query.tasks {
             task.abort();
         }
         true
+    }
+
+    /// Removes ended (failed or finished) query `id` from the listing;
+    /// false if no such query is kept or it is still running.
+    pub fn forget(&self, id: QueryId) -> bool {
+        let mut state = self.lock();
+        match state.queries.get(&id) {
+            Some(q) if q.state != QueryState::Running => state.queries.remove(&id).is_some(),
+            _ => false,
+        }
     }
 
     /// Waits until query `id` ends (its inputs ended, or it was stopped);
@@ -283,7 +401,7 @@ impl Live {
 
     /// Stops every query and ends every push stream.
     pub async fn shutdown(&self) {
-        let ids: Vec<QueryId> = self.lock().queries.keys().copied().collect();
+        let ids: Vec<QueryId> = self.queries().iter().map(|q| q.id).collect();
         for id in ids {
             self.stop(id);
         }
@@ -294,16 +412,27 @@ impl Live {
     }
 }
 
+/// Waits for every task of a query; the first error, in the order they
+/// fail. A failure stops the other tasks: a query whose operator failed
+/// must not keep reading (another input of a join would keep it running).
 async fn wait_all(tasks: Vec<JoinHandle<Result<()>>>) -> Result<()> {
     let mut first_error = None;
-    for task in tasks {
-        let outcome = match task.await {
+    let mut pending = tasks;
+    while !pending.is_empty() {
+        let (joined, _, rest) = futures::future::select_all(pending).await;
+        pending = rest;
+        let outcome = match joined {
             Ok(outcome) => outcome,
             Err(e) if e.is_cancelled() => Ok(()),
             Err(e) => Err(Error::Connector(format!("a task failed: {e}"))),
         };
-        if let Err(e) = outcome {
-            first_error.get_or_insert(e);
+        if let Err(e) = outcome
+            && first_error.is_none()
+        {
+            first_error = Some(e);
+            for task in &pending {
+                task.abort();
+            }
         }
     }
     first_error.map_or(Ok(()), Err)

@@ -19,13 +19,12 @@ use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
 use tokio::sync::watch;
-use tokio_stream::wrappers::BroadcastStream;
-use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
+use super::feed::Update;
 use super::{AppState, metrics};
 use crate::connectors::sink::write_json_rows;
 use crate::connectors::{BadRow, Format, SourceLocation, SourceStats, read_bytes};
-use crate::runtime::live::QueryId;
+use crate::runtime::live::{QueryId, QueryInfo};
 
 /// A JSON response, ending with a newline for terminals.
 fn reply(status: StatusCode, body: Value) -> Response {
@@ -152,25 +151,27 @@ pub(super) async fn statements(
     })
 }
 
-/// `GET /queries`.
+/// A query as `GET /queries` lists it.
+fn query_json(q: &QueryInfo) -> Value {
+    json!({
+        "id": q.id,
+        "label": q.label,
+        "state": q.state.as_str(),
+        "error": q.error,
+        "rows_out": q.rows_out,
+        "late_rows": q.late_rows,
+        "sources": q.sources.iter().map(|(stream, rows, bad)| json!({
+            "stream": stream,
+            "rows": rows,
+            "bad_rows": bad,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// `GET /queries`: the running queries and the ended ones kept.
 pub(super) async fn list_queries(State(state): State<AppState>) -> Response {
-    let queries = state.inner.session.read().await.queries();
-    let list: Vec<Value> = queries
-        .iter()
-        .map(|q| {
-            json!({
-                "id": q.id,
-                "label": q.label,
-                "rows_out": q.rows_out,
-                "late_rows": q.late_rows,
-                "sources": q.sources.iter().map(|(stream, rows, bad)| json!({
-                    "stream": stream,
-                    "rows": rows,
-                    "bad_rows": bad,
-                })).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
+    let queries = state.inner.session.read().await.all_queries();
+    let list: Vec<Value> = queries.iter().map(query_json).collect();
     reply(StatusCode::OK, json!({"queries": list}))
 }
 
@@ -181,40 +182,65 @@ fn query_id(id: Result<UrlPath<String>, PathRejection>) -> Result<QueryId, ApiEr
         .map_err(|_| ApiError::new(StatusCode::NOT_FOUND, format!("no query '{text}'")))
 }
 
-/// `DELETE /queries/{id}`.
+/// Query `id` as listed, or a 404.
+async fn listed_query(state: &AppState, id: QueryId) -> Result<QueryInfo, ApiError> {
+    let queries = state.inner.session.read().await.all_queries();
+    queries
+        .into_iter()
+        .find(|q| q.id == id)
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no query {id}")))
+}
+
+/// `GET /queries/{id}`: one query, as `GET /queries` lists it.
+pub(super) async fn get_query(
+    State(state): State<AppState>,
+    id: Result<UrlPath<String>, PathRejection>,
+) -> Answer {
+    let id = query_id(id)?;
+    let query = listed_query(&state, id).await?;
+    Ok(reply(StatusCode::OK, query_json(&query)))
+}
+
+/// `DELETE /queries/{id}`: stops a running query, or removes an ended one
+/// from the listing.
 pub(super) async fn stop_query(
     State(state): State<AppState>,
     id: Result<UrlPath<String>, PathRejection>,
 ) -> Answer {
     let id = query_id(id)?;
-    if state.inner.session.read().await.stop(id) {
+    let session = state.inner.session.read().await;
+    if session.stop(id) {
         Ok(reply(StatusCode::OK, json!({"stopped": id})))
+    } else if session.forget(id) {
+        Ok(reply(StatusCode::OK, json!({"removed": id})))
     } else {
         Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            format!("no running query {id}"),
+            format!("no query {id}"),
         ))
     }
 }
 
 /// `GET /queries/{id}/results`: the query's result rows from now on, one
-/// event per row; ends when the query does.
+/// event per row; ends when the query does, after an `error` event if it
+/// failed. For a query that has ended: its error, if it failed, then the
+/// end.
 pub(super) async fn follow_results(
     State(state): State<AppState>,
     id: Result<UrlPath<String>, PathRejection>,
 ) -> Answer {
     let id = query_id(id)?;
-    let rx = state.subscribe(id).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            format!("no running query {id} started by this service"),
-        )
-    })?;
-    let batches = BroadcastStream::new(rx).map(|item| match item {
-        Ok(batch) => Ok(batch),
-        Err(BroadcastStreamRecvError::Lagged(n)) => Err(n),
-    });
-    Ok(row_events(batches, None, state.inner.shutdown.subscribe()))
+    let shutdown = state.inner.shutdown.subscribe();
+    if let Some(feed) = state.feed(id) {
+        let updates = futures::stream::unfold(feed.subscribe(), |mut follower| async move {
+            let update = follower.next().await?;
+            Some((update, follower))
+        });
+        return Ok(row_events(Box::pin(updates), None, shutdown));
+    }
+    let query = listed_query(&state, id).await?;
+    let updates: Vec<Update> = query.error.into_iter().map(Update::Failed).collect();
+    Ok(row_events(futures::stream::iter(updates), None, shutdown))
 }
 
 /// `GET /alerts`: every alert row of the session from now on, one `alert`
@@ -222,31 +248,31 @@ pub(super) async fn follow_results(
 pub(super) async fn follow_alerts(State(state): State<AppState>) -> Response {
     let alerts = state.inner.session.read().await.alerts();
     row_events(
-        alerts.map(Ok),
+        alerts.map(Update::Rows),
         Some("alert"),
         state.inner.shutdown.subscribe(),
     )
 }
 
-/// Server-Sent Events of the rows of `batches` as JSON objects (timestamps
-/// as text), each named `event` if given; a gap (`Err(n)`: n batches
-/// skipped by a slow client) is a `lagged` event. Ends with `batches` or
-/// when the service shuts down.
+/// Server-Sent Events of the rows of `updates` as JSON objects (timestamps
+/// as text), each named `event` if given; a gap (n batches skipped by a
+/// slow client) is a `lagged` event, a failure an `error` event. Ends with
+/// `updates` or when the service shuts down.
 fn row_events<S>(
-    batches: S,
+    updates: S,
     event: Option<&'static str>,
     shutdown: watch::Receiver<bool>,
 ) -> Response
 where
-    S: Stream<Item = Result<RecordBatch, u64>> + Send + Unpin + 'static,
+    S: Stream<Item = Update> + Send + Unpin + 'static,
 {
-    struct Feed<S> {
-        batches: S,
+    struct Events<S> {
+        updates: S,
         pending: VecDeque<Event>,
         shutdown: watch::Receiver<bool>,
     }
-    let feed = Feed {
-        batches,
+    let feed = Events {
+        updates,
         pending: VecDeque::new(),
         shutdown,
     };
@@ -259,15 +285,20 @@ where
                 return Some((Ok::<Event, Infallible>(next), feed));
             }
             let item = tokio::select! {
-                item = feed.batches.next() => item?,
+                item = feed.updates.next() => item?,
                 _ = feed.shutdown.wait_for(|stopping| *stopping) => return None,
             };
             match item {
-                Ok(batch) => feed.pending.extend(batch_events(&batch, event)),
-                Err(skipped) => feed.pending.push_back(
+                Update::Rows(batch) => feed.pending.extend(batch_events(&batch, event)),
+                Update::Lagged(skipped) => feed.pending.push_back(
                     Event::default()
                         .event("lagged")
                         .data(json!({"skipped_batches": skipped}).to_string()),
+                ),
+                Update::Failed(error) => feed.pending.push_back(
+                    Event::default()
+                        .event("error")
+                        .data(json!({"error": error}).to_string()),
                 ),
             }
         }
@@ -436,7 +467,11 @@ fn describe(row: &BadRow) -> Value {
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     let text = {
         let session = state.inner.session.read().await;
-        metrics::render(&session, state.inner.alerts_fired.load(Ordering::Relaxed))
+        metrics::render(
+            &session,
+            state.inner.alerts_fired.load(Ordering::Relaxed),
+            |id| state.result_buffer_bytes(id),
+        )
     };
     (
         StatusCode::OK,

@@ -4,15 +4,22 @@
 //! a file-backed stream is read by each query on its own, so its rows are
 //! counted per query (`vigil_query_input_rows_total`). Watermark lag and
 //! channel queue depths are not exported: the runtime does not expose them.
+//! Per-query series cover the running queries.
 
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
 use crate::connectors::SourceLocation;
-use crate::session::Session;
+use crate::runtime::live::QueryId;
+use crate::session::{QueryState, Session};
 
-/// The metrics of `session`, plus the count of alert rows seen firing.
-pub(super) fn render(session: &Session, alerts_fired: u64) -> String {
+/// The metrics of `session`, plus the count of alert rows seen firing and
+/// the result bytes kept for each query's followers.
+pub(super) fn render(
+    session: &Session,
+    alerts_fired: u64,
+    result_buffer_bytes: impl Fn(QueryId) -> usize,
+) -> String {
     let mut out = String::new();
     let streams: Vec<(String, u64, u64)> = session
         .engine()
@@ -28,7 +35,15 @@ pub(super) fn render(session: &Session, alerts_fired: u64) -> String {
             )
         })
         .collect();
-    let queries = session.queries();
+    let all_queries = session.all_queries();
+    let failed = all_queries
+        .iter()
+        .filter(|q| q.state == QueryState::Failed)
+        .count();
+    let queries: Vec<_> = all_queries
+        .into_iter()
+        .filter(|q| q.state == QueryState::Running)
+        .collect();
 
     header(
         &mut out,
@@ -107,11 +122,33 @@ pub(super) fn render(session: &Session, alerts_fired: u64) -> String {
     }
     header(
         &mut out,
+        "vigil_query_result_buffer_bytes",
+        "gauge",
+        "Bytes of result batches kept for the followers of a running query that have not read them.",
+    );
+    for q in &queries {
+        let id = q.id.to_string();
+        sample(
+            &mut out,
+            "vigil_query_result_buffer_bytes",
+            &[("query", &id)],
+            result_buffer_bytes(q.id) as u64,
+        );
+    }
+    header(
+        &mut out,
         "vigil_running_queries",
         "gauge",
         "Queries running now.",
     );
     sample(&mut out, "vigil_running_queries", &[], queries.len() as u64);
+    header(
+        &mut out,
+        "vigil_failed_queries",
+        "gauge",
+        "Failed queries still listed (until removed with DELETE /queries/{id}).",
+    );
+    sample(&mut out, "vigil_failed_queries", &[], failed as u64);
     header(
         &mut out,
         "vigil_alerts_fired_total",

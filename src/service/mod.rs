@@ -7,11 +7,19 @@
 //! are `{"error": "..."}` with a 4xx status, and a failed request leaves the
 //! running queries alone.
 //!
-//! Each query the service starts has its results copied into a broadcast
-//! channel, so any number of clients can follow it and a query nobody
-//! follows still runs (its results are dropped). A follower sees the rows
-//! produced after it subscribed.
+//! Each query the service starts has its results copied into a [`feed`],
+//! so any number of clients can follow it and a query nobody follows still
+//! runs (its results are dropped). A follower sees the rows produced after
+//! it subscribed; one that falls behind by more than the result budget
+//! (`--max-result-buffer`) misses the oldest. A query that fails stays
+//! listed with its error, its followers get an `error` event, and the
+//! failure is logged on stderr.
+//!
+//! Statements are planned on tokio's blocking pool: a long plan holds the
+//! session (other statements, pushes and listings wait for it) but not a
+//! worker thread, so the server keeps accepting connections.
 
+mod feed;
 mod handlers;
 mod metrics;
 
@@ -23,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
-use axum::routing::{delete, get, post};
+use axum::routing::{get, post};
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
@@ -31,7 +39,9 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::sql::sqlparser::tokenizer::Location;
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tokio::sync::{RwLock, broadcast, watch};
+use tokio::sync::{RwLock, watch};
+
+use feed::{End, Feed};
 
 use crate::engine::{Outcome, script_dir};
 use crate::error::{Error, Result};
@@ -45,10 +55,9 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:8080";
 pub const DEFAULT_MAX_BODY: usize = 16 << 20;
 /// Default most running queries.
 pub const DEFAULT_MAX_QUERIES: usize = 64;
-
-/// Result batches kept per query for followers that fall behind; a slower
-/// follower skips the oldest (and is told how many it missed).
-const FOLLOW_BUFFER: usize = 128;
+/// Default bytes of results kept per query for followers that fall behind:
+/// 8 MiB.
+pub const DEFAULT_MAX_RESULT_BUFFER: usize = 8 << 20;
 
 /// How `vigil serve` runs.
 #[derive(Debug, Clone)]
@@ -63,6 +72,11 @@ pub struct Config {
     /// Most queries running at once; a statement that would start one more
     /// gets 429.
     pub max_queries: usize,
+    /// Bytes of result batches (Arrow buffer memory) kept per query for
+    /// its followers that have not read them; a follower further behind
+    /// misses the oldest batches and gets a `lagged` event. The newest
+    /// batch is kept even if it alone is larger.
+    pub max_result_buffer: usize,
     /// Scripts executed before the service listens (streams, sinks, alerts);
     /// relative paths in them resolve against their directory.
     pub scripts: Vec<PathBuf>,
@@ -75,6 +89,7 @@ impl Default for Config {
             token: None,
             max_body: DEFAULT_MAX_BODY,
             max_queries: DEFAULT_MAX_QUERIES,
+            max_result_buffer: DEFAULT_MAX_RESULT_BUFFER,
             scripts: Vec::new(),
         }
     }
@@ -145,7 +160,10 @@ pub fn router(state: AppState) -> Router {
     let protected = Router::new()
         .route("/statements", post(handlers::statements))
         .route("/queries", get(handlers::list_queries))
-        .route("/queries/{id}", delete(handlers::stop_query))
+        .route(
+            "/queries/{id}",
+            get(handlers::get_query).delete(handlers::stop_query),
+        )
         .route("/queries/{id}/results", get(handlers::follow_results))
         .route("/alerts", get(handlers::follow_alerts))
         .route("/streams/{name}/rows", post(handlers::push_rows))
@@ -171,13 +189,15 @@ pub struct AppState {
 
 struct Inner {
     /// Statements take it exclusively; pushes, listings and stops share it.
-    session: RwLock<Session>,
-    /// Result channels of the queries the service started, by id; an entry
-    /// goes when its query ends, which ends its followers' streams.
-    followers: Mutex<HashMap<QueryId, broadcast::Sender<RecordBatch>>>,
+    /// Shared so that statements can be planned on the blocking pool.
+    session: Arc<RwLock<Session>>,
+    /// Result feeds of the running queries the service started, by id; an
+    /// entry goes when its query ends, after its followers were told.
+    feeds: Mutex<HashMap<QueryId, Arc<Feed>>>,
     token: Option<String>,
     max_body: usize,
     max_queries: usize,
+    max_result_buffer: usize,
     /// Rows with state 'firing' seen on the session's alert stream.
     alerts_fired: Arc<AtomicU64>,
     /// Turns true when the service stops: open event streams end.
@@ -232,7 +252,7 @@ impl StatementResult {
 #[derive(Debug)]
 pub struct StatementFailure {
     /// 400 for a statement that does not parse, plan or start; 429 for one
-    /// over the query limit.
+    /// over the query limit; 500 if planning panicked.
     pub status: StatusCode,
     /// What went wrong, with line and column.
     pub message: String,
@@ -254,28 +274,52 @@ impl AppState {
         });
         AppState {
             inner: Arc::new(Inner {
-                session: RwLock::new(session),
-                followers: Mutex::default(),
+                session: Arc::new(RwLock::new(session)),
+                feeds: Mutex::default(),
                 token: config.token.clone(),
                 max_body: config.max_body,
                 max_queries: config.max_queries,
+                max_result_buffer: config.max_result_buffer,
                 alerts_fired,
                 shutdown: watch::channel(false).0,
             }),
         }
     }
 
-    fn followers(&self) -> MutexGuard<'_, HashMap<QueryId, broadcast::Sender<RecordBatch>>> {
-        self.inner
-            .followers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    fn feeds(&self) -> MutexGuard<'_, HashMap<QueryId, Arc<Feed>>> {
+        self.inner.feeds.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Runs every statement of `sql`, relative paths resolving against
-    /// `base_dir`; stops at the first that fails.
+    /// `base_dir`; stops at the first that fails. Parsing and planning run
+    /// on the blocking pool, holding the session but no worker thread.
     pub async fn execute(
         &self,
+        sql: &str,
+        base_dir: &Path,
+    ) -> std::result::Result<Vec<StatementResult>, StatementFailure> {
+        let session = self.inner.session.clone().write_owned().await;
+        let state = self.clone();
+        let sql = sql.to_string();
+        let base_dir = base_dir.to_path_buf();
+        let planned = tokio::task::spawn_blocking(move || {
+            let mut session = session;
+            state.execute_locked(&mut session, &sql, &base_dir)
+        });
+        match planned.await {
+            Ok(outcome) => outcome,
+            Err(e) => Err(StatementFailure {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                message: format!("planning the statements failed: {e}"),
+                done: Vec::new(),
+            }),
+        }
+    }
+
+    /// [`AppState::execute`] with the session held; blocks while planning.
+    fn execute_locked(
+        &self,
+        session: &mut Session,
         sql: &str,
         base_dir: &Path,
     ) -> std::result::Result<Vec<StatementResult>, StatementFailure> {
@@ -285,7 +329,6 @@ impl AppState {
             done,
         };
         let statements = parse_script(sql).map_err(|e| invalid(e.to_string(), Vec::new()))?;
-        let mut session = self.inner.session.write().await;
         let mut done = Vec::with_capacity(statements.len());
         for statement in &statements {
             let starts_query = matches!(
@@ -325,7 +368,8 @@ impl AppState {
                         columns: columns(&handle.schema),
                         alert: handle.is_alert,
                     };
-                    self.follow(handle);
+                    let ended = session.wait(handle.id);
+                    self.follow(handle, ended);
                     result
                 }
             });
@@ -355,26 +399,44 @@ impl AppState {
         Ok(())
     }
 
-    /// Copies a query's results into a broadcast channel its followers
-    /// subscribe to; the channel closes when the query ends.
-    fn follow(&self, mut handle: QueryHandle) {
+    /// Copies a query's results into a feed its followers subscribe to;
+    /// when the query ends, the feed ends with its error, if any, which is
+    /// also logged on stderr.
+    fn follow(
+        &self,
+        mut handle: QueryHandle,
+        ended: impl Future<Output = Result<()>> + Send + 'static,
+    ) {
         let id = handle.id;
-        let tx = broadcast::channel(FOLLOW_BUFFER).0;
-        self.followers().insert(id, tx.clone());
+        let feed = Arc::new(Feed::new(self.inner.max_result_buffer));
+        self.feeds().insert(id, feed.clone());
         let state = self.clone();
         tokio::spawn(async move {
             while let Some(batch) = handle.next().await {
                 // No follower: the rows are dropped, the query runs on.
-                let _ = tx.send(batch);
+                feed.publish(batch);
             }
-            state.followers().remove(&id);
+            let end = match ended.await {
+                Ok(()) => End::Finished,
+                Err(e) => {
+                    eprintln!("vigil serve: query {id} failed: {e}");
+                    End::Failed(e.to_string())
+                }
+            };
+            feed.end(end);
+            state.feeds().remove(&id);
         });
     }
 
-    /// A new follower of query `id`'s results; `None` if the service runs
-    /// no such query.
-    fn subscribe(&self, id: QueryId) -> Option<broadcast::Receiver<RecordBatch>> {
-        self.followers().get(&id).map(|tx| tx.subscribe())
+    /// The feed of running query `id`, if the service started it.
+    fn feed(&self, id: QueryId) -> Option<Arc<Feed>> {
+        self.feeds().get(&id).cloned()
+    }
+
+    /// Bytes of results kept for the followers of query `id` that have not
+    /// read them yet; 0 for a query that has ended or none follows.
+    pub fn result_buffer_bytes(&self, id: QueryId) -> usize {
+        self.feed(id).map_or(0, |feed| feed.buffered_bytes())
     }
 
     /// Ends every open event stream (results and alerts), so a graceful
