@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::logical_expr::{LogicalPlan, TableSource};
 use datafusion::sql::sqlparser::ast::DataType as SqlType;
 
@@ -116,17 +117,87 @@ impl Catalog {
         Ok(())
     }
 
+    /// True if `name` is a stream declared in this catalog (not a
+    /// built-in one).
+    pub fn has_stream(&self, name: &str) -> bool {
+        self.streams.contains_key(name)
+    }
+
+    /// All sinks, by name.
+    pub fn sinks(&self) -> impl Iterator<Item = &SinkConfig> {
+        self.sinks.values()
+    }
+
+    /// Removes a declared stream; false if there is none of that name.
+    /// Queries planned on it keep their own copy of its definition.
+    pub fn remove_stream(&mut self, name: &str) -> bool {
+        self.streams.remove(name).is_some()
+    }
+
+    /// Removes a view (or an alert or invariant, which are kept as views);
+    /// false if there is none of that name.
+    pub fn remove_view(&mut self, name: &str) -> bool {
+        self.views.remove(name).is_some()
+    }
+
+    /// Removes a sink; false if there is none of that name.
+    pub fn remove_sink(&mut self, name: &str) -> bool {
+        self.sinks.remove(name).is_some()
+    }
+
+    /// The declared streams and views that `plan` reads, directly or
+    /// through a view, sorted. Views are inlined where they are read (as
+    /// the view's plan under an alias of its name), so a view counts where
+    /// such an alias holds exactly its plan; a `late(stream)` read counts
+    /// as reading `stream`.
+    pub fn reads(&self, plan: &LogicalPlan) -> Vec<String> {
+        let mut names = Vec::new();
+        let _ = plan.apply_with_subqueries(|node| {
+            match node {
+                LogicalPlan::TableScan(scan) => {
+                    if let Some(stream) = scan.source.as_ref().downcast_ref::<StreamSource>() {
+                        let def = &stream.def;
+                        names.push(def.late_of.clone().unwrap_or_else(|| def.name.clone()));
+                    }
+                }
+                LogicalPlan::SubqueryAlias(alias) => {
+                    let name = alias.alias.table();
+                    if let Some(view) = self.views.get(name)
+                        && inlines(&alias.input, &view.plan)
+                    {
+                        names.push(name.to_string());
+                    }
+                }
+                _ => {}
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        names.retain(|n| self.streams.contains_key(n) || self.views.contains_key(n));
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// Adds a sink from its statement.
     pub fn add_sink(&mut self, create: &CreateSink, base_dir: &Path) -> Result<()> {
         if self.sinks.contains_key(&create.name) {
             return Err(Error::Plan(format!(
-                "sink '{}' already exists",
-                create.name
+                "sink '{name}' already exists (CREATE OR REPLACE SINK {name} replaces it, DROP SINK {name} removes it)",
+                name = create.name
             )));
         }
         let config = SinkConfig::from_options(&create.name, &create.options, base_dir)?;
         self.sinks.insert(create.name.clone(), config);
         Ok(())
+    }
+}
+
+/// True if `input` is `plan`, or a projection of it (how DataFusion
+/// inlines a view read with a projection).
+fn inlines(input: &LogicalPlan, plan: &LogicalPlan) -> bool {
+    match input {
+        LogicalPlan::Projection(projection) if *projection.input.as_ref() == *plan => true,
+        other => other == plan,
     }
 }
 

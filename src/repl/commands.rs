@@ -2,18 +2,15 @@
 //! `.read`, `.format`, `.quit`.
 
 use std::path::Path;
-use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, StringArray};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::pretty::pretty_format_batches;
-use datafusion::logical_expr::TableSource;
 
 use super::helper::{Completeness, completeness, split_background};
 use super::{Flow, Repl};
-use crate::connectors::{Format, OutputFormat, SourceLocation, parse_output_format};
-use crate::plan::StreamDef;
+use crate::connectors::{OutputFormat, parse_output_format};
+use crate::engine::Dropped;
+use crate::plan::listing::Listing;
+use crate::sql::Show;
 
 const HELP: &str = "\
 Statements end with ';' and may span lines. A query runs in the foreground,
@@ -54,21 +51,12 @@ impl Repl {
     }
 
     fn list_streams(&self) {
-        let catalog = self.session.engine().catalog();
-        let mut rows: Vec<[String; 3]> = catalog
-            .streams()
-            .map(|s| [s.name.clone(), columns(&s.schema), source(s)])
-            .collect();
-        rows.extend(
-            catalog
-                .views()
-                .map(|(name, view)| [name.to_string(), columns(&view.schema()), "view".into()]),
-        );
-        if rows.is_empty() {
+        let listing = self.session.engine().show(Show::Streams);
+        if listing.rows.is_empty() {
             outln!("no streams or views yet (CREATE STREAM declares one)");
             return;
         }
-        print_table(&["name", "columns", "source"], &rows);
+        print_table(&listing);
     }
 
     fn describe(&self, name: &str) {
@@ -77,67 +65,39 @@ impl Repl {
             return;
         }
         let name = name.trim_end_matches(';');
-        let catalog = self.session.engine().catalog();
         let key = if name.starts_with('"') {
             name.trim_matches('"').to_string()
         } else {
             name.to_lowercase()
         };
-        if let Some(stream) = catalog.stream(&key) {
-            outln!("stream {}: {}", stream.name, source(stream));
-            if let Some(i) = stream.event_time {
-                let mut timing = format!(
-                    "event time: {}, watermark delay {}",
-                    stream.schema.field(i).name(),
-                    duration(stream.delay_ms)
-                );
-                if stream.lateness_ms > 0 {
-                    timing.push_str(&format!(
-                        ", allowed lateness {}",
-                        duration(stream.lateness_ms)
-                    ));
-                }
-                if let Some(idle) = stream.idle_timeout {
-                    timing.push_str(&format!(
-                        ", idle timeout {}",
-                        duration(idle.as_millis() as i64)
-                    ));
-                }
-                outln!("{timing}");
-            }
-            describe_columns(&stream.schema, stream.event_time);
-        } else if let Some(view) = catalog.view(&key) {
-            outln!("view {key}");
-            describe_columns(&view.schema(), None);
-        } else {
-            errln!("error: no stream or view named '{key}' (.streams lists them)");
+        match self.session.engine().describe(&key) {
+            Ok(listing) => print_table(&listing),
+            Err(e) => errln!("error: {e}"),
         }
     }
 
     fn list_queries(&self) {
-        let queries = self.session.queries();
-        if queries.is_empty() {
+        let listing = self.session.show_queries();
+        if listing.rows.is_empty() {
             outln!("no queries running");
             return;
         }
-        let rows: Vec<[String; 4]> = queries
-            .iter()
-            .map(|q| {
-                let rows_in = q
-                    .sources
-                    .iter()
-                    .map(|(name, rows, _)| format!("{name}: {rows}"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                [
-                    q.id.to_string(),
-                    q.rows_out.to_string(),
-                    rows_in,
-                    q.label.clone(),
-                ]
-            })
-            .collect();
-        print_table(&["id", "rows out", "rows in", "query"], &rows);
+        print_table(&listing);
+    }
+
+    /// Prints the rows of `SHOW` or `DESCRIBE` in the output format of
+    /// query results.
+    pub(super) fn print_rows(&self, listing: &Listing) {
+        for note in &listing.notes {
+            outln!("{note}");
+        }
+        let text = listing
+            .to_batch()
+            .and_then(|batch| super::output::Renderer::new(self.format).render(&batch));
+        match text {
+            Ok(text) => out!("{text}"),
+            Err(e) => errln!("error: {e}"),
+        }
     }
 
     fn stop(&self, arg: &str) {
@@ -205,82 +165,27 @@ fn format_name(format: OutputFormat) -> &'static str {
     }
 }
 
-/// A column type as SQL names it in `CREATE STREAM`.
-fn sql_type(data_type: &DataType) -> String {
-    match data_type {
-        DataType::Timestamp(TimeUnit::Millisecond, None) => "TIMESTAMP".into(),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "TEXT".into(),
-        DataType::Float64 => "DOUBLE".into(),
-        DataType::Int64 => "BIGINT".into(),
-        DataType::Boolean => "BOOLEAN".into(),
-        other => other.to_string(),
+/// What `DROP` did, in a line.
+pub(super) fn dropped_text(dropped: &[Dropped]) -> String {
+    if dropped.is_empty() {
+        return "nothing to drop".into();
     }
-}
-
-fn columns(schema: &SchemaRef) -> String {
-    schema
-        .fields()
+    let names: Vec<String> = dropped
         .iter()
-        .map(|f| format!("{} {}", f.name(), sql_type(f.data_type())))
-        .collect::<Vec<_>>()
-        .join(", ")
+        .map(|d| format!("{} {}", d.kind, d.name))
+        .collect();
+    format!("dropped {}", names.join(", "))
 }
 
-/// Where a stream's rows come from, in a few words.
-fn source(stream: &StreamDef) -> String {
-    let format = match stream.source.format {
-        Format::Csv => "csv",
-        Format::Jsonl => "jsonl",
-    };
-    match &stream.source.location {
-        SourceLocation::File(path) => format!("file {} ({format})", path.display()),
-        SourceLocation::Stdin => format!("stdin ({format})"),
-        SourceLocation::Push => "push".into(),
-        SourceLocation::Host { interval, .. } => {
-            format!("this host, every {} ms", interval.as_millis())
-        }
-        SourceLocation::Demo { speed, .. } => format!("demo replay, {speed} rows/s"),
+/// Prints a listing as a table like the query results, after its notes.
+fn print_table(listing: &Listing) {
+    for note in &listing.notes {
+        outln!("{note}");
     }
-}
-
-fn duration(ms: i64) -> String {
-    if ms % 1000 == 0 {
-        format!("{} s", ms / 1000)
-    } else {
-        format!("{ms} ms")
-    }
-}
-
-fn describe_columns(schema: &SchemaRef, event_time: Option<usize>) {
-    let rows: Vec<[String; 3]> = schema
-        .fields()
-        .iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let note = if Some(i) == event_time {
-                "event time"
-            } else {
-                ""
-            };
-            [f.name().clone(), sql_type(f.data_type()), note.to_string()]
-        })
-        .collect();
-    print_table(&["column", "type", "note"], &rows);
-}
-
-/// Prints rows of text as a table like the query results.
-fn print_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) {
-    let fields: Vec<Field> = header
-        .iter()
-        .map(|name| Field::new(*name, DataType::Utf8, false))
-        .collect();
-    let columns: Vec<ArrayRef> = (0..N)
-        .map(|i| Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r[i]))) as ArrayRef)
-        .collect();
-    let table = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
-        .map_err(crate::error::Error::from)
-        .and_then(|batch| Ok(pretty_format_batches(&[batch])?));
-    match table {
+    match listing
+        .to_batch()
+        .and_then(|batch| Ok(pretty_format_batches(&[batch])?))
+    {
         Ok(table) => outln!("{table}"),
         Err(e) => errln!("error: {e}"),
     }
