@@ -617,6 +617,15 @@ fn drop_replace_show_and_describe_over_http() {
         json!(["ts", "TIMESTAMP", "event time"])
     );
 
+    // Replacing the alert replaces its query.
+    let replaced = statements(
+        &server,
+        "CREATE OR REPLACE ALERT hot AS SELECT ts, host, cpu FROM events ALERT BY host WHEN cpu > 80;",
+    );
+    assert_eq!(replaced.status, 200, "{}", replaced.body);
+    let new_alert = replaced.json()["results"][0]["id"].as_u64().expect("an id");
+    assert_eq!(running_ids(&server), [query_id, new_alert]);
+
     // Dropping the alert stops its query; the other goes on.
     let dropped = statements(&server, "DROP ALERT hot;");
     assert_eq!(dropped.status, 200, "{}", dropped.body);

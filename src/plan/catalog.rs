@@ -488,4 +488,41 @@ mod tests {
             "{e}"
         );
     }
+
+    #[test]
+    fn reads_names_streams_and_views_but_not_aliases() {
+        let mut engine = Engine::new();
+        run(
+            &mut engine,
+            "CREATE STREAM m (ts TIMESTAMP, cpu DOUBLE) WITH (path = 'm.csv');
+             CREATE VIEW hot AS SELECT ts, cpu FROM m WHERE cpu > 1;",
+        )
+        .unwrap();
+        let catalog = engine.catalog();
+        let planner = crate::plan::SqlPlanner::new();
+        let reads = |sql: &str| {
+            let statement = parse_script(sql).unwrap().remove(0);
+            let crate::sql::StatementKind::Query { query, .. } = statement.kind else {
+                panic!("not a query")
+            };
+            catalog.reads(&planner.plan_raw(catalog, &query).unwrap())
+        };
+        assert_eq!(reads("SELECT * FROM hot"), ["hot", "m"]);
+        assert_eq!(
+            reads(
+                "SELECT window_end, count(*) FROM TUMBLE(hot, ts, INTERVAL '1' SECOND) GROUP BY window_end"
+            ),
+            ["hot", "m"]
+        );
+        // An alias named like the view is not the view.
+        assert_eq!(reads("SELECT * FROM m AS hot"), ["m"]);
+        assert_eq!(reads("SELECT * FROM late(m)"), ["m"]);
+        assert!(reads("SELECT * FROM host_metrics").is_empty());
+
+        let mut catalog = catalog.clone();
+        assert!(catalog.remove_view("hot") && !catalog.remove_view("hot"));
+        assert!(catalog.remove_stream("m") && !catalog.has_stream("m"));
+        assert!(!catalog.remove_stream("host_metrics"));
+        assert!(catalog.stream("host_metrics").is_some());
+    }
 }
