@@ -14,10 +14,12 @@ use datafusion::sql::sqlparser::parser::Parser;
 use crate::connectors::SinkConfig;
 use crate::error::{Error, Result};
 use crate::plan::catalog::{ALLOWED_LATENESS, IDLE_TIMEOUT, StreamTiming, stream_def};
+use crate::plan::listing::{self, Listing};
 use crate::plan::{AlertNode, EmitNode, EmitPolicy, windows_take_late_rows};
 use crate::plan::{Catalog, SqlPlanner};
 use crate::planner::{ExecutionMode, QueryGraph, plan_incremental};
 use crate::sql::{AlertClause, CreateStream, Emit, Statement, StatementKind};
+use crate::sql::{ObjectKind, Show, declared_name};
 
 /// A query planned and ready to run.
 pub struct PreparedQuery {
@@ -80,6 +82,35 @@ pub enum Outcome {
     Explain(String),
     /// A continuous query, ready to run.
     Query(Box<PreparedQuery>),
+    /// `DROP`: what was removed (with `CASCADE`, what read it too), in the
+    /// order removed; empty for `DROP ... IF EXISTS` of nothing. A dropped
+    /// alert's query should be stopped by whoever runs it.
+    Dropped(Vec<Dropped>),
+    /// `SHOW` (but `SHOW QUERIES`) or `DESCRIBE`: rows to print.
+    Rows(Listing),
+    /// `SHOW QUERIES`: the engine runs no query, so whoever does lists
+    /// them (with the columns of [`listing::QUERY_COLUMNS`]).
+    ShowQueries,
+}
+
+/// One entry that `DROP` removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dropped {
+    /// What it was.
+    pub kind: ObjectKind,
+    /// Its name.
+    pub name: String,
+}
+
+/// A view, alert or invariant, with its statement: kept to plan it again
+/// when something it reads is replaced, and to know what it reads.
+#[derive(Debug, Clone)]
+struct Derived {
+    kind: ObjectKind,
+    name: String,
+    statement: Statement,
+    /// The streams and views it reads, directly or through views.
+    reads: Vec<String>,
 }
 
 /// Holds the declared streams and sinks and plans queries against them.
@@ -94,6 +125,9 @@ pub struct Engine {
     inputs: Vec<(String, PathBuf)>,
     /// Replaces the `follow` option of every file stream, if set.
     follow: Option<bool>,
+    /// The declared views, alerts and invariants, in an order where each
+    /// comes after what it reads.
+    derived: Vec<Derived>,
 }
 
 impl Engine {
@@ -139,6 +173,17 @@ impl Engine {
     /// Executes one statement; relative paths in it resolve against
     /// `base_dir`.
     pub fn execute(&mut self, statement: &Statement, base_dir: &Path) -> Result<Outcome> {
+        if statement.or_replace {
+            return self.replace(statement, base_dir);
+        }
+        if let Some((kind, name)) = declared_name(&statement.kind) {
+            self.check_new(kind, name)?;
+        }
+        self.run(statement, base_dir)
+    }
+
+    /// Executes a statement whose name, if it declares one, is free.
+    fn run(&mut self, statement: &Statement, base_dir: &Path) -> Result<Outcome> {
         match &statement.kind {
             StatementKind::CreateStream(create) => {
                 self.create_stream(create, base_dir)?;
@@ -164,6 +209,7 @@ impl Engine {
                 })?;
                 let (logical, graph) = self.plan_alert(query, emit.as_ref(), (clause, name))?;
                 self.catalog.add_view(name, logical.clone())?;
+                self.remember(ObjectKind::Alert, name, statement, query)?;
                 Ok(Outcome::Query(Box::new(PreparedQuery {
                     logical,
                     graph,
@@ -178,6 +224,7 @@ impl Engine {
                 self.plan(query, None)?;
                 let raw = self.planner.plan_raw(&self.catalog, query)?;
                 self.catalog.add_view(name, raw)?;
+                self.remember(ObjectKind::View, name, statement, query)?;
                 Ok(Outcome::Done)
             }
             StatementKind::CreateInvariant {
@@ -196,12 +243,24 @@ impl Engine {
                 // rejected where it is declared.
                 self.plan_graph(logical.clone(), None)?;
                 self.catalog.add_view(name, logical)?;
+                self.remember(ObjectKind::Invariant, name, statement, query)?;
                 Ok(Outcome::Done)
             }
             StatementKind::Set { name, value } => {
                 self.set(name, value)?;
                 Ok(Outcome::Done)
             }
+            StatementKind::Drop {
+                kind,
+                name,
+                if_exists,
+                cascade,
+            } => self
+                .drop_entry(*kind, name, *if_exists, *cascade)
+                .map(Outcome::Dropped),
+            StatementKind::Show(Show::Queries) => Ok(Outcome::ShowQueries),
+            StatementKind::Show(what) => Ok(Outcome::Rows(self.show(*what))),
+            StatementKind::Describe { name } => self.describe(name).map(Outcome::Rows),
             StatementKind::Query {
                 query,
                 sink,
@@ -235,6 +294,301 @@ impl Engine {
                 })))
             }
         }
+    }
+
+    /// Records a view, alert or invariant just added to the catalog.
+    fn remember(
+        &mut self,
+        kind: ObjectKind,
+        name: &str,
+        statement: &Statement,
+        query: &Query,
+    ) -> Result<()> {
+        let raw = self.planner.plan_raw(&self.catalog, query)?;
+        let reads = self.catalog.reads(&raw);
+        self.derived.push(Derived {
+            kind,
+            name: name.to_string(),
+            statement: statement.clone(),
+            reads,
+        });
+        Ok(())
+    }
+
+    /// What kind of entry `name` is, if the script declared one (a
+    /// built-in stream is none).
+    fn kind_of(&self, name: &str) -> Option<ObjectKind> {
+        if let Some(derived) = self.derived.iter().find(|d| d.name == name) {
+            return Some(derived.kind);
+        }
+        if self.catalog.has_stream(name) {
+            return Some(ObjectKind::Stream);
+        }
+        self.catalog.view(name).map(|_| ObjectKind::View)
+    }
+
+    /// Fails if `name` is taken, saying how to replace or remove what has
+    /// it. Sinks have names of their own, checked by the catalog.
+    fn check_new(&self, kind: ObjectKind, name: &str) -> Result<()> {
+        if kind == ObjectKind::Sink {
+            return Ok(());
+        }
+        match self.kind_of(name) {
+            None => Ok(()),
+            Some(existing) if existing == kind => Err(Error::Plan(format!(
+                "{kind} '{name}' already exists (CREATE OR REPLACE {word} {name} replaces it, DROP {word} {name} removes it)",
+                word = kind.keyword()
+            ))),
+            Some(existing) => Err(Error::Plan(format!(
+                "{} named '{name}' already exists (DROP {} {name} removes it)",
+                existing.a(),
+                existing.keyword()
+            ))),
+        }
+    }
+
+    /// The views, alerts and invariants that read `name`, directly or
+    /// through others, in declaration order.
+    fn readers_of(&self, name: &str) -> Vec<Derived> {
+        self.derived
+            .iter()
+            .filter(|d| d.reads.iter().any(|r| r == name))
+            .cloned()
+            .collect()
+    }
+
+    /// Removes an entry from the catalog and the record of views.
+    fn forget(&mut self, kind: ObjectKind, name: &str) {
+        match kind {
+            ObjectKind::Sink => {
+                self.catalog.remove_sink(name);
+            }
+            ObjectKind::Stream => {
+                self.catalog.remove_stream(name);
+            }
+            ObjectKind::View | ObjectKind::Alert | ObjectKind::Invariant => {
+                self.catalog.remove_view(name);
+                self.derived.retain(|d| d.name != name);
+            }
+        }
+    }
+
+    /// `DROP kind name`: refused while views, alerts or invariants read
+    /// the entry, unless `cascade` drops them too.
+    fn drop_entry(
+        &mut self,
+        kind: ObjectKind,
+        name: &str,
+        if_exists: bool,
+        cascade: bool,
+    ) -> Result<Vec<Dropped>> {
+        let exists = match kind {
+            ObjectKind::Sink => self.catalog.sink(name).is_some(),
+            _ => match self.kind_of(name) {
+                Some(existing) if existing != kind => {
+                    return Err(Error::Plan(format!(
+                        "'{name}' is {}, not {} (DROP {} {name} drops it)",
+                        existing.a(),
+                        kind.a(),
+                        existing.keyword()
+                    )));
+                }
+                found => found.is_some(),
+            },
+        };
+        if !exists {
+            if kind == ObjectKind::Stream && self.catalog.stream(name).is_some() {
+                return Err(Error::Plan(format!(
+                    "stream '{name}' is built in and cannot be dropped"
+                )));
+            }
+            if if_exists {
+                return Ok(Vec::new());
+            }
+            return Err(Error::Plan(format!(
+                "no {kind} named '{name}' (SHOW {}S lists them)",
+                if kind == ObjectKind::Sink {
+                    "SINK"
+                } else {
+                    "STREAM"
+                }
+            )));
+        }
+        let readers = self.readers_of(name);
+        if !readers.is_empty() && !cascade {
+            return Err(Error::Plan(format!(
+                "cannot drop {kind} '{name}': {} {} it (DROP {} {name} CASCADE drops them too)",
+                describe_all(&readers),
+                if readers.len() == 1 { "reads" } else { "read" },
+                kind.keyword()
+            )));
+        }
+        let mut dropped = vec![Dropped {
+            kind,
+            name: name.to_string(),
+        }];
+        // Readers last first, so that nothing is left reading a dropped
+        // entry while the others go.
+        dropped.extend(readers.iter().rev().map(|d| Dropped {
+            kind: d.kind,
+            name: d.name.clone(),
+        }));
+        for entry in &dropped {
+            self.forget(entry.kind, &entry.name);
+        }
+        Ok(dropped)
+    }
+
+    /// `CREATE OR REPLACE`: declares the entry in place of the one of the
+    /// same name, then plans again, on the new definition, each view,
+    /// alert and invariant that read the old one. If one of them no longer
+    /// plans, nothing changes.
+    fn replace(&mut self, statement: &Statement, base_dir: &Path) -> Result<Outcome> {
+        let Some((kind, name)) = declared_name(&statement.kind) else {
+            return Err(Error::Plan(
+                "OR REPLACE belongs to CREATE STREAM, VIEW, SINK, ALERT or INVARIANT".into(),
+            ));
+        };
+        let name = name.to_string();
+        if kind != ObjectKind::Sink
+            && let Some(existing) = self.kind_of(&name).filter(|k| *k != kind)
+        {
+            return Err(Error::Plan(format!(
+                "'{name}' is {}, not {} (DROP {} {name} removes it)",
+                existing.a(),
+                kind.a(),
+                existing.keyword()
+            )));
+        }
+        let saved = (self.catalog.clone(), self.derived.clone());
+        let replaced = self.replace_in_place(kind, &name, statement, base_dir);
+        if replaced.is_err() {
+            (self.catalog, self.derived) = saved;
+        }
+        replaced
+    }
+
+    fn replace_in_place(
+        &mut self,
+        kind: ObjectKind,
+        name: &str,
+        statement: &Statement,
+        base_dir: &Path,
+    ) -> Result<Outcome> {
+        let readers = self.readers_of(name);
+        self.forget(kind, name);
+        let outcome = self.run(statement, base_dir)?;
+        if let Some(new) = self.derived.last().filter(|d| d.name == name)
+            && let Some(reader) = readers.iter().find(|r| new.reads.contains(&r.name))
+        {
+            return Err(Error::Plan(format!(
+                "{kind} '{name}' cannot read {} '{}', which reads it",
+                reader.kind, reader.name
+            )));
+        }
+        for reader in readers {
+            self.forget(reader.kind, &reader.name);
+            // A reader is planned again only into the catalog: a query it
+            // started (CREATE ALERT) goes on with its own plan.
+            self.run(&reader.statement, base_dir).map_err(|e| {
+                Error::Plan(format!(
+                    "cannot replace {kind} '{name}': {} '{}' reads it and does not plan on the new definition ({e}); drop or replace it first",
+                    reader.kind, reader.name
+                ))
+            })?;
+        }
+        Ok(outcome)
+    }
+
+    /// What `SHOW` lists (`SHOW QUERIES` has no rows here: see
+    /// [`Outcome::ShowQueries`]).
+    pub fn show(&self, what: Show) -> Listing {
+        let derived = |kinds: &[ObjectKind]| -> Vec<Vec<String>> {
+            self.derived
+                .iter()
+                .filter(|d| kinds.contains(&d.kind))
+                .filter_map(|d| {
+                    let view = self.catalog.view(&d.name)?;
+                    let schema = datafusion::logical_expr::TableSource::schema(view.as_ref());
+                    Some(vec![
+                        d.name.clone(),
+                        d.kind.noun(),
+                        listing::column_list(&schema),
+                        format!("reads {}", d.reads.join(", ")),
+                    ])
+                })
+                .collect()
+        };
+        const COLUMNS: [&str; 4] = ["name", "kind", "columns", "source"];
+        match what {
+            Show::Streams => {
+                let mut rows: Vec<Vec<String>> = self
+                    .catalog
+                    .all_streams()
+                    .map(|s| {
+                        let mut source = listing::source_text(s);
+                        if Catalog::is_builtin(s) {
+                            source.push_str(" (built in)");
+                        }
+                        vec![
+                            s.name.clone(),
+                            "stream".into(),
+                            listing::column_list(&s.schema),
+                            source,
+                        ]
+                    })
+                    .collect();
+                rows.extend(derived(&[
+                    ObjectKind::View,
+                    ObjectKind::Alert,
+                    ObjectKind::Invariant,
+                ]));
+                rows.extend(self.catalog.sinks().map(|s| {
+                    vec![
+                        s.name.clone(),
+                        "sink".into(),
+                        String::new(),
+                        listing::sink_text(s),
+                    ]
+                }));
+                Listing::new(&COLUMNS, rows)
+            }
+            Show::Views => Listing::new(&COLUMNS, derived(&[ObjectKind::View])),
+            Show::Alerts => Listing::new(&COLUMNS, derived(&[ObjectKind::Alert])),
+            Show::Sinks => Listing::new(
+                &["name", "target"],
+                self.catalog
+                    .sinks()
+                    .map(|s| vec![s.name.clone(), listing::sink_text(s)])
+                    .collect(),
+            ),
+            Show::Queries => Listing::new(&listing::QUERY_COLUMNS, Vec::new()),
+        }
+    }
+
+    /// What `DESCRIBE name` shows: a stream's source and event time, or
+    /// what a view, alert or invariant reads; then the columns.
+    pub fn describe(&self, name: &str) -> Result<Listing> {
+        if let Some(stream) = self.catalog.stream(name) {
+            return Ok(listing::describe_stream(stream));
+        }
+        let Some(view) = self.catalog.view(name) else {
+            if let Some(sink) = self.catalog.sink(name) {
+                let row = vec![name.to_string(), listing::sink_text(sink)];
+                return Ok(Listing::new(&["sink", "target"], vec![row]));
+            }
+            return Err(Error::Plan(format!(
+                "no stream, view, alert, invariant or sink named '{name}' (SHOW STREAMS lists them)"
+            )));
+        };
+        let schema = datafusion::logical_expr::TableSource::schema(view.as_ref());
+        let mut described = listing::describe_columns(&schema, None);
+        let note = match self.derived.iter().find(|d| d.name == name) {
+            Some(d) => format!("{} {name}: reads {}", d.kind, d.reads.join(", ")),
+            None => format!("view {name}"),
+        };
+        described.notes.push(note);
+        Ok(described)
     }
 
     fn set(&mut self, name: &str, value: &str) -> Result<()> {
@@ -454,6 +808,19 @@ fn check_append_only(plan: &LogicalPlan, sink: &SinkConfig) -> Result<()> {
     )))
 }
 
+/// `view 'v' and alert 'a'`.
+fn describe_all(entries: &[Derived]) -> String {
+    let named: Vec<String> = entries
+        .iter()
+        .map(|d| format!("{} '{}'", d.kind, d.name))
+        .collect();
+    match named.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
 /// The name of an alert written inline (not with `CREATE ALERT`): after
 /// the line of its statement.
 fn alert_name(statement: &Statement) -> String {
@@ -640,5 +1007,268 @@ mod tests {
         );
         assert!(text.contains("Watermark: ts - 2000 ms"), "{text}");
         assert!(text.contains("operator graph (micro-batch)"), "{text}");
+    }
+
+    /// Runs each statement of `sql` on `engine`; the last outcome.
+    fn exec(engine: &mut Engine, sql: &str) -> Result<Outcome> {
+        let mut last = Ok(Outcome::Done);
+        for statement in parse_script(sql).unwrap() {
+            last = Ok(engine.execute(&statement, Path::new("."))?);
+        }
+        last
+    }
+
+    fn dropped(outcome: Outcome) -> Vec<String> {
+        let Outcome::Dropped(dropped) = outcome else {
+            panic!("not a drop")
+        };
+        dropped
+            .iter()
+            .map(|d| format!("{} {}", d.kind, d.name))
+            .collect()
+    }
+
+    const READERS: &str = "CREATE VIEW hot AS SELECT ts, host, cpu FROM m WHERE cpu > 50;
+        CREATE VIEW hotter AS SELECT ts, host, cpu FROM hot WHERE cpu > 90;
+        CREATE ALERT busy AS SELECT ts, host, cpu FROM hot ALERT BY host WHEN cpu > 95;";
+
+    #[test]
+    fn a_declared_name_says_how_to_replace_or_drop_it() {
+        let mut engine = engine();
+        let e = exec(&mut engine, STREAM).err().unwrap().to_string();
+        assert!(
+            e.contains("stream 'm' already exists")
+                && e.contains("CREATE OR REPLACE STREAM m")
+                && e.contains("DROP STREAM m"),
+            "{e}"
+        );
+        let e = exec(&mut engine, "CREATE VIEW m AS SELECT host FROM m")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("a stream named 'm' already exists"), "{e}");
+        let sink = "CREATE SINK s WITH (connector = 'stdout');";
+        exec(&mut engine, sink).unwrap();
+        let e = exec(&mut engine, sink).err().unwrap().to_string();
+        assert!(e.contains("CREATE OR REPLACE SINK s"), "{e}");
+    }
+
+    #[test]
+    fn drop_is_refused_while_something_reads_the_entry_unless_cascade() {
+        let mut engine = engine();
+        exec(&mut engine, READERS).unwrap();
+        let e = exec(&mut engine, "DROP STREAM m")
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            e,
+            "cannot drop stream 'm': view 'hot', view 'hotter' and alert 'busy' read it (DROP STREAM m CASCADE drops them too)"
+        );
+        let e = exec(&mut engine, "DROP VIEW busy")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("'busy' is an alert, not a view (DROP ALERT busy"),
+            "{e}"
+        );
+        // A reader without readers goes on its own.
+        assert_eq!(
+            dropped(exec(&mut engine, "DROP VIEW hotter").unwrap()),
+            ["view hotter"]
+        );
+        assert_eq!(
+            dropped(exec(&mut engine, "DROP STREAM m CASCADE").unwrap()),
+            ["stream m", "alert busy", "view hot"]
+        );
+        assert!(engine.catalog().stream("m").is_none());
+        assert!(engine.catalog().view("hot").is_none());
+        let e = exec(&mut engine, "SELECT * FROM hot")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("unknown stream 'hot'"), "{e}");
+        // Gone, so it can be declared again.
+        exec(&mut engine, STREAM).unwrap();
+        exec(&mut engine, READERS).unwrap();
+    }
+
+    #[test]
+    fn drop_of_nothing() {
+        let mut engine = engine();
+        assert!(dropped(exec(&mut engine, "DROP VIEW IF EXISTS nope").unwrap()).is_empty());
+        let e = exec(&mut engine, "DROP ALERT nope")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("no alert named 'nope'"), "{e}");
+        let e = exec(&mut engine, "DROP STREAM host_metrics")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("built in"), "{e}");
+        let e = exec(&mut engine, "DROP SINK s").err().unwrap().to_string();
+        assert!(e.contains("no sink named 's' (SHOW SINKS"), "{e}");
+        exec(&mut engine, "CREATE SINK s WITH (connector = 'stdout')").unwrap();
+        assert_eq!(
+            dropped(exec(&mut engine, "DROP SINK s").unwrap()),
+            ["sink s"]
+        );
+        let e = exec(&mut engine, "INSERT INTO s SELECT * FROM m")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("unknown sink 's'"), "{e}");
+    }
+
+    #[test]
+    fn replace_plans_the_readers_again_on_the_new_definition() {
+        let mut engine = engine();
+        exec(&mut engine, READERS).unwrap();
+        // The new stream has another column: the readers follow it.
+        exec(
+            &mut engine,
+            "CREATE OR REPLACE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE, mem DOUBLE)
+             WITH (path = 'other.csv')",
+        )
+        .unwrap();
+        let Outcome::Explain(text) = exec(&mut engine, "EXPLAIN SELECT * FROM hotter").unwrap()
+        else {
+            panic!("explains")
+        };
+        assert!(text.contains("other.csv"), "{text}");
+        assert!(
+            !text.contains("2000 ms"),
+            "the new stream has no delay: {text}"
+        );
+        // The readers keep their order: `hotter` still reads `hot`.
+        let e = exec(&mut engine, "DROP VIEW hot")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("view 'hotter' and alert 'busy' read it"), "{e}");
+
+        // A replacement the readers cannot plan on changes nothing.
+        let e = exec(
+            &mut engine,
+            "CREATE OR REPLACE VIEW hot AS SELECT ts, host FROM m",
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(
+            e.contains("cannot replace view 'hot': view 'hotter' reads it and does not plan"),
+            "{e}"
+        );
+        assert!(e.contains("cpu"), "{e}");
+        let Outcome::Rows(listing) = exec(&mut engine, "DESCRIBE hot").unwrap() else {
+            panic!("describes")
+        };
+        assert_eq!(listing.rows.len(), 3, "{listing:?}");
+
+        // A replacement cannot read what reads it.
+        let e = exec(
+            &mut engine,
+            "CREATE OR REPLACE VIEW hot AS SELECT ts, host, cpu FROM hotter",
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(
+            e.contains("view 'hot' cannot read view 'hotter', which reads it"),
+            "{e}"
+        );
+
+        // Replacing an alert gives its new query; across kinds is refused.
+        let outcome = exec(
+            &mut engine,
+            "CREATE OR REPLACE ALERT busy AS SELECT ts, host, cpu FROM hot ALERT WHEN cpu > 99",
+        )
+        .unwrap();
+        assert!(
+            matches!(outcome, Outcome::Query(q) if q.declares_alert.as_deref() == Some("busy"))
+        );
+        let e = exec(
+            &mut engine,
+            "CREATE OR REPLACE VIEW busy AS SELECT * FROM m",
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.contains("'busy' is an alert, not a view"), "{e}");
+        // Of nothing, it is a plain CREATE.
+        exec(
+            &mut engine,
+            "CREATE OR REPLACE VIEW fresh AS SELECT host FROM m",
+        )
+        .unwrap();
+        assert!(engine.catalog().view("fresh").is_some());
+    }
+
+    #[test]
+    fn show_and_describe_list_the_catalog() {
+        let mut engine = engine();
+        exec(&mut engine, READERS).unwrap();
+        exec(
+            &mut engine,
+            "CREATE SINK out WITH (connector = 'file', path = 'o.csv')",
+        )
+        .unwrap();
+        let Outcome::Rows(streams) = exec(&mut engine, "SHOW STREAMS").unwrap() else {
+            panic!("rows")
+        };
+        assert_eq!(streams.columns, ["name", "kind", "columns", "source"]);
+        let names: Vec<[&str; 2]> = streams
+            .rows
+            .iter()
+            .map(|r| [r[0].as_str(), r[1].as_str()])
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ["m", "stream"],
+                ["hot", "view"],
+                ["hotter", "view"],
+                ["busy", "alert"]
+            ]
+        );
+        assert_eq!(streams.rows[0][2], "ts TIMESTAMP, host TEXT, cpu DOUBLE");
+        assert!(streams.rows[0][3].contains("m.csv (csv)"), "{streams:?}");
+        assert_eq!(streams.rows[2][3], "reads hot, m");
+        let Outcome::Rows(alerts) = exec(&mut engine, "SHOW ALERTS").unwrap() else {
+            panic!("rows")
+        };
+        assert_eq!(alerts.rows.len(), 1);
+        assert_eq!(alerts.rows[0][0], "busy");
+        let Outcome::Rows(sinks) = exec(&mut engine, "SHOW SINKS").unwrap() else {
+            panic!("rows")
+        };
+        assert_eq!(
+            sinks.rows,
+            [["out".to_string(), "file ./o.csv (csv)".to_string()]]
+        );
+        assert!(matches!(
+            exec(&mut engine, "SHOW QUERIES").unwrap(),
+            Outcome::ShowQueries
+        ));
+
+        let Outcome::Rows(m) = exec(&mut engine, "DESCRIBE m").unwrap() else {
+            panic!("rows")
+        };
+        assert_eq!(m.notes[1], "event time: ts, watermark delay 2 s");
+        assert_eq!(m.rows[0], ["ts", "TIMESTAMP", "event time"]);
+        let Outcome::Rows(busy) = exec(&mut engine, "DESCRIBE busy").unwrap() else {
+            panic!("rows")
+        };
+        assert_eq!(busy.notes, ["alert busy: reads hot, m"]);
+        let e = exec(&mut engine, "DESCRIBE nope")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("no stream, view, alert or invariant named 'nope'"),
+            "{e}"
+        );
     }
 }

@@ -46,12 +46,14 @@ use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use crate::connectors::{
     Format, Replay, Sink, SourceConfig, SourceLocation, SourceStats, open_sink, read_bytes,
 };
-use crate::engine::{Engine, Outcome, PreparedQuery};
+use crate::engine::{Dropped, Engine, Outcome, PreparedQuery};
 use crate::error::{Error, Result};
+use crate::plan::listing::{Listing, QUERY_COLUMNS};
 use crate::plan::{AlertNode, StreamDef};
 pub use crate::runtime::live::QueryState;
 use crate::runtime::live::{Live, QueryId, QueryInfo};
 use crate::sql::parse_script;
+use crate::sql::{ObjectKind, Statement};
 
 /// Result batches a query's handle buffers before the query waits for its
 /// reader.
@@ -65,6 +67,9 @@ pub struct Session {
     live: Live,
     base_dir: PathBuf,
     alerts: broadcast::Sender<RecordBatch>,
+    /// The query each `CREATE ALERT` started, by alert name: stopped when
+    /// the alert is dropped or replaced.
+    alert_queries: std::sync::Mutex<std::collections::HashMap<String, QueryId>>,
 }
 
 /// What one executed statement did.
@@ -75,6 +80,10 @@ pub enum Executed {
     Explain(String),
     /// A continuous query was started.
     Query(QueryHandle),
+    /// `DROP`: what was removed.
+    Dropped(Vec<Dropped>),
+    /// `SHOW` or `DESCRIBE`: rows of text.
+    Rows(Listing),
 }
 
 /// A running query: its id, result schema and results.
@@ -148,6 +157,7 @@ impl Session {
             live: Live::new(),
             base_dir: PathBuf::from("."),
             alerts: broadcast::channel(ALERT_BUFFER).0,
+            alert_queries: Default::default(),
         }
     }
 
@@ -174,19 +184,105 @@ impl Session {
         let mut done = Vec::with_capacity(statements.len());
         for statement in &statements {
             let label = statement_text(sql, statement.line);
-            done.push(match self.engine.execute(statement, &self.base_dir)? {
+            let base_dir = self.base_dir.clone();
+            done.push(match self.execute_statement(statement, &base_dir)? {
                 Outcome::Done => Executed::Done,
                 Outcome::Explain(text) => Executed::Explain(text),
                 Outcome::Query(query) => Executed::Query(self.start(*query, &label)?),
+                Outcome::Dropped(dropped) => Executed::Dropped(dropped),
+                Outcome::Rows(listing) => Executed::Rows(listing),
+                Outcome::ShowQueries => Executed::Rows(self.show_queries()),
             });
         }
         Ok(done)
+    }
+
+    /// Executes one parsed statement with the engine, and does what its
+    /// outcome asks of the running queries: a dropped alert's query stops,
+    /// and the queries reading a dropped or replaced push stream see it
+    /// end. `SHOW QUERIES` comes back as [`Outcome::Rows`]. A query is
+    /// returned, not started (see [`Session::start`]).
+    pub fn execute_statement(&mut self, statement: &Statement, base_dir: &Path) -> Result<Outcome> {
+        let replaced_push = match &statement.kind {
+            crate::sql::StatementKind::CreateStream(create) if statement.or_replace => self
+                .push_stream(&create.name)
+                .ok()
+                .map(|_| create.name.clone()),
+            _ => None,
+        };
+        let outcome = self.engine.execute(statement, base_dir)?;
+        if let Some(name) = replaced_push {
+            self.live.retire_stream(&name);
+        }
+        match outcome {
+            Outcome::Dropped(dropped) => {
+                self.dropped(&dropped);
+                Ok(Outcome::Dropped(dropped))
+            }
+            Outcome::ShowQueries => Ok(Outcome::Rows(self.show_queries())),
+            other => Ok(other),
+        }
+    }
+
+    /// Stops the queries of dropped alerts; ends dropped push streams.
+    fn dropped(&self, dropped: &[Dropped]) {
+        for entry in dropped {
+            match entry.kind {
+                ObjectKind::Alert => {
+                    let id = self.alert_queries().remove(&entry.name);
+                    if let Some(id) = id {
+                        self.live.stop(id);
+                    }
+                }
+                ObjectKind::Stream => self.live.retire_stream(&entry.name),
+                _ => {}
+            }
+        }
+    }
+
+    fn alert_queries(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, QueryId>> {
+        self.alert_queries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The running queries as rows: what `SHOW QUERIES` answers.
+    pub fn show_queries(&self) -> Listing {
+        let rows = self
+            .queries()
+            .iter()
+            .map(|q| {
+                let rows_in = q
+                    .sources
+                    .iter()
+                    .map(|(name, rows, _)| format!("{name}: {rows}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                vec![
+                    q.id.to_string(),
+                    q.rows_out.to_string(),
+                    q.late_rows.to_string(),
+                    rows_in,
+                    q.label.clone(),
+                ]
+            })
+            .collect();
+        Listing::new(&QUERY_COLUMNS, rows)
     }
 
     /// Starts a planned query; its results go to its sink if it has one,
     /// else to the returned handle. Alert queries also feed
     /// [`Session::alerts`].
     pub fn start(&self, query: PreparedQuery, label: &str) -> Result<QueryHandle> {
+        // A `CREATE ALERT` of a name that has a running query replaces it
+        // (`CREATE OR REPLACE ALERT`): the old query stops.
+        let declares = query.declares_alert.clone();
+        if let Some(name) = &declares {
+            let old = self.alert_queries().remove(name);
+            if let Some(old) = old {
+                self.live.stop(old);
+            }
+        }
         let is_alert = is_alert(&query.logical);
         let schema = query.graph.schema.clone();
         let (tx, results) = mpsc::channel(RESULT_BUFFER);
@@ -201,6 +297,9 @@ impl Session {
             });
         }
         let id = self.live.start(query.graph, sink, label)?;
+        if let Some(name) = declares {
+            self.alert_queries().insert(name, id);
+        }
         Ok(QueryHandle {
             id,
             schema,

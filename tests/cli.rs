@@ -700,3 +700,35 @@ fn an_input_naming_no_stream_is_an_error() {
     );
     assert!(out.stdout.is_empty());
 }
+
+/// In `vigil run`: SHOW and DESCRIBE print when read, a dropped alert runs
+/// no query and a replaced one only its new definition.
+#[test]
+fn run_prints_show_and_drops_alerts_before_they_start() {
+    let sql = format!(
+        "{STREAM} WITH (path = 'm.csv');
+         CREATE ALERT gone AS SELECT ts, host, cpu FROM m ALERT BY host WHEN cpu > 0;
+         DROP ALERT gone;
+         CREATE ALERT hot AS SELECT ts, host, cpu FROM m ALERT BY host WHEN cpu > 100;
+         CREATE OR REPLACE ALERT hot AS SELECT ts, host, cpu FROM m ALERT BY host WHEN cpu > 6;
+         SHOW ALERTS;
+         DESCRIBE m;
+         SHOW QUERIES;"
+    );
+    let dir = setup(&[("q.sql", &sql), ("m.csv", ROWS)]);
+    let out = vigil(dir.path(), &["run", "q.sql", "--format", "csv"], None);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("| hot  | alert |"), "{stdout}");
+    assert!(!stdout.contains("gone"), "{stdout}");
+    assert!(
+        stdout.contains("event time: ts, watermark delay 2 s"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("| rows_out |"), "{stdout}");
+    // One query ran: the replaced alert, firing for the one row over 6.
+    assert!(stderr.contains("vigil: query 1: out=1"), "{stderr}");
+    assert!(!stderr.contains("vigil: query 2"), "{stderr}");
+    assert!(stdout.contains("hot,a,firing"), "{stdout}");
+}

@@ -852,16 +852,17 @@ fn check_pack_text(name: &str, alert: &str, failures: &mut Vec<String>) {
         }
     }
     for needle in [
-        "CREATE STREAM METRICS (",
+        // OR REPLACE: the file can be read again in the shell.
+        "CREATE OR REPLACE STREAM METRICS (",
         "WATERMARK FOR TS AS TS - INTERVAL '30' SECOND",
         "PATH = '../DATA/FLEET.CSV'",
-        &format!("CREATE ALERT {} AS", alert.to_uppercase()),
+        &format!("CREATE OR REPLACE ALERT {} AS", alert.to_uppercase()),
     ] {
         if !sql.contains(needle) {
             problems.push(format!("its SQL lacks {needle:?}"));
         }
     }
-    let alerts = sql.matches("CREATE ALERT").count();
+    let alerts = sql.matches("CREATE OR REPLACE ALERT").count();
     if alerts != 1 {
         problems.push(format!("it has {alerts} CREATE ALERT statements, not 1"));
     }

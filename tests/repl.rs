@@ -124,7 +124,7 @@ fn a_session_at_the_prompt() {
     type_line(&mut repl, "SELECT v FROM p &");
     expect(&mut repl, "running in the background");
     type_line(&mut repl, ".queries");
-    expect(&mut repl, "rows out");
+    expect(&mut repl, "rows_out");
     expect(&mut repl, "FROM p");
     type_line(&mut repl, ".stop all");
     expect(&mut repl, "stopped 1 query");
@@ -400,4 +400,65 @@ fn a_piped_script_stops_at_its_first_error() {
     );
     assert_eq!(code, Some(0), "stdout: {stdout}\nstderr: {stderr}");
     assert_eq!(stdout, "x\n0.30000000000000004\n", "{stderr}");
+}
+
+/// After the README's tour (a `metrics` stream of one's own), an alert file
+/// of the pack reads, and reads again: it declares with `CREATE OR
+/// REPLACE`. Then `SHOW`, `DROP` and a new `CREATE STREAM` at the prompt.
+#[test]
+fn a_pack_file_reads_twice_then_drop_and_show() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("m.csv"), ROWS).expect("write m.csv");
+    let pack = Path::new(env!("CARGO_MANIFEST_DIR")).join("queries/pack/high_cpu_sustained.sql");
+    let history = dir.path().join("history");
+    let mut repl = start(dir.path(), &history);
+    expect(&mut repl, "vigil> ");
+    type_line(
+        &mut repl,
+        "CREATE STREAM metrics (ts TIMESTAMP, host TEXT, cpu DOUBLE, \
+         WATERMARK FOR ts AS ts - INTERVAL '2' SECOND) WITH (path = 'm.csv');",
+    );
+    expect(&mut repl, "vigil> ");
+    for id in 1..=2 {
+        type_line(&mut repl, &format!(".read {}", pack.display()));
+        let seen = expect(&mut repl, &format!("[{id}] running in the background"));
+        assert!(!seen.contains("error"), "read {id}: {seen}");
+        let seen = expect(&mut repl, &format!("[{id}] ended"));
+        assert!(!seen.contains("error"), "read {id}: {seen}");
+        assert!(seen.contains("firing"), "read {id}: {seen}");
+    }
+    type_line(&mut repl, "SHOW ALERTS;");
+    expect(&mut repl, "reads metrics");
+    type_line(&mut repl, "DROP STREAM metrics;");
+    expect(
+        &mut repl,
+        "cannot drop stream 'metrics': alert 'high_cpu_sustained' reads it",
+    );
+    type_line(&mut repl, "DROP ALERT high_cpu_sustained;");
+    expect(&mut repl, "dropped alert high_cpu_sustained");
+    type_line(&mut repl, "DROP STREAM metrics;");
+    expect(&mut repl, "dropped stream metrics");
+    type_line(
+        &mut repl,
+        "CREATE STREAM metrics (ts TIMESTAMP, host TEXT, cpu DOUBLE) WITH (path = 'm.csv');",
+    );
+    expect(&mut repl, "vigil> ");
+    type_line(&mut repl, "SHOW STREAMS;");
+    expect(&mut repl, "m.csv (csv)");
+    type_line(&mut repl, "DESCRIBE metrics;");
+    expect(&mut repl, "event time");
+    type_line(
+        &mut repl,
+        "CREATE STREAM p (ts TIMESTAMP, v DOUBLE) WITH (connector = 'push');",
+    );
+    type_line(&mut repl, "SELECT v FROM p &");
+    expect(&mut repl, "running in the background");
+    type_line(&mut repl, "SHOW QUERIES;");
+    expect(&mut repl, "rows_out");
+    expect(&mut repl, "SELECT v FROM p");
+    type_line(&mut repl, ".quit");
+    match repl.process_mut().wait() {
+        Ok(WaitStatus::Exited(_, 0)) => {}
+        other => panic!("the shell should exit 0, got {other:?}"),
+    }
 }

@@ -885,3 +885,147 @@ fn a_long_plan_does_not_stop_the_server_answering() {
 
 /// EXPLAINs in the long statement batch: enough to take seconds.
 const PLANS: usize = 1500;
+
+/// The ids of the running queries, from `GET /queries`.
+fn running_ids(server: &Server) -> Vec<u64> {
+    let listed = get(server, "/queries", Some(TOKEN)).json();
+    listed["queries"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|q| q["id"].as_u64().expect("an id"))
+        .collect()
+}
+
+#[test]
+fn drop_replace_show_and_describe_over_http() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("setup.sql"), SETUP).expect("write script");
+    let mut server = Server::start(
+        dir.path(),
+        &["--addr", "127.0.0.1:0", "--token", TOKEN, "setup.sql"],
+    );
+    let started = statements(
+        &server,
+        "CREATE ALERT hot AS SELECT ts, host, cpu FROM events ALERT BY host WHEN cpu > 90;
+         SELECT host, cpu FROM events WHERE cpu > 50;",
+    );
+    assert_eq!(started.status, 200, "{}", started.body);
+    let results = started.json()["results"].clone();
+    let alert_id = results[0]["id"].as_u64().expect("an id");
+    let query_id = results[1]["id"].as_u64().expect("an id");
+    let rows = follow(&server, &format!("/queries/{query_id}/results"));
+
+    // The alert reads the stream: dropping it alone is refused.
+    let refused = statements(&server, "DROP STREAM events;");
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused.error().contains(
+            "cannot drop stream 'events': alert 'hot' reads it (DROP STREAM events CASCADE"
+        ),
+        "{}",
+        refused.body
+    );
+
+    let shown = statements(&server, "SHOW QUERIES; SHOW STREAMS; DESCRIBE events;");
+    assert_eq!(shown.status, 200, "{}", shown.body);
+    let shown = shown.json()["results"].clone();
+    assert_eq!(shown[0]["kind"], "rows", "{shown}");
+    assert_eq!(
+        shown[0]["columns"],
+        json!(["id", "rows_out", "late_rows", "rows_in", "query"])
+    );
+    let ids: Vec<&str> = shown[0]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[0].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [alert_id.to_string(), query_id.to_string()]);
+    let streams = &shown[1]["rows"];
+    assert_eq!(
+        streams[0],
+        json!([
+            "events",
+            "stream",
+            "ts TIMESTAMP, host TEXT, cpu DOUBLE",
+            "push"
+        ]),
+        "{shown}"
+    );
+    assert_eq!(streams[1][0], "logged", "{shown}");
+    assert_eq!(
+        [&streams[2][0], &streams[2][1], &streams[2][3]],
+        ["hot", "alert", "reads events"],
+        "{shown}"
+    );
+    assert_eq!(streams.as_array().unwrap().len(), 3, "{shown}");
+    assert_eq!(
+        shown[2]["notes"],
+        json!(["stream events: push", "event time: ts, watermark delay 0 s"])
+    );
+    assert_eq!(
+        shown[2]["rows"][0],
+        json!(["ts", "TIMESTAMP", "event time"])
+    );
+
+    // Replacing the alert replaces its query.
+    let replaced = statements(
+        &server,
+        "CREATE OR REPLACE ALERT hot AS SELECT ts, host, cpu FROM events ALERT BY host WHEN cpu > 80;",
+    );
+    assert_eq!(replaced.status, 200, "{}", replaced.body);
+    let new_alert = replaced.json()["results"][0]["id"].as_u64().expect("an id");
+    assert_eq!(running_ids(&server), [query_id, new_alert]);
+
+    // Dropping the alert stops its query; the other goes on.
+    let dropped = statements(&server, "DROP ALERT hot;");
+    assert_eq!(dropped.status, 200, "{}", dropped.body);
+    assert_eq!(
+        dropped.json()["results"][0],
+        json!({"kind": "dropped", "dropped": [{"kind": "alert", "name": "hot"}]})
+    );
+    assert_eq!(running_ids(&server), [query_id]);
+
+    // The stream again, with other columns: the query on the old one sees
+    // its input end; rows of the new shape are taken.
+    let redeclared = statements(
+        &server,
+        "DROP STREAM events;
+         CREATE STREAM events (ts TIMESTAMP, host TEXT, mem DOUBLE, WATERMARK FOR ts AS ts)
+           WITH (connector = 'push');",
+    );
+    assert_eq!(redeclared.status, 200, "{}", redeclared.body);
+    assert!(ends(&rows), "the query on the dropped push stream ends");
+    assert!(running_ids(&server).is_empty());
+    let pushed = post(
+        &server,
+        "/streams/events/rows",
+        None,
+        "{\"ts\": 1000, \"host\": \"a\", \"mem\": 5}\n",
+    );
+    assert_eq!(pushed.status, 200, "{}", pushed.body);
+    assert_eq!(pushed.json()["rows"], 1);
+    let again = statements(
+        &server,
+        "CREATE STREAM events (ts TIMESTAMP) WITH (connector = 'push');",
+    );
+    assert_eq!(again.status, 400, "{}", again.body);
+    assert!(
+        again.error().contains("CREATE OR REPLACE STREAM events"),
+        "{}",
+        again.body
+    );
+    let replaced = statements(
+        &server,
+        "CREATE OR REPLACE STREAM events (ts TIMESTAMP) WITH (connector = 'push');
+         SHOW STREAMS;",
+    );
+    assert_eq!(replaced.status, 200, "{}", replaced.body);
+    assert_eq!(
+        replaced.json()["results"][1]["rows"][0],
+        json!(["events", "stream", "ts TIMESTAMP", "push"])
+    );
+    let status = server.terminate();
+    assert!(status.success(), "{status:?}; stderr:\n{}", server.stderr());
+}

@@ -35,7 +35,7 @@
 -- (since 13:26), still firing at the end of the file. The other incidents stay within eps
 -- of their group or last under 5 minutes.
 
-CREATE STREAM metrics (
+CREATE OR REPLACE STREAM metrics (
   ts      TIMESTAMP,
   host    TEXT,
   cpu     DOUBLE,
@@ -44,12 +44,12 @@ CREATE STREAM metrics (
   WATERMARK FOR ts AS ts - INTERVAL '30' SECOND
 ) WITH (path = '../data/fleet.csv');
 
-CREATE VIEW usage_per_minute AS
+CREATE OR REPLACE VIEW usage_per_minute AS
   SELECT window_start, window_end, host, avg(cpu) AS avg_cpu, avg(mem) AS avg_mem
   FROM TUMBLE(metrics, ts, INTERVAL '1' MINUTE)
   GROUP BY window_start, window_end, host;
 
-CREATE ALERT dbscan_outlier AS
+CREATE OR REPLACE ALERT dbscan_outlier AS
   SELECT window_end, host, avg_cpu, avg_mem,
          dbscan(30.0, 3, avg_cpu, avg_mem)
            OVER (PARTITION BY window_end ORDER BY host) AS cluster

@@ -24,7 +24,7 @@
 -- firing at 11:01 (since 10:51, the end of its first hot minute), resolved at 11:16.
 -- Nothing else: the batch hosts' normal ~77 % never reaches 90 for long.
 
-CREATE STREAM metrics (
+CREATE OR REPLACE STREAM metrics (
   ts      TIMESTAMP,
   host    TEXT,
   cpu     DOUBLE,
@@ -33,7 +33,7 @@ CREATE STREAM metrics (
   WATERMARK FOR ts AS ts - INTERVAL '30' SECOND
 ) WITH (path = '../data/fleet.csv');
 
-CREATE ALERT high_cpu_sustained AS
+CREATE OR REPLACE ALERT high_cpu_sustained AS
   SELECT window_end, host, avg(cpu) AS avg_cpu
   FROM TUMBLE(metrics, ts, INTERVAL '1' MINUTE)
   GROUP BY window_end, host

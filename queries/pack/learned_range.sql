@@ -31,7 +31,7 @@
 -- 12:10 to 12:35 (learned range [35, 52.4]): firing at 12:15 (since 12:11), resolved at
 -- 12:36. Every other host has a few single-minute violations, never 5 in a row.
 
-CREATE STREAM metrics (
+CREATE OR REPLACE STREAM metrics (
   ts      TIMESTAMP,
   host    TEXT,
   cpu     DOUBLE,
@@ -40,16 +40,16 @@ CREATE STREAM metrics (
   WATERMARK FOR ts AS ts - INTERVAL '30' SECOND
 ) WITH (path = '../data/fleet.csv');
 
-CREATE VIEW io_per_minute AS
+CREATE OR REPLACE VIEW io_per_minute AS
   SELECT window_start, window_end, host, avg(disk_io) AS avg_io
   FROM TUMBLE(metrics, ts, INTERVAL '1' MINUTE)
   GROUP BY window_start, window_end, host;
 
-CREATE INVARIANT io_range AS
+CREATE OR REPLACE INVARIANT io_range AS
   SELECT window_end, host, avg_io FROM io_per_minute
   LEARN RANGE OF avg_io BY host TRAIN FOR INTERVAL '2' HOUR MODE OFFLINE;
 
-CREATE ALERT disk_io_out_of_range AS
+CREATE OR REPLACE ALERT disk_io_out_of_range AS
   SELECT window_end, host, avg_io, violation, learned FROM io_range
 ALERT BY host WHEN violation FOR 5 WINDOWS
 SEVERITY 'warning'

@@ -29,7 +29,7 @@
 -- On data/fleet.csv: web-01's spike (10:20:00-10:22:30): firing at 10:21 (89.3 % against
 -- a typical 31.3 %, score 17.6), resolved at 10:24. Nothing else.
 
-CREATE STREAM metrics (
+CREATE OR REPLACE STREAM metrics (
   ts      TIMESTAMP,
   host    TEXT,
   cpu     DOUBLE,
@@ -38,12 +38,12 @@ CREATE STREAM metrics (
   WATERMARK FOR ts AS ts - INTERVAL '30' SECOND
 ) WITH (path = '../data/fleet.csv');
 
-CREATE VIEW cpu_per_minute AS
+CREATE OR REPLACE VIEW cpu_per_minute AS
   SELECT window_start, window_end, host, avg(cpu) AS avg_cpu
   FROM TUMBLE(metrics, ts, INTERVAL '1' MINUTE)
   GROUP BY window_start, window_end, host;
 
-CREATE VIEW cpu_scored AS
+CREATE OR REPLACE VIEW cpu_scored AS
   SELECT window_end, host, avg_cpu,
          median(avg_cpu) OVER recent AS typical,
          0.6745 * (avg_cpu - median(avg_cpu) OVER recent)
@@ -53,7 +53,7 @@ CREATE VIEW cpu_scored AS
   WINDOW recent AS (PARTITION BY host ORDER BY window_end
                     ROWS BETWEEN 29 PRECEDING AND CURRENT ROW);
 
-CREATE ALERT cpu_unusual_for_host AS
+CREATE OR REPLACE ALERT cpu_unusual_for_host AS
   SELECT window_end, host, avg_cpu, typical, score
   FROM cpu_scored
   WHERE minutes >= 10

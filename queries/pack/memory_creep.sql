@@ -31,7 +31,7 @@
 -- (80 %), then its process restarts: firing at 12:05 (since 11:55, growth 13.4 points),
 -- resolved at 12:35 after the restart.
 
-CREATE STREAM metrics (
+CREATE OR REPLACE STREAM metrics (
   ts      TIMESTAMP,
   host    TEXT,
   cpu     DOUBLE,
@@ -40,12 +40,12 @@ CREATE STREAM metrics (
   WATERMARK FOR ts AS ts - INTERVAL '30' SECOND
 ) WITH (path = '../data/fleet.csv');
 
-CREATE VIEW mem_per_5m AS
+CREATE OR REPLACE VIEW mem_per_5m AS
   SELECT window_start, window_end, host, avg(mem) AS avg_mem
   FROM TUMBLE(metrics, ts, INTERVAL '5' MINUTE)
   GROUP BY window_start, window_end, host;
 
-CREATE ALERT memory_creep AS
+CREATE OR REPLACE ALERT memory_creep AS
   SELECT window_end, host, avg_mem,
          avg_mem - lag(avg_mem, 6) OVER history AS growth_30m,
          avg_mem - lag(avg_mem, 1) OVER history AS growth_5m

@@ -25,7 +25,7 @@
 -- On data/fleet.csv: web-04 sends nothing from 13:00:00 to 13:15:00 (its last row is
 -- 12:59:53): firing at 13:04:53 (since 12:59:53), resolved at 13:15:03, its next row.
 
-CREATE STREAM metrics (
+CREATE OR REPLACE STREAM metrics (
   ts      TIMESTAMP,
   host    TEXT,
   cpu     DOUBLE,
@@ -34,7 +34,7 @@ CREATE STREAM metrics (
   WATERMARK FOR ts AS ts - INTERVAL '30' SECOND
 ) WITH (path = '../data/fleet.csv');
 
-CREATE ALERT no_data AS
+CREATE OR REPLACE ALERT no_data AS
   SELECT ts, host FROM metrics
 ALERT BY host WHEN ABSENT FOR INTERVAL '5' MINUTE
 SEVERITY 'critical'

@@ -35,7 +35,7 @@
 -- 11:44; 16.9 points above the median of its 6 web peers, z 6.4), resolved at 13:08. The
 -- three batch hosts are never judged (fewer than 5 peers).
 
-CREATE STREAM metrics (
+CREATE OR REPLACE STREAM metrics (
   ts      TIMESTAMP,
   host    TEXT,
   cpu     DOUBLE,
@@ -44,13 +44,13 @@ CREATE STREAM metrics (
   WATERMARK FOR ts AS ts - INTERVAL '30' SECOND
 ) WITH (path = '../data/fleet.csv');
 
-CREATE VIEW cpu_per_minute AS
+CREATE OR REPLACE VIEW cpu_per_minute AS
   SELECT window_start, window_end, host, split_part(host, '-', 1) AS tier,
          avg(cpu) AS avg_cpu
   FROM TUMBLE(metrics, ts, INTERVAL '1' MINUTE)
   GROUP BY window_start, window_end, host;
 
-CREATE ALERT peer_outlier AS
+CREATE OR REPLACE ALERT peer_outlier AS
   SELECT window_end, host, tier, avg_cpu,
          count(*) OVER peers AS peer_count,
          avg_cpu - median(avg_cpu) OVER peers AS above_peers,

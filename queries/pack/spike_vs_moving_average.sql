@@ -27,7 +27,7 @@
 -- On data/fleet.csv: web-01 jumps from ~36 % to 85-97 % from 10:20:00 to 10:22:30: firing
 -- at 10:21 (89.3 % against a baseline of 36.5 %), resolved at 10:23.
 
-CREATE STREAM metrics (
+CREATE OR REPLACE STREAM metrics (
   ts      TIMESTAMP,
   host    TEXT,
   cpu     DOUBLE,
@@ -36,12 +36,12 @@ CREATE STREAM metrics (
   WATERMARK FOR ts AS ts - INTERVAL '30' SECOND
 ) WITH (path = '../data/fleet.csv');
 
-CREATE VIEW cpu_per_minute AS
+CREATE OR REPLACE VIEW cpu_per_minute AS
   SELECT window_start, window_end, host, avg(cpu) AS avg_cpu
   FROM TUMBLE(metrics, ts, INTERVAL '1' MINUTE)
   GROUP BY window_start, window_end, host;
 
-CREATE VIEW cpu_vs_recent AS
+CREATE OR REPLACE VIEW cpu_vs_recent AS
   SELECT window_end, host, avg_cpu,
          (sum(avg_cpu) OVER last6 - avg_cpu) / 5 AS baseline,
          count(avg_cpu) OVER last6 AS minutes
@@ -49,7 +49,7 @@ CREATE VIEW cpu_vs_recent AS
   WINDOW last6 AS (PARTITION BY host ORDER BY window_end
                    ROWS BETWEEN 5 PRECEDING AND CURRENT ROW);
 
-CREATE ALERT cpu_spike AS
+CREATE OR REPLACE ALERT cpu_spike AS
   SELECT window_end, host, avg_cpu, baseline
   FROM cpu_vs_recent
   WHERE minutes = 6

@@ -17,6 +17,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::connectors::{OutputFormat, Sink, SinkTarget, make_labelled_sink, make_sink, open_sink};
 use crate::engine::{Engine, Outcome, PreparedQuery, drop_routed_alerts, script_dir};
 use crate::error::{Error, Result};
+use crate::plan::listing::{Listing, QUERY_COLUMNS, listing_text};
 use crate::planner::ExecutionMode;
 use crate::runtime::{self, RunReport, RunnableQuery};
 use crate::sql::parse_script;
@@ -417,11 +418,35 @@ fn load_script(
                 let _ = writeln!(std::io::stdout(), "{text}");
             }
             Outcome::Query(query) => {
+                // `CREATE OR REPLACE ALERT`: the new alert takes the
+                // place of the old one's query.
+                if let Some(name) = &query.declares_alert {
+                    queries.retain(|q: &PreparedQuery| q.declares_alert.as_ref() != Some(name));
+                }
                 let place = format!("{name}:{}:{}", statement.line, statement.column);
                 sinks
                     .add(&query, place)
                     .map_err(|e| Error::Plan(format!("{name}:{}: {e}", statement.line)))?;
-                queries.push(*query);
+                queries.push(*query)
+            }
+            Outcome::Dropped(dropped) => {
+                // A dropped alert runs no query; the other queries were
+                // planned before the drop and keep their plans.
+                queries.retain(|q| {
+                    !dropped.iter().any(|d| {
+                        d.kind == crate::sql::ObjectKind::Alert
+                            && q.declares_alert.as_ref() == Some(&d.name)
+                    })
+                });
+            }
+            Outcome::Rows(listing) => {
+                let _ = write!(std::io::stdout(), "{}", listing_text(&listing));
+            }
+            Outcome::ShowQueries => {
+                // The queries start once every script has been read: none
+                // is running yet.
+                let none = Listing::new(&QUERY_COLUMNS, Vec::new());
+                let _ = write!(std::io::stdout(), "{}", listing_text(&none));
             }
         }
     }

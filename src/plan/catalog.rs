@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::logical_expr::{LogicalPlan, TableSource};
 use datafusion::sql::sqlparser::ast::DataType as SqlType;
 
@@ -121,17 +122,99 @@ impl Catalog {
         Ok(())
     }
 
+    /// The declared streams, then the built-in ones that no declared
+    /// stream or view hides.
+    pub fn all_streams(&self) -> impl Iterator<Item = &Arc<StreamDef>> {
+        let builtin = BUILTIN_STREAMS
+            .iter()
+            .filter(|(name, _)| {
+                !self.streams.contains_key(*name) && !self.views.contains_key(*name)
+            })
+            .filter_map(|(name, _)| builtin_stream(name));
+        self.streams.values().chain(builtin)
+    }
+
+    /// True for a built-in stream (not a declared one of the same name).
+    pub fn is_builtin(stream: &Arc<StreamDef>) -> bool {
+        builtin_stream(&stream.name).is_some_and(|b| Arc::ptr_eq(b, stream))
+    }
+
+    /// True if `name` is a stream declared in this catalog (not a
+    /// built-in one).
+    pub fn has_stream(&self, name: &str) -> bool {
+        self.streams.contains_key(name)
+    }
+
+    /// Removes a declared stream; false if there is none of that name.
+    /// Queries planned on it keep their own copy of its definition.
+    pub fn remove_stream(&mut self, name: &str) -> bool {
+        self.streams.remove(name).is_some()
+    }
+
+    /// Removes a view (or an alert or invariant, which are kept as views);
+    /// false if there is none of that name.
+    pub fn remove_view(&mut self, name: &str) -> bool {
+        self.views.remove(name).is_some()
+    }
+
+    /// Removes a sink; false if there is none of that name.
+    pub fn remove_sink(&mut self, name: &str) -> bool {
+        self.sinks.remove(name).is_some()
+    }
+
+    /// The declared streams and views that `plan` reads, directly or
+    /// through a view, sorted. Views are inlined where they are read (as
+    /// the view's plan under an alias of its name), so a view counts where
+    /// such an alias holds exactly its plan; a `late(stream)` read counts
+    /// as reading `stream`.
+    pub fn reads(&self, plan: &LogicalPlan) -> Vec<String> {
+        let mut names = Vec::new();
+        let _ = plan.apply_with_subqueries(|node| {
+            match node {
+                LogicalPlan::TableScan(scan) => {
+                    if let Some(stream) = scan.source.as_ref().downcast_ref::<StreamSource>() {
+                        let def = &stream.def;
+                        names.push(def.late_of.clone().unwrap_or_else(|| def.name.clone()));
+                    }
+                }
+                LogicalPlan::SubqueryAlias(alias) => {
+                    let name = alias.alias.table();
+                    if let Some(view) = self.views.get(name)
+                        && inlines(&alias.input, &view.plan)
+                    {
+                        names.push(name.to_string());
+                    }
+                }
+                _ => {}
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        names.retain(|n| self.streams.contains_key(n) || self.views.contains_key(n));
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// Adds a sink from its statement.
     pub fn add_sink(&mut self, create: &CreateSink, base_dir: &Path) -> Result<()> {
         if self.sinks.contains_key(&create.name) {
             return Err(Error::Plan(format!(
-                "sink '{}' already exists",
-                create.name
+                "sink '{name}' already exists (CREATE OR REPLACE SINK {name} replaces it, DROP SINK {name} removes it)",
+                name = create.name
             )));
         }
         let config = SinkConfig::from_options(&create.name, &create.options, base_dir)?;
         self.sinks.insert(create.name.clone(), config);
         Ok(())
+    }
+}
+
+/// True if `input` is `plan`, or a projection of it (how DataFusion
+/// inlines a view read with a projection).
+fn inlines(input: &LogicalPlan, plan: &LogicalPlan) -> bool {
+    match input {
+        LogicalPlan::Projection(projection) if *projection.input.as_ref() == *plan => true,
+        other => other == plan,
     }
 }
 
@@ -421,5 +504,42 @@ mod tests {
                 && e.contains("mem_used_bytes BIGINT"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn reads_names_streams_and_views_but_not_aliases() {
+        let mut engine = Engine::new();
+        run(
+            &mut engine,
+            "CREATE STREAM m (ts TIMESTAMP, cpu DOUBLE) WITH (path = 'm.csv');
+             CREATE VIEW hot AS SELECT ts, cpu FROM m WHERE cpu > 1;",
+        )
+        .unwrap();
+        let catalog = engine.catalog();
+        let planner = crate::plan::SqlPlanner::new();
+        let reads = |sql: &str| {
+            let statement = parse_script(sql).unwrap().remove(0);
+            let crate::sql::StatementKind::Query { query, .. } = statement.kind else {
+                panic!("not a query")
+            };
+            catalog.reads(&planner.plan_raw(catalog, &query).unwrap())
+        };
+        assert_eq!(reads("SELECT * FROM hot"), ["hot", "m"]);
+        assert_eq!(
+            reads(
+                "SELECT window_end, count(*) FROM TUMBLE(hot, ts, INTERVAL '1' SECOND) GROUP BY window_end"
+            ),
+            ["hot", "m"]
+        );
+        // An alias named like the view is not the view.
+        assert_eq!(reads("SELECT * FROM m AS hot"), ["m"]);
+        assert_eq!(reads("SELECT * FROM late(m)"), ["m"]);
+        assert!(reads("SELECT * FROM host_metrics").is_empty());
+
+        let mut catalog = catalog.clone();
+        assert!(catalog.remove_view("hot") && !catalog.remove_view("hot"));
+        assert!(catalog.remove_stream("m") && !catalog.has_stream("m"));
+        assert!(!catalog.remove_stream("host_metrics"));
+        assert!(catalog.stream("host_metrics").is_some());
     }
 }

@@ -12,6 +12,7 @@ pub mod catalog;
 pub mod emit_node;
 mod invariant;
 pub mod invariant_node;
+pub mod listing;
 mod relation;
 pub mod watermark_node;
 pub mod window_node;

@@ -3,21 +3,15 @@
 //! habit: `\q`, `\d`, `\d NAME`, `\i FILE`, `\?`, `\h`.
 
 use std::path::Path;
-use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, StringArray};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::pretty::pretty_format_batches;
-use datafusion::logical_expr::{LogicalPlan, TableSource};
 
 use super::helper::{Completeness, completeness, split_background};
 use super::{Flow, Repl};
-use crate::connectors::{
-    Format, OutputFormat, SinkConfig, SinkTarget, SourceLocation, parse_output_format,
-};
-use crate::plan::catalog::{BUILTIN_STREAMS, builtin_stream};
-use crate::plan::{AlertNode, Catalog, InvariantNode, StreamDef, ViewSource};
+use crate::connectors::{OutputFormat, parse_output_format};
+use crate::engine::Dropped;
+use crate::plan::listing::Listing;
+use crate::sql::Show;
 
 const HELP: &str = "\
 Statements end with ';' and may span lines. A query runs in the foreground,
@@ -38,7 +32,9 @@ it; end it with '&' instead of ';' to run it in the background.
   .quit, .exit             leave (so do Ctrl-D and Ctrl-C twice)
 
 psql's \\q, \\d, \\d NAME, \\i FILE and \\? do the same as .quit, .streams,
-.describe NAME, .read FILE and .help.
+.describe NAME, .read FILE and .help. The listings are SQL statements too:
+SHOW STREAMS|VIEWS|ALERTS|SINKS|QUERIES and DESCRIBE NAME; DROP and
+CREATE OR REPLACE undo and redo a declaration.
 ";
 
 impl Repl {
@@ -85,33 +81,12 @@ impl Repl {
     }
 
     fn list_streams(&self) {
-        let catalog = self.session.engine().catalog();
-        let mut rows: Vec<[String; 4]> = all_streams(catalog)
-            .map(|s| {
-                let mut from = source(s);
-                if is_builtin(s) {
-                    from.push_str(" (built in)");
-                }
-                [s.name.clone(), "stream".into(), columns(&s.schema), from]
-            })
-            .collect();
-        rows.extend(catalog.views().map(|(name, view)| {
-            [
-                name.to_string(),
-                view_kind(view).into(),
-                columns(&view.schema()),
-                String::new(),
-            ]
-        }));
-        rows.extend(catalog.sinks().map(|sink| {
-            [
-                sink.name.clone(),
-                "sink".into(),
-                String::new(),
-                sink_target(sink),
-            ]
-        }));
-        print_table(&["name", "kind", "columns", "source"], &rows);
+        let listing = self.session.engine().show(Show::Streams);
+        if listing.rows.is_empty() {
+            outln!("no streams or views yet (CREATE STREAM declares one)");
+            return;
+        }
+        print_table(&listing);
     }
 
     fn describe(&self, name: &str) {
@@ -120,72 +95,41 @@ impl Repl {
             return;
         }
         let name = name.trim_end_matches(';');
-        let catalog = self.session.engine().catalog();
         let key = if name.starts_with('"') {
             name.trim_matches('"').to_string()
         } else {
             name.to_lowercase()
         };
-        // A stream or view hides a built-in stream of the same name.
-        if let Some(view) = catalog.view(&key) {
-            outln!("{} {key}", view_kind(view));
-            describe_columns(&view.schema(), None);
-        } else if let Some(stream) = catalog.stream(&key) {
-            outln!("stream {}: {}", stream.name, source(stream));
-            if let Some(i) = stream.event_time {
-                let mut timing = format!(
-                    "event time: {}, watermark delay {}",
-                    stream.schema.field(i).name(),
-                    duration(stream.delay_ms)
-                );
-                if stream.lateness_ms > 0 {
-                    timing.push_str(&format!(
-                        ", allowed lateness {}",
-                        duration(stream.lateness_ms)
-                    ));
-                }
-                if let Some(idle) = stream.idle_timeout {
-                    timing.push_str(&format!(
-                        ", idle timeout {}",
-                        duration(idle.as_millis() as i64)
-                    ));
-                }
-                outln!("{timing}");
-            }
-            describe_columns(&stream.schema, stream.event_time);
-        } else if let Some(sink) = catalog.sink(&key) {
-            outln!("sink {key}: {}", sink_target(sink));
-        } else {
-            self.fail(format_args!(
-                "no stream, view, alert or sink named '{key}' (.streams lists them)"
-            ));
+        match self.session.engine().describe(&key) {
+            Ok(listing) => print_table(&listing),
+            Err(e) => self.fail(e),
         }
     }
 
     fn list_queries(&self) {
-        let queries = self.session.queries();
-        if queries.is_empty() {
+        let listing = self.session.show_queries();
+        if listing.rows.is_empty() {
             outln!("no queries running");
             return;
         }
-        let rows: Vec<[String; 4]> = queries
-            .iter()
-            .map(|q| {
-                let rows_in = q
-                    .sources
-                    .iter()
-                    .map(|(name, rows, _)| format!("{name}: {rows}"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                [
-                    q.id.to_string(),
-                    q.rows_out.to_string(),
-                    rows_in,
-                    q.label.clone(),
-                ]
-            })
-            .collect();
-        print_table(&["id", "rows out", "rows in", "query"], &rows);
+        print_table(&listing);
+    }
+
+    /// Prints the rows of `SHOW` or `DESCRIBE` in the output format of
+    /// query results.
+    pub(super) fn print_rows(&self, listing: &Listing) {
+        for note in &listing.notes {
+            outln!("{note}");
+        }
+        let text = listing.to_batch().and_then(|batch| {
+            let mut renderer = super::output::Renderer::new(self.format, usize::MAX);
+            let text = renderer.push(&batch)?;
+            Ok(text + &renderer.finish())
+        });
+        match text {
+            Ok(text) => out!("{text}"),
+            Err(e) => self.fail(e),
+        }
     }
 
     fn stop(&self, arg: &str) {
@@ -247,50 +191,6 @@ impl Repl {
     }
 }
 
-/// The declared streams, then the built-in ones that no stream or view
-/// hides.
-pub(super) fn all_streams(catalog: &Catalog) -> impl Iterator<Item = &Arc<StreamDef>> {
-    let builtin = BUILTIN_STREAMS
-        .iter()
-        .filter(|(name, _)| catalog.view(name).is_none())
-        .filter_map(|(name, _)| catalog.stream(name))
-        .filter(|s| is_builtin(s));
-    catalog.streams().chain(builtin)
-}
-
-/// True for a built-in stream (not a declared one of the same name).
-fn is_builtin(stream: &Arc<StreamDef>) -> bool {
-    builtin_stream(&stream.name).is_some_and(|b| Arc::ptr_eq(b, stream))
-}
-
-/// What a view is: an alert (`CREATE ALERT`), an invariant, or a view.
-fn view_kind(view: &ViewSource) -> &'static str {
-    match view.get_logical_plan().as_deref() {
-        Some(LogicalPlan::Extension(ext)) if ext.node.as_any().is::<AlertNode>() => "alert",
-        Some(LogicalPlan::Extension(ext)) if ext.node.as_any().is::<InvariantNode>() => "invariant",
-        _ => "view",
-    }
-}
-
-/// Where a sink writes, in a few words. A webhook shows its address
-/// without the query string or credentials, which may hold secrets.
-fn sink_target(sink: &SinkConfig) -> String {
-    let format = format_name(sink.format);
-    match &sink.target {
-        SinkTarget::Stdout => format!("stdout ({format})"),
-        SinkTarget::File(path) => format!("file {} ({format})", path.display()),
-        SinkTarget::Webhook(hook) => match url::Url::parse(&hook.url) {
-            Ok(url) => format!(
-                "webhook {}://{}{}",
-                url.scheme(),
-                url.host_str().unwrap_or(""),
-                url.path()
-            ),
-            Err(_) => "webhook".into(),
-        },
-    }
-}
-
 fn format_name(format: OutputFormat) -> &'static str {
     match format {
         OutputFormat::Table => "table",
@@ -299,82 +199,27 @@ fn format_name(format: OutputFormat) -> &'static str {
     }
 }
 
-/// A column type as SQL names it in `CREATE STREAM`.
-fn sql_type(data_type: &DataType) -> String {
-    match data_type {
-        DataType::Timestamp(TimeUnit::Millisecond, None) => "TIMESTAMP".into(),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "TEXT".into(),
-        DataType::Float64 => "DOUBLE".into(),
-        DataType::Int64 => "BIGINT".into(),
-        DataType::Boolean => "BOOLEAN".into(),
-        other => other.to_string(),
+/// What `DROP` did, in a line.
+pub(super) fn dropped_text(dropped: &[Dropped]) -> String {
+    if dropped.is_empty() {
+        return "nothing to drop".into();
     }
-}
-
-fn columns(schema: &SchemaRef) -> String {
-    schema
-        .fields()
+    let names: Vec<String> = dropped
         .iter()
-        .map(|f| format!("{} {}", f.name(), sql_type(f.data_type())))
-        .collect::<Vec<_>>()
-        .join(", ")
+        .map(|d| format!("{} {}", d.kind, d.name))
+        .collect();
+    format!("dropped {}", names.join(", "))
 }
 
-/// Where a stream's rows come from, in a few words.
-fn source(stream: &StreamDef) -> String {
-    let format = match stream.source.format {
-        Format::Csv => "csv",
-        Format::Jsonl => "jsonl",
-    };
-    match &stream.source.location {
-        SourceLocation::File(path) => format!("file {} ({format})", path.display()),
-        SourceLocation::Stdin => format!("stdin ({format})"),
-        SourceLocation::Push => "push".into(),
-        SourceLocation::Host { interval, .. } => {
-            format!("this host, every {} ms", interval.as_millis())
-        }
-        SourceLocation::Demo { speed, .. } => format!("demo replay, {speed} rows/s"),
+/// Prints a listing as a table like the query results, after its notes.
+fn print_table(listing: &Listing) {
+    for note in &listing.notes {
+        outln!("{note}");
     }
-}
-
-fn duration(ms: i64) -> String {
-    if ms % 1000 == 0 {
-        format!("{} s", ms / 1000)
-    } else {
-        format!("{ms} ms")
-    }
-}
-
-fn describe_columns(schema: &SchemaRef, event_time: Option<usize>) {
-    let rows: Vec<[String; 3]> = schema
-        .fields()
-        .iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let note = if Some(i) == event_time {
-                "event time"
-            } else {
-                ""
-            };
-            [f.name().clone(), sql_type(f.data_type()), note.to_string()]
-        })
-        .collect();
-    print_table(&["column", "type", "note"], &rows);
-}
-
-/// Prints rows of text as a table like the query results.
-fn print_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) {
-    let fields: Vec<Field> = header
-        .iter()
-        .map(|name| Field::new(*name, DataType::Utf8, false))
-        .collect();
-    let columns: Vec<ArrayRef> = (0..N)
-        .map(|i| Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r[i]))) as ArrayRef)
-        .collect();
-    let table = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
-        .map_err(crate::error::Error::from)
-        .and_then(|batch| Ok(pretty_format_batches(&[batch])?));
-    match table {
+    match listing
+        .to_batch()
+        .and_then(|batch| Ok(pretty_format_batches(&[batch])?))
+    {
         Ok(table) => outln!("{table}"),
         Err(e) => errln!("error: {e}"),
     }

@@ -260,6 +260,19 @@ pub const KEYWORDS: &[&str] = &[
     "WHERE",
     "WINDOW",
     "WITH",
+    // DROP, CREATE OR REPLACE, SHOW and DESCRIBE.
+    "ALERTS",
+    "CASCADE",
+    "DESCRIBE",
+    "DROP",
+    "EXISTS",
+    "IF",
+    "QUERIES",
+    "REPLACE",
+    "SHOW",
+    "SINKS",
+    "STREAMS",
+    "VIEWS",
 ];
 
 /// The dot commands, for completion.

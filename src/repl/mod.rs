@@ -264,7 +264,7 @@ impl Repl {
         let catalog = self.session.engine().catalog();
         let mut relations = Vec::new();
         let mut columns = Vec::new();
-        for stream in commands::all_streams(catalog) {
+        for stream in catalog.all_streams() {
             relations.push(stream.name.clone());
             columns.extend(stream.schema.fields().iter().map(|f| f.name().clone()));
         }
@@ -332,10 +332,22 @@ impl Repl {
         sql: &str,
         base_dir: &Path,
     ) -> Result<Option<Started>> {
-        let query = match self.session.engine_mut().execute(statement, base_dir)? {
+        let query = match self.session.execute_statement(statement, base_dir)? {
             Outcome::Done => return Ok(None),
             Outcome::Explain(text) => {
                 outln!("{text}");
+                return Ok(None);
+            }
+            Outcome::Dropped(dropped) => {
+                outln!("{}", commands::dropped_text(&dropped));
+                return Ok(None);
+            }
+            Outcome::Rows(listing) => {
+                self.print_rows(&listing);
+                return Ok(None);
+            }
+            Outcome::ShowQueries => {
+                self.print_rows(&self.session.show_queries());
                 return Ok(None);
             }
             Outcome::Query(query) => query,

@@ -311,6 +311,22 @@ impl Live {
         }
     }
 
+    /// Forgets push stream `stream` (it was dropped or replaced): the
+    /// queries reading it see the end of its input, and a stream declared
+    /// later under the same name starts with a hub of its own. Must be
+    /// called within a tokio runtime: the end is sent by a task, as a busy
+    /// query may not take it at once.
+    pub fn retire_stream(&self, stream: &str) {
+        let Some(hub) = self.lock().hubs.remove(stream) else {
+            return;
+        };
+        tokio::spawn(async move {
+            for subscriber in hub.subscribers {
+                let _ = subscriber.tx.send(Message::Watermark(END_OF_INPUT)).await;
+            }
+        });
+    }
+
     /// The running queries.
     pub fn queries(&self) -> Vec<QueryInfo> {
         let mut queries = self.all_queries();

@@ -43,8 +43,9 @@ use tokio::sync::{RwLock, watch};
 
 use feed::{End, Feed};
 
-use crate::engine::{Outcome, script_dir};
+use crate::engine::{Dropped, Outcome, script_dir};
 use crate::error::{Error, Result};
+use crate::plan::listing::{Listing, listing_text};
 use crate::runtime::live::QueryId;
 use crate::session::{QueryHandle, Session};
 use crate::sql::{Statement, StatementKind, parse_script, render_error};
@@ -222,6 +223,10 @@ pub enum StatementResult {
         /// True for an alert.
         alert: bool,
     },
+    /// `DROP`: what was removed.
+    Dropped(Vec<Dropped>),
+    /// `SHOW` or `DESCRIBE`: rows of text.
+    Rows(Listing),
 }
 
 impl StatementResult {
@@ -243,6 +248,19 @@ impl StatementResult {
                     .map(|(name, ty)| json!({"name": name, "type": ty}))
                     .collect::<Vec<_>>(),
                 "alert": alert,
+            }),
+            StatementResult::Dropped(dropped) => json!({
+                "kind": "dropped",
+                "dropped": dropped
+                    .iter()
+                    .map(|d| json!({"kind": d.kind.noun(), "name": d.name}))
+                    .collect::<Vec<_>>(),
+            }),
+            StatementResult::Rows(listing) => json!({
+                "kind": "rows",
+                "notes": listing.notes,
+                "columns": listing.columns,
+                "rows": listing.rows,
             }),
         }
     }
@@ -349,13 +367,16 @@ impl AppState {
                     done,
                 });
             }
-            let outcome = match session.engine_mut().execute(statement, base_dir) {
+            let outcome = match session.execute_statement(statement, base_dir) {
                 Ok(outcome) => outcome,
                 Err(e) => return Err(invalid(locate_error(sql, statement, &e), done)),
             };
             done.push(match outcome {
                 Outcome::Done => StatementResult::Done,
                 Outcome::Explain(text) => StatementResult::Explain(text),
+                Outcome::Dropped(dropped) => StatementResult::Dropped(dropped),
+                Outcome::Rows(listing) => StatementResult::Rows(listing),
+                Outcome::ShowQueries => StatementResult::Rows(session.show_queries()),
                 Outcome::Query(query) => {
                     let label = statement_label(sql, statement);
                     let handle = match session.start(*query, &label) {
@@ -393,7 +414,8 @@ impl AppState {
                     eprintln!("vigil: {name}: query {id}: {label}");
                 }
                 StatementResult::Explain(text) => println!("{text}"),
-                StatementResult::Done => {}
+                StatementResult::Rows(listing) => print!("{}", listing_text(&listing)),
+                StatementResult::Done | StatementResult::Dropped(_) => {}
             }
         }
         Ok(())

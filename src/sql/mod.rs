@@ -34,6 +34,78 @@ pub struct Statement {
     pub line: u64,
     /// 1-based column of its first token.
     pub column: u64,
+    /// `CREATE OR REPLACE`: the declaration replaces one of the same name
+    /// and kind, if there is one.
+    pub or_replace: bool,
+}
+
+/// The kinds of named entries that `DROP` and `CREATE OR REPLACE` act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ObjectKind {
+    /// `CREATE STREAM`.
+    Stream,
+    /// `CREATE VIEW`.
+    View,
+    /// `CREATE SINK`.
+    Sink,
+    /// `CREATE ALERT`.
+    Alert,
+    /// `CREATE INVARIANT`.
+    Invariant,
+}
+
+impl ObjectKind {
+    /// Every kind, with the keyword that names it in SQL.
+    pub const ALL: [(ObjectKind, &'static str); 5] = [
+        (ObjectKind::Stream, "STREAM"),
+        (ObjectKind::View, "VIEW"),
+        (ObjectKind::Sink, "SINK"),
+        (ObjectKind::Alert, "ALERT"),
+        (ObjectKind::Invariant, "INVARIANT"),
+    ];
+
+    /// The SQL keyword: `STREAM`, `VIEW`, ...
+    pub fn keyword(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(kind, _)| *kind == self)
+            .map_or("", |(_, word)| word)
+    }
+
+    /// The word for messages: `stream`, `view`, ...
+    pub fn noun(self) -> String {
+        self.keyword().to_ascii_lowercase()
+    }
+
+    /// The word with its article: `a stream`, `an alert`.
+    pub fn a(self) -> String {
+        match self {
+            ObjectKind::Alert | ObjectKind::Invariant => format!("an {self}"),
+            _ => format!("a {self}"),
+        }
+    }
+}
+
+impl std::fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.noun())
+    }
+}
+
+/// What `SHOW` lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Show {
+    /// `SHOW STREAMS`: the declared streams, views, alerts and invariants
+    /// (everything a query can read by name).
+    Streams,
+    /// `SHOW VIEWS`.
+    Views,
+    /// `SHOW ALERTS`.
+    Alerts,
+    /// `SHOW SINKS`.
+    Sinks,
+    /// `SHOW QUERIES`: the running queries.
+    Queries,
 }
 
 /// The statements vigil understands.
@@ -92,6 +164,25 @@ pub enum StatementKind {
         query: Box<Query>,
         /// The `LEARN` clause (always present once parsed).
         clause: Option<Box<InvariantClause>>,
+    },
+    /// `DROP STREAM|VIEW|SINK|ALERT|INVARIANT [IF EXISTS] name [CASCADE]`.
+    Drop {
+        /// What kind of entry is dropped.
+        kind: ObjectKind,
+        /// Its name.
+        name: String,
+        /// `IF EXISTS`: a missing entry is not an error.
+        if_exists: bool,
+        /// `CASCADE`: the views, alerts and invariants that read the entry
+        /// are dropped too (without it, they make the statement fail).
+        cascade: bool,
+    },
+    /// `SHOW STREAMS|VIEWS|ALERTS|SINKS|QUERIES`.
+    Show(Show),
+    /// `DESCRIBE name`: the columns of a stream, view, alert or invariant.
+    Describe {
+        /// The name described.
+        name: String,
     },
     /// `SET name = value`: a setting for the statements that follow.
     Set {
@@ -188,6 +279,20 @@ fn parse_statement(sql: &str, chunk: Vec<TokenWithSpan>) -> Result<Option<Statem
     }
     let start = start.span.start;
     let (line, column) = (start.line, start.column);
+    let (chunk, or_replace) = strip_or_replace(chunk);
+    if or_replace && let Some(what) = chunk.iter().filter(|t| !is_blank(&t.token)).nth(1) {
+        let declares = |t: &Token| {
+            matches!(t, Token::Word(w)
+                if ObjectKind::ALL.iter().any(|(_, word)| is_word(w, word)))
+        };
+        if !declares(&what.token) {
+            return Err(Error::Parse(render_error(
+                sql,
+                "OR REPLACE belongs to CREATE STREAM, VIEW, SINK, ALERT or INVARIANT",
+                what.span.start,
+            )));
+        }
+    }
     // The EMIT and ALERT clauses are vigil's, and sqlparser would read
     // `EMIT` or `ALERT` as a table alias: parse them apart from the
     // statement they end.
@@ -221,7 +326,53 @@ fn parse_statement(sql: &str, chunk: Vec<TokenWithSpan>) -> Result<Option<Statem
             start,
         )));
     }
-    Ok(Some(Statement { kind, line, column }))
+    Ok(Some(Statement {
+        kind,
+        line,
+        column,
+        or_replace,
+    }))
+}
+
+/// The kind and name of the entry a `CREATE` statement declares; `None`
+/// for the other statements.
+pub fn declared_name(kind: &StatementKind) -> Option<(ObjectKind, &str)> {
+    Some(match kind {
+        StatementKind::CreateStream(create) => (ObjectKind::Stream, create.name.as_str()),
+        StatementKind::CreateSink(create) => (ObjectKind::Sink, create.name.as_str()),
+        StatementKind::CreateView { name, .. } => (ObjectKind::View, name.as_str()),
+        StatementKind::CreateAlert { name, .. } => (ObjectKind::Alert, name.as_str()),
+        StatementKind::CreateInvariant { name, .. } => (ObjectKind::Invariant, name.as_str()),
+        _ => return None,
+    })
+}
+
+/// Takes `OR REPLACE` out of a statement that starts `CREATE OR REPLACE`,
+/// so that the rest parses like a plain `CREATE`; true if it was there.
+fn strip_or_replace(chunk: Vec<TokenWithSpan>) -> (Vec<TokenWithSpan>, bool) {
+    let words: Vec<usize> = chunk
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !is_blank(&t.token))
+        .map(|(i, _)| i)
+        .take(3)
+        .collect();
+    let is = |k: usize, text: &str| {
+        words
+            .get(k)
+            .is_some_and(|&i| matches!(&chunk[i].token, Token::Word(w) if is_word(w, text)))
+    };
+    if !(is(0, "CREATE") && is(1, "OR") && is(2, "REPLACE")) {
+        return (chunk, false);
+    }
+    let (or, replace) = (words[1], words[2]);
+    let kept = chunk
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| *i != or && *i != replace)
+        .map(|(_, t)| t)
+        .collect();
+    (kept, true)
 }
 
 fn is_blank(token: &Token) -> bool {
@@ -387,6 +538,19 @@ impl<'a> ScriptParser<'a> {
         if self.peek_words(&["SET"]) {
             self.parser.next_token();
             return self.parse_set();
+        }
+        if self.peek_words(&["DROP"]) {
+            self.parser.next_token();
+            return self.parse_drop();
+        }
+        if self.peek_words(&["SHOW"]) {
+            self.parser.next_token();
+            return self.parse_show();
+        }
+        if self.peek_words(&["DESCRIBE"]) || self.peek_words(&["DESC"]) {
+            self.parser.next_token();
+            let name = self.parse_name()?;
+            return Ok(StatementKind::Describe { name });
         }
         if self.peek_words(&["CREATE", "INVARIANT"]) {
             self.parser.next_token();
@@ -566,6 +730,54 @@ impl<'a> ScriptParser<'a> {
             return Err(self.unexpected("WITH (connector = ...)"));
         }
         Ok(CreateSink { name, options })
+    }
+
+    /// After `DROP`: `kind [IF EXISTS] name [CASCADE | RESTRICT]`.
+    fn parse_drop(&mut self) -> Result<StatementKind> {
+        let Some(kind) = ObjectKind::ALL
+            .iter()
+            .find(|(_, word)| self.peek_words(&[word]))
+            .map(|(kind, _)| *kind)
+        else {
+            return Err(self.unexpected("STREAM, VIEW, SINK, ALERT or INVARIANT"));
+        };
+        self.parser.next_token();
+        let if_exists = self.peek_words(&["IF", "EXISTS"]);
+        if if_exists {
+            self.parser.next_token();
+            self.parser.next_token();
+        }
+        let name = self.parse_name()?;
+        let cascade = self.peek_words(&["CASCADE"]);
+        if cascade || self.peek_words(&["RESTRICT"]) {
+            self.parser.next_token();
+        }
+        Ok(StatementKind::Drop {
+            kind,
+            name,
+            if_exists,
+            cascade,
+        })
+    }
+
+    /// After `SHOW`: what to list.
+    fn parse_show(&mut self) -> Result<StatementKind> {
+        const WHAT: [(&str, Show); 5] = [
+            ("STREAMS", Show::Streams),
+            ("VIEWS", Show::Views),
+            ("ALERTS", Show::Alerts),
+            ("SINKS", Show::Sinks),
+            ("QUERIES", Show::Queries),
+        ];
+        let Some(show) = WHAT
+            .iter()
+            .find(|(word, _)| self.peek_words(&[word]))
+            .map(|(_, show)| *show)
+        else {
+            return Err(self.unexpected("STREAMS, VIEWS, ALERTS, SINKS or QUERIES"));
+        };
+        self.parser.next_token();
+        Ok(StatementKind::Show(show))
     }
 
     fn parse_set(&mut self) -> Result<StatementKind> {

@@ -85,8 +85,8 @@ fn errors_carry_line_column_and_caret() {
 
 #[test]
 fn unsupported_statements_are_named() {
-    let e = error("DROP TABLE x;");
-    assert!(e.contains("unsupported statement: DROP TABLE x"), "{e}");
+    let e = error("CREATE TABLE x (a INT);");
+    assert!(e.contains("unsupported statement: CREATE TABLE x"), "{e}");
 }
 
 #[test]
@@ -204,4 +204,72 @@ fn bad_alert_clauses() {
     assert!(e.contains("ALERT belongs to a query"), "{e}");
     // A column named `alert` is still SQL's.
     assert!(parse_script("SELECT alert FROM m;").is_ok());
+}
+
+#[test]
+fn drop_show_and_describe() {
+    assert_eq!(
+        one("DROP STREAM Metrics;"),
+        StatementKind::Drop {
+            kind: ObjectKind::Stream,
+            name: "metrics".into(),
+            if_exists: false,
+            cascade: false
+        }
+    );
+    assert_eq!(
+        one("drop alert if exists hot cascade"),
+        StatementKind::Drop {
+            kind: ObjectKind::Alert,
+            name: "hot".into(),
+            if_exists: true,
+            cascade: true
+        }
+    );
+    for (sql, kind) in [
+        ("DROP VIEW v RESTRICT", ObjectKind::View),
+        ("DROP SINK s", ObjectKind::Sink),
+        ("DROP INVARIANT i", ObjectKind::Invariant),
+    ] {
+        let StatementKind::Drop { kind: got, .. } = one(sql) else {
+            panic!("{sql} is not a DROP")
+        };
+        assert_eq!(got, kind);
+    }
+    assert_eq!(one("SHOW STREAMS"), StatementKind::Show(Show::Streams));
+    assert_eq!(one("show queries;"), StatementKind::Show(Show::Queries));
+    assert_eq!(one("SHOW SINKS"), StatementKind::Show(Show::Sinks));
+    assert_eq!(one("SHOW ALERTS"), StatementKind::Show(Show::Alerts));
+    assert_eq!(
+        one("DESCRIBE \"Metrics\""),
+        StatementKind::Describe {
+            name: "Metrics".into()
+        }
+    );
+    assert!(error("DROP TABLE t").contains("Expected: STREAM, VIEW, SINK, ALERT or INVARIANT"));
+    assert!(error("DROP STREAM a b").contains("end of statement"));
+    assert!(error("SHOW TABLES").contains("STREAMS, VIEWS, ALERTS, SINKS or QUERIES"));
+    assert!(error("SHOW TABLES").contains("line 1, column 6"));
+}
+
+#[test]
+fn create_or_replace() {
+    let statements = parse_script(
+        "CREATE OR REPLACE STREAM m (ts TIMESTAMP) WITH (path = 'm.csv');
+         create or replace view v as select * from m;
+         CREATE OR REPLACE ALERT a AS SELECT ts FROM m ALERT WHEN ts IS NULL;
+         CREATE VIEW w AS SELECT * FROM m;",
+    )
+    .unwrap();
+    let replaces: Vec<bool> = statements.iter().map(|s| s.or_replace).collect();
+    assert_eq!(replaces, [true, true, true, false]);
+    assert!(matches!(&statements[0].kind, StatementKind::CreateStream(s) if s.name == "m"));
+    assert!(matches!(&statements[1].kind, StatementKind::CreateView { name, .. } if name == "v"));
+    assert!(matches!(
+        &statements[2].kind,
+        StatementKind::CreateAlert { name, alert: Some(_), .. } if name == "a"
+    ));
+    assert_eq!((statements[1].line, statements[1].column), (2, 10));
+    let e = error("CREATE OR REPLACE FUNCTION f() RETURNS INT RETURN 1");
+    assert!(e.contains("OR REPLACE belongs to CREATE STREAM"), "{e}");
 }

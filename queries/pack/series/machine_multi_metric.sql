@@ -15,7 +15,7 @@
 --
 -- Run:    vigil run queries/pack/series/machine_multi_metric.sql --input metrics=my.csv
 
-CREATE STREAM metrics (
+CREATE OR REPLACE STREAM metrics (
   ts     TIMESTAMP,
   host   TEXT,
   metric TEXT,
@@ -23,12 +23,12 @@ CREATE STREAM metrics (
   WATERMARK FOR ts AS ts - INTERVAL '1' MINUTE
 ) WITH (path = '../../data/nab/machine_temperature_long.csv');
 
-CREATE VIEW per_metric AS
+CREATE OR REPLACE VIEW per_metric AS
   SELECT window_end, host, metric, avg(value) AS v
   FROM TUMBLE(metrics, ts, INTERVAL '5' MINUTE)
   GROUP BY window_end, host, metric;
 
-CREATE VIEW scored AS
+CREATE OR REPLACE VIEW scored AS
   SELECT window_end, host, metric,
          count(v) OVER last_day AS n,
          CASE
@@ -41,13 +41,13 @@ CREATE VIEW scored AS
   WINDOW last_day AS (PARTITION BY host, metric ORDER BY window_end
                       ROWS BETWEEN 288 PRECEDING AND CURRENT ROW);
 
-CREATE VIEW per_host AS
+CREATE OR REPLACE VIEW per_host AS
   SELECT window_end, host,
          sum(CASE WHEN n >= 144 AND abs(z) > 5 THEN 1 ELSE 0 END) AS metrics_out
   FROM scored
   GROUP BY window_end, host;
 
-CREATE ALERT machine_multi_metric AS SELECT window_end, host, metrics_out FROM per_host
+CREATE OR REPLACE ALERT machine_multi_metric AS SELECT window_end, host, metrics_out FROM per_host
 ALERT WHEN metrics_out >= 6
   SEVERITY 'critical'
   MESSAGE '{host}: {metrics_out} metrics far from their last day at once';

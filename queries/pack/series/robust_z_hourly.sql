@@ -23,7 +23,7 @@
 --
 -- The watermark waits an hour: the NAB machine-temperature file steps back 55 minutes once.
 
-CREATE STREAM metrics (
+CREATE OR REPLACE STREAM metrics (
   ts     TIMESTAMP,
   host   TEXT,
   metric TEXT,
@@ -31,12 +31,12 @@ CREATE STREAM metrics (
   WATERMARK FOR ts AS ts - INTERVAL '1' HOUR
 ) WITH (path = '../../data/nab/machine_temperature_long.csv');
 
-CREATE VIEW hourly AS
+CREATE OR REPLACE VIEW hourly AS
   SELECT window_end, host, metric, avg(value) AS v
   FROM TUMBLE(metrics, ts, INTERVAL '1' HOUR)
   GROUP BY window_end, host, metric;
 
-CREATE VIEW scored AS
+CREATE OR REPLACE VIEW scored AS
   SELECT window_end, host, metric, v,
          count(v) OVER last_day AS n,
          CASE
@@ -49,7 +49,7 @@ CREATE VIEW scored AS
   WINDOW last_day AS (PARTITION BY host, metric ORDER BY window_end
                       ROWS BETWEEN 24 PRECEDING AND CURRENT ROW);
 
-CREATE ALERT robust_z_hourly AS
+CREATE OR REPLACE ALERT robust_z_hourly AS
   SELECT window_end, host, metric, v, z FROM scored WHERE n >= 25
 ALERT WHEN abs(z) > 3.5
   RESOLVE WHEN abs(z) < 2

@@ -13,7 +13,7 @@
 --
 -- Run:    vigil run queries/pack/series/robust_z_or_new_extreme.sql --input metrics=my.csv
 
-CREATE STREAM metrics (
+CREATE OR REPLACE STREAM metrics (
   ts     TIMESTAMP,
   host   TEXT,
   metric TEXT,
@@ -21,13 +21,13 @@ CREATE STREAM metrics (
   WATERMARK FOR ts AS ts - INTERVAL '1' HOUR
 ) WITH (path = '../../data/nab/machine_temperature_long.csv');
 
-CREATE VIEW hourly AS
+CREATE OR REPLACE VIEW hourly AS
   SELECT window_end, host, metric, avg(value) AS v
   FROM TUMBLE(metrics, ts, INTERVAL '1' HOUR)
   GROUP BY window_end, host, metric;
 
 -- Records so far (this hour included), and the robust z over the last day.
-CREATE VIEW history AS
+CREATE OR REPLACE VIEW history AS
   SELECT window_end, host, metric, v,
          row_number() OVER all_hours AS hours,
          max(v) OVER all_hours AS high,
@@ -46,14 +46,14 @@ CREATE VIEW history AS
                        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW);
 
 -- The records of the hours before this one.
-CREATE VIEW judged AS
+CREATE OR REPLACE VIEW judged AS
   SELECT window_end, host, metric, v, z, n, hours,
          lag(high) OVER by_hour AS previous_high,
          lag(low) OVER by_hour AS previous_low
   FROM history
   WINDOW by_hour AS (PARTITION BY host, metric ORDER BY window_end);
 
-CREATE ALERT robust_z_or_new_extreme AS
+CREATE OR REPLACE ALERT robust_z_or_new_extreme AS
   SELECT window_end, host, metric, v, z,
          (n >= 25 AND abs(z) > 4) AS far_from_last_day,
          (hours > 48 AND (v > previous_high OR v < previous_low)) AS new_extreme
