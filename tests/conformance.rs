@@ -212,7 +212,9 @@ pub(crate) fn contains_token(haystack: &str, needle: &str) -> bool {
     haystack.match_indices(needle).any(|(at, _)| {
         let before = haystack[..at].chars().next_back();
         let after = haystack[at + needle.len()..].chars().next();
-        !(starts_word && before.is_some_and(word)) && !(ends_word && after.is_some_and(word))
+        let glued_before = starts_word && before.is_some_and(word);
+        let glued_after = ends_word && after.is_some_and(word);
+        !glued_before && !glued_after
     })
 }
 

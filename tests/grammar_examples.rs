@@ -3,6 +3,10 @@
 //! `vigil::engine::Engine::execute` against the streams and sinks its block declares (each
 //! block is a self-contained example; the built-in streams `host_metrics` and `demo` need
 //! no declaration). Nothing runs: planning opens no file and creates no sink file.
+//!
+//! The ```` ```sql ```` blocks of the top-level `README.md` build on each other (one
+//! `CREATE STREAM metrics`, then queries over it), so they are planned in document order
+//! with one engine.
 
 use std::path::PathBuf;
 
@@ -72,10 +76,7 @@ fn sql_blocks(markdown: &str) -> Vec<(usize, String)> {
             }
         }
     }
-    assert!(
-        current.is_none(),
-        "unterminated ```sql block in grammar/README.md"
-    );
+    assert!(current.is_none(), "unterminated ```sql block");
     blocks
 }
 
@@ -218,5 +219,45 @@ fn grammar_block_planning_reports_errors() {
     assert!(
         failures[1].starts_with("grammar/README.md line 104: "),
         "{failures:?}"
+    );
+}
+
+#[test]
+fn readme_sql_blocks_plan_in_document_order() {
+    let markdown = std::fs::read_to_string(repo().join("README.md")).expect("read README.md");
+    let blocks = sql_blocks(&markdown);
+    assert!(blocks.len() >= 5, "only {} ```sql blocks", blocks.len());
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let mut engine = Engine::new();
+    let mut failures = Vec::new();
+    let mut planned = 0;
+    let mut expected = 0;
+    for (line, sql) in &blocks {
+        expected += count_statements(sql);
+        let statements = match vigil::sql::parse_script(sql) {
+            Ok(statements) => statements,
+            Err(e) => {
+                failures.push(format!("README.md line {line}: {e}"));
+                continue;
+            }
+        };
+        for statement in &statements {
+            match engine.execute(statement, scratch.path()) {
+                Ok(_) => planned += 1,
+                Err(e) => failures.push(format!(
+                    "README.md line {}: {e}",
+                    line + statement.line as usize - 1
+                )),
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "README.md statements that do not plan:\n{}",
+        failures.join("\n")
+    );
+    assert_eq!(
+        planned, expected,
+        "every statement of every block is planned"
     );
 }
