@@ -2,9 +2,10 @@
 --
 -- Declares a sink on standard output in JSON Lines and sends to it one alert per host and
 -- 10-second window whose peak CPU is strictly above 90 %. A sink's format is its own: the
--- rows are JSON Lines whatever --format says. Over the bundled data: 6 alerts, all web-02.
+-- rows are JSON Lines whatever --format says.
 --
--- Run:   vigil run queries/cpu_alerts_stdout_sink.sql
+-- Run:    vigil run queries/cpu_alerts_stdout_sink.sql
+-- Output: 6 rows (JSON Lines), all web-02.
 
 CREATE STREAM metrics (
   ts      TIMESTAMP,

@@ -1,10 +1,10 @@
 -- high_cpu_rows.sql: a stateless filter.
 --
 -- Every row of data/metrics.csv whose CPU is strictly above 90 %, passed through as it
--- arrives (no window, no state). Over the bundled data these are the 60 rows of host web-02
--- between 09:05:00 and 09:05:59.
+-- arrives (no window, no state).
 --
--- Run:   vigil run queries/high_cpu_rows.sql
+-- Run:    vigil run queries/high_cpu_rows.sql
+-- Output: 60 rows, those of host web-02 from 09:05:00 to 09:05:59.
 
 CREATE STREAM metrics (
   ts      TIMESTAMP,

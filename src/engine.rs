@@ -1228,14 +1228,18 @@ mod tests {
             names,
             [
                 ["m", "stream"],
+                ["host_metrics", "stream"],
+                ["demo", "stream"],
                 ["hot", "view"],
                 ["hotter", "view"],
-                ["busy", "alert"]
+                ["busy", "alert"],
+                ["out", "sink"]
             ]
         );
         assert_eq!(streams.rows[0][2], "ts TIMESTAMP, host TEXT, cpu DOUBLE");
         assert!(streams.rows[0][3].contains("m.csv (csv)"), "{streams:?}");
-        assert_eq!(streams.rows[2][3], "reads hot, m");
+        assert!(streams.rows[1][3].ends_with("(built in)"), "{streams:?}");
+        assert_eq!(streams.rows[4][3], "reads hot, m");
         let Outcome::Rows(alerts) = exec(&mut engine, "SHOW ALERTS").unwrap() else {
             panic!("rows")
         };

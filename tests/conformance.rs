@@ -39,9 +39,12 @@
 //!   field. An output section with no data rows also accepts empty stdout.
 //! - `--- expect-file NAME` (any number): after the run, file NAME in the temp
 //!   dir must exist and match, with the same comparison as `--- output`.
-//! - `--- stderr` (optional): each non-empty line must occur in stderr.
+//! - `--- stderr` (optional): each non-empty line must occur in stderr at
+//!   word boundaries (see [`contains_token`]): `late=1` does not match
+//!   `late=12`.
 //! - `--- error` (optional): the run must exit non-zero and each non-empty
-//!   line must occur in stderr. Without it the exit code must be 0.
+//!   line must occur in stderr, matched the same way. Without it the exit
+//!   code must be 0.
 //!
 //! Every case runs twice, with `--execution-mode micro-batch` and with
 //! `--execution-mode per-record` appended to its arguments: both modes must
@@ -257,6 +260,24 @@ fn by_query(text: &str) -> Result<std::collections::BTreeMap<String, String>, St
     }
 }
 
+/// True when `needle` occurs in `haystack` at word boundaries: where the
+/// needle starts with a letter, digit or `_`, the character before the match
+/// is not one (or the match starts the text), and likewise after its end.
+/// So `late=1` matches `late=1` and `late=1 bad=0` but not `late=12`, and
+/// `query 1:` does not match `query 11:`. Used for expected stderr.
+pub(crate) fn contains_token(haystack: &str, needle: &str) -> bool {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let starts_word = needle.chars().next().is_some_and(word);
+    let ends_word = needle.chars().next_back().is_some_and(word);
+    haystack.match_indices(needle).any(|(at, _)| {
+        let before = haystack[..at].chars().next_back();
+        let after = haystack[at + needle.len()..].chars().next();
+        let glued_before = starts_word && before.is_some_and(word);
+        let glued_after = ends_word && after.is_some_and(word);
+        !glued_before && !glued_after
+    })
+}
+
 struct RunResult {
     code: Option<i32>,
     stdout: String,
@@ -338,7 +359,7 @@ fn run_case(name: &str, text: &str, mode: &str) -> Result<(), String> {
     }
     let wanted = case.error.iter().flatten().chain(&case.stderr);
     for needle in wanted {
-        if !run.stderr.contains(needle.as_str()) {
+        if !contains_token(&run.stderr, needle) {
             problems.push(format!("stderr lacks {needle:?}"));
         }
     }
@@ -447,6 +468,25 @@ fn fields_match_numbers_and_nulls() {
         "1970-01-01T00:00:10",
         "1970-01-01T00:00:10.500"
     ));
+}
+
+#[test]
+fn stderr_lines_match_at_word_boundaries() {
+    let stderr = "vigil: stream metrics: rows=12 bad=0\nvigil: query 1: out=3 late=12\n";
+    assert!(contains_token(stderr, "vigil: query 1: out=3 late=12"));
+    assert!(contains_token(stderr, "vigil: query 1: out=3"));
+    assert!(contains_token(stderr, "late=12"));
+    assert!(contains_token(stderr, "rows=12 bad=0"));
+    assert!(!contains_token(stderr, "late=1"));
+    assert!(!contains_token(stderr, "rows=1"));
+    assert!(!contains_token(stderr, "ate=12"));
+    assert!(!contains_token(stderr, "query 1: out=3 late=1"));
+    // An edge that is not a word character needs no boundary.
+    assert!(contains_token(stderr, ": query"));
+    assert!(contains_token("error: unknown column 'x'", "column 'x"));
+    assert!(!contains_token("vigil: query 11: out=3", "query 1"));
+    assert!(contains_token("a late=1", "late=1"));
+    assert!(!contains_token("", "x"));
 }
 
 #[test]

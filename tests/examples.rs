@@ -1,8 +1,7 @@
 //! Documentation and example checks.
 //!
-//! - Every ```` ```sql ```` block of `grammar/README.md` parses with
-//!   `vigil::sql::parse_script`.
-//! - Every `queries/*.sql` runs with the real binary and produces output.
+//! - Every `queries/*.sql` runs with the real binary, produces output, and gives what its
+//!   header comment claims (see [`header_claims`]: row counts, window times, stderr lines).
 //! - Replays of the real NAB machine-temperature series (which goes back in time at data
 //!   row 10149) give the figures computed independently by `tests/nab_expected.py`.
 //! - The flagship example matches aggregates recomputed here from `queries/data/metrics.csv`.
@@ -163,123 +162,166 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-/// Counts the statements of a script: `;` outside strings, quoted identifiers and comments.
-fn count_statements(sql: &str) -> usize {
-    let mut count = 0;
-    let mut chars = sql.chars().peekable();
-    let mut pending = false; // some text since the last `;`
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' | '"' => {
-                pending = true;
-                // A doubled quote inside re-enters the loop as a new quoted run: fine for
-                // counting purposes.
-                for d in chars.by_ref() {
-                    if d == c {
-                        break;
-                    }
-                }
-            }
-            '-' if chars.peek() == Some(&'-') => {
-                for d in chars.by_ref() {
-                    if d == '\n' {
-                        break;
-                    }
-                }
-            }
-            ';' => {
-                count += 1;
-                pending = false;
-            }
-            c if c.is_whitespace() => {}
-            _ => pending = true,
-        }
-    }
-    assert!(!pending, "script has text after its last `;`:\n{sql}");
-    count
-}
-
-// ---------------------------------------------------------------------------------------
-// (a) grammar/README.md examples parse
-// ---------------------------------------------------------------------------------------
-
-/// Every ```` ```sql ```` block of the file, with the 1-based line of its first SQL line.
-fn sql_blocks(markdown: &str) -> Vec<(usize, String)> {
-    let mut blocks = Vec::new();
-    let mut current: Option<(usize, String)> = None;
-    for (i, line) in markdown.lines().enumerate() {
-        let trimmed = line.trim();
-        match current.as_mut() {
-            None if trimmed == "```sql" => current = Some((i + 2, String::new())),
-            None => {}
-            Some(_) if trimmed == "```" => blocks.push(current.take().expect("open block")),
-            Some((_, text)) => {
-                text.push_str(line);
-                text.push('\n');
-            }
-        }
-    }
-    assert!(
-        current.is_none(),
-        "unterminated ```sql block in grammar/README.md"
-    );
-    blocks
-}
-
-#[test]
-fn grammar_readme_sql_blocks_parse() {
-    let path = repo().join("grammar/README.md");
-    let markdown = std::fs::read_to_string(&path).expect("read grammar/README.md");
-    let blocks = sql_blocks(&markdown);
-    assert!(
-        blocks.len() >= 8,
-        "expected many ```sql examples, found {}",
-        blocks.len()
-    );
-
-    // Every construct vigil adds has at least one example.
-    for construct in [
-        "CREATE STREAM",
-        "WATERMARK FOR",
-        "WITH (",
-        "CREATE SINK",
-        "INSERT INTO",
-        "TUMBLE(",
-        "window_start",
-        "EXPLAIN",
-        "connector = 'stdin'",
-        "connector = 'stdout'",
-    ] {
-        assert!(
-            blocks.iter().any(|(_, sql)| sql.contains(construct)),
-            "grammar/README.md has no ```sql example containing {construct:?}"
-        );
-    }
-
-    let mut failures = Vec::new();
-    for (line, sql) in &blocks {
-        let expected = count_statements(sql);
-        match vigil::sql::parse_script(sql) {
-            Ok(statements) if statements.len() == expected => {}
-            Ok(statements) => failures.push(format!(
-                "grammar/README.md line {line}: parsed {} statements, expected {expected}",
-                statements.len()
-            )),
-            Err(e) => failures.push(format!("grammar/README.md line {line}: {e}")),
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} of {} ```sql blocks failed:\n{}",
-        failures.len(),
-        blocks.len(),
-        failures.join("\n")
-    );
-}
-
 // ---------------------------------------------------------------------------------------
 // (b) every queries/*.sql runs
 // ---------------------------------------------------------------------------------------
+
+/// What the header comment of a `queries/*.sql` example claims about its run, in the forms
+/// `queries/README.md` describes:
+///
+/// - `rows`: the `Output:` paragraph (from a line `-- Output:` up to a blank comment line or
+///   the next `Label:` line) says `N rows` or `N <word> rows` (`300 rows`, `4 alert rows`,
+///   `1891 hourly rows`): stdout holds exactly N result rows.
+/// - `times`: every `YYYY-MM-DD HH:MM` in the `Output:` paragraph appears in stdout (as
+///   `YYYY-MM-DDTHH:MM`, the way timestamps print).
+/// - `stderr`: every backquoted `` `vigil: ...` `` anywhere in the header occurs in stderr at
+///   word boundaries (`out=1891` does not match `out=18910`).
+#[derive(Debug, Default, PartialEq)]
+struct HeaderClaims {
+    rows: Option<usize>,
+    times: Vec<String>,
+    stderr: Vec<String>,
+}
+
+/// The leading `--` comment of a script, one entry per line, without the `--` and the
+/// space after it.
+fn header_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .map_while(|l| l.strip_prefix("--"))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .collect()
+}
+
+/// True for a line that starts a new labelled paragraph, such as `Run:` or `Stderr:`.
+fn starts_label(line: &str) -> bool {
+    let word = line.split_whitespace().next().unwrap_or("");
+    word.len() > 1
+        && word.ends_with(':')
+        && word.starts_with(|c: char| c.is_ascii_uppercase())
+        && word[..word.len() - 1]
+            .chars()
+            .all(|c| c.is_ascii_alphabetic())
+}
+
+/// Parses the claims of an example's header; `Err` when a claim is ambiguous.
+fn header_claims(text: &str) -> Result<HeaderClaims, String> {
+    let lines = header_lines(text);
+    let mut claims = HeaderClaims::default();
+    for part in lines.join("\n").split('`').skip(1).step_by(2) {
+        if part.starts_with("vigil: ") {
+            claims.stderr.push(part.to_string());
+        }
+    }
+    let Some(start) = lines.iter().position(|l| l.starts_with("Output:")) else {
+        return Ok(claims);
+    };
+    let mut paragraph = lines[start].to_string();
+    for line in &lines[start + 1..] {
+        if line.trim().is_empty() || starts_label(line) {
+            break;
+        }
+        paragraph.push(' ');
+        paragraph.push_str(line.trim());
+    }
+    let words: Vec<&str> = paragraph.split_whitespace().collect();
+    let count = |w: &str| w.replace(',', "").parse::<usize>().ok();
+    let mut counts = Vec::new();
+    for (i, w) in words.iter().enumerate() {
+        if w.trim_end_matches([',', '.', ';', ')']) != "rows" {
+            continue;
+        }
+        let n = i
+            .checked_sub(1)
+            .and_then(|j| count(words[j]))
+            .or_else(|| i.checked_sub(2).and_then(|j| count(words[j])));
+        counts.extend(n);
+    }
+    counts.dedup();
+    match counts[..] {
+        [] => {}
+        [n] => claims.rows = Some(n),
+        _ => {
+            return Err(format!(
+                "the Output: paragraph states several row counts: {counts:?}"
+            ));
+        }
+    }
+    for pair in words.windows(2) {
+        let date = pair[0].trim_start_matches('(');
+        let time = pair[1].trim_end_matches([',', '.', ';', ')']);
+        let is_date = date.len() == 10
+            && date.char_indices().all(|(k, c)| {
+                if k == 4 || k == 7 {
+                    c == '-'
+                } else {
+                    c.is_ascii_digit()
+                }
+            });
+        let is_time = time.len() == 5
+            && time
+                .char_indices()
+                .all(|(k, c)| if k == 2 { c == ':' } else { c.is_ascii_digit() });
+        if is_date && is_time {
+            claims.times.push(format!("{date}T{time}"));
+        }
+    }
+    Ok(claims)
+}
+
+/// Checks one example's run against its header's claims; pushes every broken claim.
+fn check_claims(
+    name: &str,
+    claims: &HeaderClaims,
+    stdout: &str,
+    stderr: &str,
+    failures: &mut Vec<String>,
+) {
+    if let Some(n) = claims.rows {
+        let rows = stdout.lines().filter(|l| !l.trim().is_empty()).count();
+        if rows != n {
+            failures.push(format!(
+                "queries/{name}: the header says {n} rows, stdout has {rows}"
+            ));
+        }
+    }
+    for time in &claims.times {
+        if !stdout.contains(time.as_str()) {
+            failures.push(format!(
+                "queries/{name}: the header names {time}, which stdout lacks"
+            ));
+        }
+    }
+    for line in &claims.stderr {
+        if !crate::conformance::contains_token(stderr, line) {
+            failures.push(format!(
+                "queries/{name}: the header says `{line}`, stderr lacks it:\n{stderr}"
+            ));
+        }
+    }
+}
+
+#[test]
+fn header_claims_are_parsed() {
+    let text = "-- x.sql: demo.\n--\n-- Run:   vigil run queries/x.sql\n-- Output: 1,891 hourly rows; the first\n-- fires at 2013-12-10\n-- 08:00), then\n--\n-- Stderr: `vigil: query 1: out=1891 late=0` and (2014-01-01 00:00) `nothing`.\nSELECT 1;\n-- Output: 5 rows\n";
+    let claims = header_claims(text).unwrap();
+    assert_eq!(
+        claims,
+        HeaderClaims {
+            rows: Some(1891),
+            times: vec!["2013-12-10T08:00".into()],
+            stderr: vec!["vigil: query 1: out=1891 late=0".into()],
+        }
+    );
+    // A label ends the paragraph; `N word rows` and `= N rows` both count.
+    let claims =
+        header_claims("-- Output: 60 windows x 5 hosts = 300 rows.\n-- Run: 7 rows\n").unwrap();
+    assert_eq!(claims.rows, Some(300));
+    assert!(header_claims("-- Output: 3 rows, then 4 rows\n").is_err());
+    assert_eq!(
+        header_claims("SELECT 1;\n").unwrap(),
+        HeaderClaims::default()
+    );
+}
 
 /// Examples that write to a file sink instead of stdout: (file, sink path relative to the
 /// example). They run in a temporary copy of `queries/`, so nothing lands in the repository.
@@ -336,7 +378,20 @@ fn every_example_query_runs() {
         let copy = scratch.path().join(name);
         std::fs::write(&copy, &text).expect("write example copy");
 
-        let output = run_vigil(&["run", copy.to_str().expect("utf-8 path"), "--format", "csv"]);
+        let claims = match header_claims(&text) {
+            Ok(claims) => claims,
+            Err(e) => {
+                failures.push(format!("queries/{name}: {e}"));
+                HeaderClaims::default()
+            }
+        };
+        // JSON Lines: one line per result row, whatever the number of queries.
+        let output = run_vigil(&[
+            "run",
+            copy.to_str().expect("utf-8 path"),
+            "--format",
+            "jsonl",
+        ]);
         let stdout = String::from_utf8_lossy(&output.stdout);
         let stderr = String::from_utf8_lossy(&output.stderr);
         if !output.status.success() || stderr.contains("error:") {
@@ -361,6 +416,7 @@ fn every_example_query_runs() {
             }
             None => {}
         }
+        check_claims(name, &claims, &stdout, &stderr, &mut failures);
     }
     assert!(
         failures.is_empty(),
@@ -433,7 +489,7 @@ fn total_count(table: &Table) -> u64 {
 
 fn assert_stderr_has(stderr: &str, needle: &str) {
     assert!(
-        stderr.contains(needle),
+        crate::conformance::contains_token(stderr, needle),
         "stderr lacks {needle:?}:\n{stderr}"
     );
 }

@@ -1,9 +1,11 @@
-//! The series queries of the pack (`queries/pack/series/`) on the bundled real data: the
-//! NAB machine-temperature series, whose four labelled anomaly windows (NAB
-//! `labels/combined_windows.json`) are copied below. The full scoring over 24 NAB series and
-//! 8 SMD machines is `benches/detection/score.py`.
+//! The series queries of the pack (`queries/pack/series/`) on bundled real data: the NAB
+//! machine-temperature series (`queries/data/nab/`), whose four labelled anomaly windows (NAB
+//! `labels/combined_windows.json`) are copied below, and a slice of SMD machine-1-6
+//! (`tests/data/smd/`, with its labels). The expected alert changes come from
+//! `tests/series_expected.py`, a plain-Python replay of each rule's SQL. The full scoring
+//! over 24 NAB series and 8 SMD machines is `benches/detection/score.py`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// NAB's labelled windows of `realKnownCause/machine_temperature_system_failure.csv`,
@@ -15,13 +17,24 @@ const WINDOWS: [(&str, &str); 4] = [
     ("2014-02-07T14:55:00", "2014-02-09T14:05:00"),
 ];
 
-/// Runs a pack file on its bundled data; returns the `event_time` of every firing row.
-fn firings(file: &str) -> Vec<String> {
+/// Runs a pack file on its bundled data, or on `input` for its stream `metrics`; returns
+/// the `(state, event_time)` of every alert row, in output order.
+fn changes(file: &str, input: Option<&Path>) -> Vec<(String, String)> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("queries/pack/series")
         .join(file);
+    let mut args = vec![
+        "run".to_string(),
+        path.to_str().unwrap().to_string(),
+        "--format".to_string(),
+        "csv".to_string(),
+    ];
+    if let Some(input) = input {
+        args.push("--input".to_string());
+        args.push(format!("metrics={}", input.display()));
+    }
     let output = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(["run", path.to_str().unwrap(), "--format", "csv"])
+        .args(&args)
         .output()
         .expect("run vigil");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -39,9 +52,31 @@ fn firings(file: &str) -> Vec<String> {
         .expect("event_time column");
     lines
         .map(|l| l.split(',').collect::<Vec<_>>())
-        .filter(|f| f[state] == "firing")
-        .map(|f| f[time].to_string())
+        .map(|f| (f[state].to_string(), f[time].to_string()))
         .collect()
+}
+
+/// The `event_time` of every firing row of a pack file on its bundled data.
+fn firings(file: &str) -> Vec<String> {
+    changes(file, None)
+        .into_iter()
+        .filter(|(state, _)| state == "firing")
+        .map(|(_, time)| time)
+        .collect()
+}
+
+/// Fails unless `actual` is exactly `expected`, naming the first difference.
+fn assert_changes(what: &str, actual: &[(String, String)], expected: &[(&str, &str)]) {
+    let first_diff = actual
+        .iter()
+        .zip(expected)
+        .position(|((s, t), (es, et))| s != es || t != et);
+    assert!(
+        actual.len() == expected.len() && first_diff.is_none(),
+        "{what}: {} changes, expected {}; first difference at {first_diff:?}\nactual: {actual:?}",
+        actual.len(),
+        expected.len()
+    );
 }
 
 fn inside(t: &str) -> bool {
@@ -64,4 +99,173 @@ fn robust_z_hourly_detects_every_labelled_failure_window() {
         outside < 60,
         "{outside} alerts outside the labelled windows"
     );
+}
+
+/// `robust_z_or_new_extreme.sql` on the machine-temperature series: every change, from
+/// `python3 tests/series_expected.py` (closest |z| to the cut-off 4 over all hours: 0.026,
+/// so no change hangs on float rounding). 47 firings, the last still open at the end.
+const NEW_EXTREME_CHANGES: &[(&str, &str)] = &[
+    ("firing", "2013-12-04T00:00:00"),
+    ("resolved", "2013-12-04T03:00:00"),
+    ("firing", "2013-12-05T11:00:00"),
+    ("resolved", "2013-12-05T15:00:00"),
+    ("firing", "2013-12-05T17:00:00"),
+    ("resolved", "2013-12-05T21:00:00"),
+    ("firing", "2013-12-08T12:00:00"),
+    ("resolved", "2013-12-08T19:00:00"),
+    ("firing", "2013-12-10T07:00:00"),
+    ("resolved", "2013-12-10T12:00:00"),
+    ("firing", "2013-12-11T00:00:00"),
+    ("resolved", "2013-12-11T10:00:00"),
+    ("firing", "2013-12-12T08:00:00"),
+    ("resolved", "2013-12-12T09:00:00"),
+    ("firing", "2013-12-13T13:00:00"),
+    ("resolved", "2013-12-13T21:00:00"),
+    ("firing", "2013-12-15T20:00:00"),
+    ("resolved", "2013-12-16T09:00:00"),
+    ("firing", "2013-12-16T10:00:00"),
+    ("resolved", "2013-12-16T15:00:00"),
+    ("firing", "2013-12-16T16:00:00"),
+    ("resolved", "2013-12-16T19:00:00"),
+    ("firing", "2013-12-16T21:00:00"),
+    ("resolved", "2013-12-17T01:00:00"),
+    ("firing", "2013-12-18T11:00:00"),
+    ("resolved", "2013-12-18T12:00:00"),
+    ("firing", "2013-12-18T13:00:00"),
+    ("resolved", "2013-12-18T14:00:00"),
+    ("firing", "2013-12-20T00:00:00"),
+    ("resolved", "2013-12-20T05:00:00"),
+    ("firing", "2013-12-20T23:00:00"),
+    ("resolved", "2013-12-21T02:00:00"),
+    ("firing", "2013-12-22T18:00:00"),
+    ("resolved", "2013-12-22T21:00:00"),
+    ("firing", "2013-12-26T16:00:00"),
+    ("resolved", "2013-12-26T18:00:00"),
+    ("firing", "2013-12-27T18:00:00"),
+    ("resolved", "2013-12-27T21:00:00"),
+    ("firing", "2013-12-28T04:00:00"),
+    ("resolved", "2013-12-28T05:00:00"),
+    ("firing", "2014-01-02T10:00:00"),
+    ("resolved", "2014-01-02T11:00:00"),
+    ("firing", "2014-01-04T13:00:00"),
+    ("resolved", "2014-01-04T14:00:00"),
+    ("firing", "2014-01-05T13:00:00"),
+    ("resolved", "2014-01-05T19:00:00"),
+    ("firing", "2014-01-08T13:00:00"),
+    ("resolved", "2014-01-08T14:00:00"),
+    ("firing", "2014-01-08T19:00:00"),
+    ("resolved", "2014-01-09T06:00:00"),
+    ("firing", "2014-01-13T14:00:00"),
+    ("resolved", "2014-01-13T16:00:00"),
+    ("firing", "2014-01-16T09:00:00"),
+    ("resolved", "2014-01-16T15:00:00"),
+    ("firing", "2014-01-18T04:00:00"),
+    ("resolved", "2014-01-18T05:00:00"),
+    ("firing", "2014-01-20T12:00:00"),
+    ("resolved", "2014-01-20T19:00:00"),
+    ("firing", "2014-01-22T11:00:00"),
+    ("resolved", "2014-01-22T12:00:00"),
+    ("firing", "2014-01-22T13:00:00"),
+    ("resolved", "2014-01-22T14:00:00"),
+    ("firing", "2014-01-24T10:00:00"),
+    ("resolved", "2014-01-24T14:00:00"),
+    ("firing", "2014-01-27T09:00:00"),
+    ("resolved", "2014-01-27T19:00:00"),
+    ("firing", "2014-01-29T01:00:00"),
+    ("resolved", "2014-01-29T02:00:00"),
+    ("firing", "2014-02-03T01:00:00"),
+    ("resolved", "2014-02-03T12:00:00"),
+    ("firing", "2014-02-04T19:00:00"),
+    ("resolved", "2014-02-05T06:00:00"),
+    ("firing", "2014-02-06T16:00:00"),
+    ("resolved", "2014-02-06T21:00:00"),
+    ("firing", "2014-02-07T09:00:00"),
+    ("resolved", "2014-02-07T16:00:00"),
+    ("firing", "2014-02-09T13:00:00"),
+    ("resolved", "2014-02-10T01:00:00"),
+    ("firing", "2014-02-12T00:00:00"),
+    ("resolved", "2014-02-12T07:00:00"),
+    ("firing", "2014-02-13T02:00:00"),
+    ("resolved", "2014-02-13T03:00:00"),
+    ("firing", "2014-02-15T05:00:00"),
+    ("resolved", "2014-02-15T13:00:00"),
+    ("firing", "2014-02-16T17:00:00"),
+    ("resolved", "2014-02-16T23:00:00"),
+    ("firing", "2014-02-17T00:00:00"),
+    ("resolved", "2014-02-17T02:00:00"),
+    ("firing", "2014-02-18T15:00:00"),
+    ("resolved", "2014-02-18T16:00:00"),
+    ("firing", "2014-02-19T05:00:00"),
+    ("resolved", "2014-02-19T07:00:00"),
+    ("firing", "2014-02-19T15:00:00"),
+];
+
+#[test]
+fn robust_z_or_new_extreme_raises_the_replayed_alerts() {
+    let actual = changes("robust_z_or_new_extreme.sql", None);
+    assert_changes("robust_z_or_new_extreme.sql", &actual, NEW_EXTREME_CHANGES);
+    // And what the labels say of them: every failure window has an alert in it (the
+    // first one at 2013-12-10T07:00, a new record low 35 minutes into the window).
+    let fired: Vec<&str> = actual
+        .iter()
+        .filter(|(s, _)| s == "firing")
+        .map(|(_, t)| t.as_str())
+        .collect();
+    for (a, b) in WINDOWS {
+        assert!(
+            fired.iter().any(|t| a <= *t && *t <= b),
+            "no alert in [{a}, {b}]"
+        );
+    }
+}
+
+/// The SMD slice: rows 1300 to 3599 of machine-1-6 (see `tests/data/smd/PROVENANCE`).
+const SMD_SLICE: &str = "tests/data/smd/machine-1-6_slice.csv";
+
+/// `machine_multi_metric.sql` on the slice: every change, from
+/// `python3 tests/series_expected.py` (closest |z| of any metric to the cut-off 5: 0.00046).
+/// Against the labels: 10:55 on 01-02 is row 2095, inside the labelled segment 2092-2099;
+/// 01:40 on 01-03 (row 2980) is a false alarm, 93 rows after segment 2884-2887, which the
+/// rule misses; 10:55 on 01-03 is row 3535, inside segment 3534-3538.
+const MULTI_METRIC_CHANGES: &[(&str, &str)] = &[
+    ("firing", "2024-01-02T10:55:00"),
+    ("resolved", "2024-01-02T11:05:00"),
+    ("firing", "2024-01-03T01:40:00"),
+    ("resolved", "2024-01-03T01:45:00"),
+    ("firing", "2024-01-03T10:55:00"),
+    ("resolved", "2024-01-03T11:05:00"),
+];
+
+/// Writes the wide SMD slice (`offset_s`, 38 metrics, `label`) in the pack's long format,
+/// `ts,host,metric,value`, with `ts` = 2024-01-01T00:00:00 + offset_s as score.py does.
+fn smd_slice_as_long(to: &Path) {
+    let wide = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(SMD_SLICE))
+        .expect("read the SMD slice");
+    let mut lines = wide.lines();
+    let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
+    assert_eq!((header[0], header[header.len() - 1]), ("offset_s", "label"));
+    let base = chrono::NaiveDate::from_ymd_opt(2024, 1, 1)
+        .unwrap()
+        .and_hms_opt(0, 0, 0)
+        .unwrap();
+    let mut long = String::from("ts,host,metric,value\n");
+    for line in lines {
+        let fields: Vec<&str> = line.split(',').collect();
+        let offset: i64 = fields[0].parse().expect("offset_s");
+        let ts = base + chrono::Duration::seconds(offset);
+        let ts = ts.format("%Y-%m-%dT%H:%M:%S");
+        for (metric, value) in header[1..header.len() - 1].iter().zip(&fields[1..]) {
+            long.push_str(&format!("{ts},machine-1-6,{metric},{value}\n"));
+        }
+    }
+    std::fs::write(to, long).expect("write the long slice");
+}
+
+#[test]
+fn machine_multi_metric_raises_the_replayed_alerts_on_an_smd_slice() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let input = dir.path().join("machine-1-6.csv");
+    smd_slice_as_long(&input);
+    let actual = changes("machine_multi_metric.sql", Some(&input));
+    assert_changes("machine_multi_metric.sql", &actual, MULTI_METRIC_CHANGES);
 }
