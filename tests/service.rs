@@ -954,12 +954,15 @@ fn drop_replace_show_and_describe_over_http() {
         "{shown}"
     );
     assert_eq!(streams[1][0], "logged", "{shown}");
+    // Then the built-in streams, which nothing declared hides.
+    assert_eq!(streams[2][0], "host_metrics", "{shown}");
+    assert_eq!(streams[3][0], "demo", "{shown}");
     assert_eq!(
-        [&streams[2][0], &streams[2][1], &streams[2][3]],
+        [&streams[4][0], &streams[4][1], &streams[4][3]],
         ["hot", "alert", "reads events"],
         "{shown}"
     );
-    assert_eq!(streams.as_array().unwrap().len(), 3, "{shown}");
+    assert_eq!(streams.as_array().unwrap().len(), 5, "{shown}");
     assert_eq!(
         shown[2]["notes"],
         json!(["stream events: push", "event time: ts, watermark delay 0 s"])
