@@ -1271,7 +1271,7 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(
-            e.contains("no stream, view, alert or invariant named 'nope'"),
+            e.contains("no stream, view, alert, invariant or sink named 'nope'"),
             "{e}"
         );
     }

@@ -893,6 +893,7 @@ fn running_ids(server: &Server) -> Vec<u64> {
         .as_array()
         .expect("a list")
         .iter()
+        .filter(|q| q["state"] == "running")
         .map(|q| q["id"].as_u64().expect("an id"))
         .collect()
 }
