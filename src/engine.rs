@@ -891,15 +891,54 @@ mod tests {
         assert!(q.graph.describe().contains("window aggregate"));
     }
 
+    /// The error planning `sql` over `m` read with `follow`: a stream that
+    /// never ends.
+    fn err_following(sql: &str) -> String {
+        let mut engine = Engine::new();
+        engine.set_follow(true);
+        for s in parse_script(&format!("{STREAM}{sql}")).unwrap() {
+            if let Err(e) = engine.execute(&s, Path::new(".")) {
+                return e.to_string();
+            }
+        }
+        panic!("{sql} should fail")
+    }
+
     #[test]
     fn rules_reject_what_cannot_run_on_a_stream() {
-        assert!(err("SELECT host, count(*) FROM m GROUP BY host").contains("unbounded aggregate"));
-        assert!(err("SELECT count(*) FROM m").contains("unbounded aggregate"));
-        assert!(err("SELECT * FROM m ORDER BY ts").contains("ORDER BY"));
-        assert!(err("SELECT * FROM m a JOIN m b ON a.host = b.host").contains("join"));
+        let e = err_following("SELECT host, count(*) FROM m GROUP BY host");
+        assert!(
+            e.contains("unbounded aggregate") && e.contains("stream 'm', which never ends"),
+            "{e}"
+        );
+        assert!(err_following("SELECT count(*) FROM m").contains("unbounded aggregate"));
+        assert!(err_following("SELECT * FROM m ORDER BY ts").contains("ORDER BY"));
+        assert!(err_following("SELECT * FROM m a JOIN m b ON a.host = b.host").contains("join"));
         assert!(
             err("SELECT host, count(*) FROM TUMBLE(m, ts, INTERVAL '1' SECOND) GROUP BY host")
                 .contains("GROUP BY window_start or window_end")
+        );
+    }
+
+    #[test]
+    fn bounded_questions_over_files_that_end_are_batch_queries() {
+        for sql in [
+            "SELECT count(*) FROM m",
+            "SELECT * FROM m ORDER BY ts LIMIT 3",
+            "SELECT a.host FROM m a JOIN m b ON a.host = b.host",
+        ] {
+            let Ok(Outcome::Explain(text)) = run(&format!("EXPLAIN {sql}")) else {
+                panic!("{sql} explains")
+            };
+            assert!(text.contains("batch query at the end of input"), "{text}");
+        }
+        let Ok(Outcome::Query(q)) = run("SELECT host, count(*) FROM m GROUP BY host") else {
+            panic!("plans")
+        };
+        assert!(
+            q.graph.describe().contains("AggregateExec"),
+            "{}",
+            q.graph.describe()
         );
     }
 

@@ -344,7 +344,7 @@ fn check_reports_every_error_with_file_line_and_column() {
 CREATE SINK out WITH (path = 'out.csv');
 SELECT nosuch FROM m;
 INSERT INTO out SELECT host FROM m;
-   SELECT host, count(*) FROM m GROUP BY host;"
+   SELECT * FROM HOP(m, ts, INTERVAL '5' SECOND, INTERVAL '10' SECOND);"
     );
     let second = "SELECT host FROM m WHERE;\nSELECT host FROM m;";
     let dir = setup(&[("a.sql", &first), ("b.sql", second)]);

@@ -918,6 +918,10 @@ fn check_pack_text(name: &str, alert: &str, failures: &mut Vec<String>) {
             problems.push(format!("its SQL lacks {needle:?}"));
         }
     }
+    // A resolved row must not read like a firing one ("CPU above 90 % since ...").
+    if !sql.contains("RESOLVE MESSAGE '") {
+        problems.push("its alert has no RESOLVE MESSAGE for resolved rows".to_string());
+    }
     let alerts = sql.matches("CREATE OR REPLACE ALERT").count();
     if alerts != 1 {
         problems.push(format!("it has {alerts} CREATE ALERT statements, not 1"));
@@ -965,6 +969,19 @@ fn alert_changes(
         changes.push((row[h].clone(), row[st].clone(), row[t].clone()));
     }
     Ok(changes)
+}
+
+/// The resolved rows of a pack run's CSV output carry a message starting with `start`.
+fn check_resolved_message(stdout: &str, start: &str, failures: &mut Vec<String>) {
+    let table = Table::parse(stdout);
+    let (state, message) = (table.col("state"), table.col("message"));
+    for row in table.rows.iter().filter(|r| r[state] == "resolved") {
+        if !row[message].starts_with(start) {
+            failures.push(format!(
+                "resolved row {row:?}: its message should start with {start:?}"
+            ));
+        }
+    }
 }
 
 #[test]
@@ -1016,6 +1033,9 @@ fn query_pack_raises_exactly_the_expected_alerts_on_fleet_csv() {
         };
         // Compared in event-time order (then host, state): the order of changes of
         // different hosts at the same instant is not part of the contract.
+        if name == "high_cpu_sustained.sql" {
+            check_resolved_message(&stdout, "batch-02: CPU down to ", &mut failures);
+        }
         let by_time = |c: &(String, String, String)| (c.2.clone(), c.0.clone(), c.1.clone());
         let mut actual = actual;
         actual.sort_by_key(by_time);

@@ -462,3 +462,35 @@ fn a_pack_file_reads_twice_then_drop_and_show() {
         other => panic!("the shell should exit 0, got {other:?}"),
     }
 }
+
+/// A bounded question over a file is answered at the prompt as a batch
+/// query; over a stream that never ends it is refused, saying why.
+#[test]
+fn a_batch_query_in_the_shell() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("m.csv"), ROWS).expect("write m.csv");
+    let history = dir.path().join("history");
+    let mut repl = start(dir.path(), &history);
+    expect(&mut repl, "vigil> ");
+    type_line(
+        &mut repl,
+        "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE) WITH (path = 'm.csv');",
+    );
+    expect(&mut repl, "vigil> ");
+    type_line(
+        &mut repl,
+        "SELECT count(*) AS readings, max(cpu) AS peak FROM m;",
+    );
+    expect(&mut repl, "peak");
+    expect(&mut repl, "(1 row)");
+    type_line(
+        &mut repl,
+        "CREATE STREAM p (ts TIMESTAMP, v DOUBLE) WITH (connector = 'push');",
+    );
+    expect(&mut repl, "vigil> ");
+    type_line(&mut repl, "SELECT count(*) FROM p;");
+    expect(&mut repl, "stream 'p', which never ends");
+    expect(&mut repl, "vigil> ");
+    type_line(&mut repl, ".quit");
+    repl.exp_eof().expect("vigil exits");
+}

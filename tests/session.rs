@@ -292,3 +292,53 @@ async fn a_failure_in_one_input_ends_the_whole_query() {
     assert_eq!(session.all_queries()[0].state, QueryState::Failed);
     session.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_question_over_a_file_is_answered_and_refused_over_pushed_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("m.csv"),
+        "ts,host,cpu\n1000,a,10\n2000,b,30\n3000,a,20\n",
+    )
+    .unwrap();
+    let mut session = Session::new();
+    session.set_base_dir(dir.path());
+    let mut handles = started(
+        session
+            .execute(
+                "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE) WITH (path = 'm.csv');
+                 SELECT host, max(cpu) AS hi FROM m GROUP BY host ORDER BY host;",
+            )
+            .expect("a batch query starts"),
+    );
+    let mut query = handles.remove(0);
+    let mut rows = Vec::new();
+    let drained = tokio::time::timeout(WAIT, async {
+        while let Some(batch) = query.next().await {
+            let host = batch.column(0).as_string::<i32>();
+            let hi = batch
+                .column(1)
+                .as_primitive::<datafusion::arrow::datatypes::Float64Type>();
+            for i in 0..batch.num_rows() {
+                rows.push((host.value(i).to_string(), hi.value(i)));
+            }
+        }
+    })
+    .await;
+    assert!(drained.is_ok(), "the batch query ends with its input");
+    assert_eq!(rows, [("a".to_string(), 20.0), ("b".to_string(), 30.0)]);
+
+    let e = session
+        .execute(
+            "CREATE STREAM p (ts TIMESTAMP, host TEXT) WITH (connector = 'push');
+             SELECT count(*) FROM p;",
+        )
+        .err()
+        .expect("an aggregate without a window over pushed rows is refused");
+    let e = e.to_string();
+    assert!(
+        e.contains("unbounded aggregate") && e.contains("stream 'p', which never ends"),
+        "{e}"
+    );
+    session.shutdown().await;
+}

@@ -56,4 +56,5 @@ CREATE OR REPLACE ALERT dbscan_outlier AS
   FROM usage_per_minute
 ALERT BY host WHEN cluster = -1 FOR 5 WINDOWS
 SEVERITY 'warning'
-MESSAGE '{host}: CPU {avg_cpu:.1} %, memory {avg_mem:.1} %, unlike any group of hosts';
+MESSAGE '{host}: CPU {avg_cpu:.1} %, memory {avg_mem:.1} %, unlike any group of hosts'
+RESOLVE MESSAGE '{host}: back in a group of hosts at CPU {avg_cpu:.1} %, memory {avg_mem:.1} % (an outlier since {since})';

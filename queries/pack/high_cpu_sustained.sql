@@ -39,4 +39,5 @@ CREATE OR REPLACE ALERT high_cpu_sustained AS
   GROUP BY window_end, host
 ALERT BY host WHEN avg_cpu > 90 FOR INTERVAL '10' MINUTE RESOLVE WHEN avg_cpu < 80
 SEVERITY 'critical'
-MESSAGE '{host}: CPU above 90 % since {since}, now {avg_cpu:.1} %';
+MESSAGE '{host}: CPU above 90 % since {since}, now {avg_cpu:.1} %'
+RESOLVE MESSAGE '{host}: CPU down to {avg_cpu:.1} % (below 80 %), high since {since}';

@@ -53,4 +53,5 @@ CREATE OR REPLACE ALERT disk_io_out_of_range AS
   SELECT window_end, host, avg_io, violation, learned FROM io_range
 ALERT BY host WHEN violation FOR 5 WINDOWS
 SEVERITY 'warning'
-MESSAGE '{host}: disk_io {avg_io:.0}/s, outside the range {learned} learned in training';
+MESSAGE '{host}: disk_io {avg_io:.0}/s, outside the range {learned} learned in training'
+RESOLVE MESSAGE '{host}: disk_io {avg_io:.0}/s, back inside the range {learned} (outside since {since})';

@@ -59,4 +59,5 @@ CREATE OR REPLACE ALERT cpu_unusual_for_host AS
   WHERE minutes >= 10
 ALERT BY host WHEN score > 5 AND avg_cpu - typical > 25
 SEVERITY 'warning'
-MESSAGE '{host}: CPU {avg_cpu:.1} %, typical {typical:.1} % (robust score {score:.1})';
+MESSAGE '{host}: CPU {avg_cpu:.1} %, typical {typical:.1} % (robust score {score:.1})'
+RESOLVE MESSAGE '{host}: CPU {avg_cpu:.1} %, usual again (typical {typical:.1} %, unusual since {since})';

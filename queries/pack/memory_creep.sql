@@ -54,4 +54,5 @@ CREATE OR REPLACE ALERT memory_creep AS
 ALERT BY host WHEN growth_30m > 10 AND growth_5m > 1 FOR 3 WINDOWS
   RESOLVE WHEN growth_30m < 3
 SEVERITY 'warning'
-MESSAGE '{host}: memory {avg_mem:.1} %, {growth_30m:.1} points more than 30 min earlier';
+MESSAGE '{host}: memory {avg_mem:.1} %, {growth_30m:.1} points more than 30 min earlier'
+RESOLVE MESSAGE '{host}: memory no longer climbing, {avg_mem:.1} % ({growth_30m:.1} points in 30 min), creeping since {since}';

@@ -38,4 +38,5 @@ CREATE OR REPLACE ALERT no_data AS
   SELECT ts, host FROM metrics
 ALERT BY host WHEN ABSENT FOR INTERVAL '5' MINUTE
 SEVERITY 'critical'
-MESSAGE 'no metrics from {host} since {since}';
+MESSAGE 'no metrics from {host} since {since}'
+RESOLVE MESSAGE 'metrics from {host} again at {event_time}, silent since {since}';

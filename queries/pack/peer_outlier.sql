@@ -60,4 +60,5 @@ CREATE OR REPLACE ALERT peer_outlier AS
 ALERT BY host WHEN peer_count >= 5 AND z > 3.5 AND above_peers > 10
   FOR INTERVAL '10' MINUTE RESOLVE WHEN above_peers < 5
 SEVERITY 'warning'
-MESSAGE '{host}: CPU {avg_cpu:.1} %, {above_peers:.1} above its {tier} peers (z {z:.1})';
+MESSAGE '{host}: CPU {avg_cpu:.1} %, {above_peers:.1} above its {tier} peers (z {z:.1})'
+RESOLVE MESSAGE '{host}: CPU {avg_cpu:.1} %, back with its {tier} peers ({above_peers:.1} above), apart since {since}';

@@ -55,4 +55,5 @@ CREATE OR REPLACE ALERT cpu_spike AS
   WHERE minutes = 6
 ALERT BY host WHEN avg_cpu > baseline + 30 RESOLVE WHEN avg_cpu < baseline + 15
 SEVERITY 'warning'
-MESSAGE '{host}: CPU jumped to {avg_cpu:.1} % from a 5-minute average of {baseline:.1} %';
+MESSAGE '{host}: CPU jumped to {avg_cpu:.1} % from a 5-minute average of {baseline:.1} %'
+RESOLVE MESSAGE '{host}: CPU settled at {avg_cpu:.1} % against a 5-minute average of {baseline:.1} %, spiking since {since}';

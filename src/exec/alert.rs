@@ -23,6 +23,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray, TimestampMillisecondArray,
     UInt32Array, new_null_array,
 };
+use datafusion::arrow::compute::kernels::zip::zip;
 use datafusion::arrow::compute::{cast, concat_batches, take, take_record_batch};
 use datafusion::arrow::datatypes::{
     DataType, Schema, SchemaRef, TimeUnit, TimestampMillisecondType,
@@ -41,6 +42,8 @@ pub struct AlertOp {
     output: SchemaRef,
     converter: RowConverter,
     template: Option<MessageTemplate>,
+    /// `RESOLVE MESSAGE`, for resolved rows (which use `template` without it).
+    resolve_template: Option<MessageTemplate>,
     keys: HashMap<OwnedRow, KeyState>,
     /// Rows whose event time the watermark has not passed yet.
     waiting: Vec<RecordBatch>,
@@ -78,17 +81,16 @@ impl AlertOp {
             .iter()
             .map(|&i| SortField::new(input.field(i).data_type().clone()))
             .collect();
-        let template = spec
-            .message
-            .as_deref()
-            .map(MessageTemplate::parse)
-            .transpose()?;
+        let parse = |t: &Option<String>| t.as_deref().map(MessageTemplate::parse).transpose();
+        let template = parse(&spec.message)?;
+        let resolve_template = parse(&spec.resolve_message)?;
         Ok(Self {
             converter: RowConverter::new(fields)?,
             spec,
             input,
             output,
             template,
+            resolve_template,
             keys: HashMap::new(),
             waiting: Vec::new(),
         })
@@ -222,15 +224,9 @@ impl AlertOp {
                 .as_deref();
             n
         ])));
-        let message = match &self.template {
-            Some(template) => {
-                let fields = self.output.fields()[..columns.len()].to_vec();
-                let partial = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns.clone())?;
-                template.render(&partial)?
-            }
-            None => new_null_array(&DataType::Utf8, n),
-        };
-        columns.push(message);
+        let fields = self.output.fields()[..columns.len()].to_vec();
+        let partial = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns.clone())?;
+        columns.push(self.messages(changes, &partial)?);
         let columns = columns
             .into_iter()
             .zip(self.output.fields())
@@ -240,6 +236,24 @@ impl AlertOp {
             })
             .collect::<std::result::Result<Vec<_>, _>>()?;
         Ok(RecordBatch::try_new(self.output.clone(), columns)?)
+    }
+}
+
+impl AlertOp {
+    /// The `message` column: `MESSAGE` rendered for every row, and for
+    /// resolved rows `RESOLVE MESSAGE` where there is one.
+    fn messages(&self, changes: &[Change], partial: &RecordBatch) -> Result<ArrayRef> {
+        let render = |template: &Option<MessageTemplate>| match template {
+            Some(template) => template.render(partial),
+            None => Ok(new_null_array(&DataType::Utf8, changes.len())),
+        };
+        let message = render(&self.template)?;
+        if self.resolve_template.is_none() {
+            return Ok(message);
+        }
+        let resolved = render(&self.resolve_template)?;
+        let firing: BooleanArray = changes.iter().map(|c| Some(c.firing)).collect();
+        Ok(zip(&firing, &message, &resolved)?)
     }
 }
 

@@ -1,4 +1,5 @@
-//! `EMIT CHANGES` aggregation: a row out for every result a batch changes.
+//! `EMIT CHANGES` aggregation: a row out for every input row that changes a
+//! result.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -36,12 +37,17 @@ pub struct ChangelogAggregateSpec {
     pub schema: SchemaRef,
 }
 
-/// Aggregation that emits, for every input batch, the new value of each
-/// result the batch changed: `Insert` for a key seen for the first time,
-/// `Update` after that (an upsert changelog keyed by the grouping columns).
+/// Aggregation that emits, for every input row that changes a result, the
+/// result's new value: `Insert` for a key seen for the first time, `Update`
+/// after that (an upsert changelog keyed by the grouping columns). A row
+/// that leaves its key's result as it was (a `max` below the maximum, a
+/// NULL into `sum`) emits nothing.
 ///
-/// Each group keeps a DataFusion `Accumulator`, whose `evaluate` leaves its
-/// state intact, so a result can be read after every change.
+/// Rows are folded in one at a time, so the changes do not depend on how
+/// the input was cut into batches: per-record and micro-batch execution
+/// emit the same rows. Each group keeps a DataFusion `Accumulator`, whose
+/// `evaluate` leaves its state intact, so a result can be read after every
+/// row.
 pub struct ChangelogAggregateOp {
     spec: ChangelogAggregateSpec,
     /// Per window end (`i64::MAX` without a window): keys and accumulators.
@@ -52,12 +58,13 @@ struct Keyed {
     keys: Option<Box<dyn GroupValues>>,
     /// Per group, one accumulator per aggregate.
     accumulators: Vec<Vec<Box<dyn Accumulator>>>,
-    /// Per group, whether a result has been emitted for it.
-    seen: Vec<bool>,
+    /// Per group, the aggregate values it last emitted (`None` before its
+    /// first row).
+    emitted: Vec<Option<Vec<ScalarValue>>>,
     ids: Vec<usize>,
 }
 
-/// One change per input row of a batch.
+/// The changes of a batch: one per input row that changed its result.
 struct Changed {
     /// The input row, which holds the group's key.
     key_rows: Vec<u32>,
@@ -88,7 +95,7 @@ impl ChangelogAggregateOp {
         Ok(Keyed {
             keys,
             accumulators: Vec::new(),
-            seen: Vec::new(),
+            emitted: Vec::new(),
             ids: Vec::new(),
         })
     }
@@ -152,7 +159,7 @@ impl ChangelogAggregateOp {
 
 impl Keyed {
     /// Folds the rows `rows` of the batch into their groups and records the
-    /// new values of the groups they touched.
+    /// new values of the groups whose result they changed.
     fn update(
         &mut self,
         spec: &ChangelogAggregateSpec,
@@ -175,7 +182,7 @@ impl Keyed {
             }
         }
         let total = self.ids.iter().max().map_or(0, |m| m + 1).max(known);
-        self.seen.resize(total, false);
+        self.emitted.resize(total, None);
         while self.accumulators.len() < total {
             let accs = spec
                 .aggregates
@@ -185,7 +192,8 @@ impl Keyed {
             self.accumulators.push(accs);
         }
         // Row by row, so that every row that changes a result emits its
-        // new value, however the input was cut into batches.
+        // new value, however the input was cut into batches; a row that
+        // leaves the result as it was emits nothing.
         for (local, &id) in self.ids.iter().enumerate() {
             let row = rows.value(local) as usize;
             let mut values = Vec::with_capacity(spec.aggregates.len());
@@ -199,10 +207,14 @@ impl Keyed {
                 }
                 values.push(accumulator.evaluate()?);
             }
+            let last = &mut self.emitted[id];
+            if last.as_ref() == Some(&values) {
+                continue;
+            }
             changed.key_rows.push(row as u32);
-            changed.values.push(values);
-            changed.new.push(!self.seen[id]);
-            self.seen[id] = true;
+            changed.new.push(last.is_none());
+            changed.values.push(values.clone());
+            *last = Some(values);
         }
         Ok(())
     }

@@ -9,6 +9,7 @@
 
 mod aggregate;
 mod alert;
+mod batch;
 mod changelog;
 mod filter;
 mod invariant;
@@ -30,6 +31,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 
 pub use aggregate::AggregateSpec;
 pub use alert::AlertOp;
+pub use batch::{BatchInput, BatchOp};
 pub use changelog::{ChangelogAggregateOp, ChangelogAggregateSpec};
 pub use filter::FilterOp;
 pub use invariant::InvariantOp;
@@ -176,6 +178,35 @@ pub trait Operator: Send {
     /// so the runtime can stop feeding it.
     fn finished(&self) -> bool {
         false
+    }
+}
+
+/// Where the inputs of a multi-stream query meet when their rows do not
+/// simply flow on together: a window join, or a batch query. The runtime
+/// hands it each input's rows with the input's index, and the minimum of
+/// the inputs' watermarks.
+pub trait MergeOperator: Send {
+    /// A one-line description for `EXPLAIN`.
+    fn describe(&self) -> String;
+
+    /// Takes rows of input `input` (the order of the query's inputs).
+    fn on_rows(&mut self, input: usize, batch: RecordBatch) -> Result<()>;
+
+    /// Processes the merged watermark; forwards it after what it completes.
+    fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()>;
+}
+
+impl MergeOperator for WindowJoin {
+    fn describe(&self) -> String {
+        WindowJoin::describe(self)
+    }
+
+    fn on_rows(&mut self, input: usize, batch: RecordBatch) -> Result<()> {
+        WindowJoin::on_rows(self, input, batch)
+    }
+
+    fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
+        WindowJoin::on_watermark(self, watermark, out)
     }
 }
 

@@ -37,11 +37,11 @@ impl SqlPlanner {
         let schema = query.schema().clone();
         let keys = self.alert_keys(&query, clause)?;
         let event_time = event_time_column(&query)?;
-        let template = clause
-            .message
-            .as_deref()
-            .map(MessageTemplate::parse)
-            .transpose()?;
+        let templates = [&clause.message, &clause.resolve_message]
+            .into_iter()
+            .flatten()
+            .map(|t| MessageTemplate::parse(t))
+            .collect::<Result<Vec<_>>>()?;
         let (rule, conditions) = match &clause.condition {
             AlertCondition::When {
                 when,
@@ -78,7 +78,7 @@ impl SqlPlanner {
                 (AlertRule::Absent { interval_ms }, [None, None])
             }
         };
-        let read = read_columns(&conditions, template.as_ref(), &schema, &clause.condition)?;
+        let read = read_columns(&conditions, &templates, &schema, &clause.condition)?;
         let values = read
             .into_iter()
             .filter(|i| !keys.contains(i) && *i != event_time)
@@ -92,10 +92,11 @@ impl SqlPlanner {
             step_ms: window_step_ms(&query),
             severity: clause.severity.clone(),
             message: clause.message.clone(),
+            resolve_message: clause.resolve_message.clone(),
         };
         let input = self.with_conditions(query, conditions)?;
         let node = AlertNode::try_new(input, spec).map_err(plan_error)?;
-        if let Some(template) = &template {
+        for template in &templates {
             check_template(template, &node)?;
         }
         Ok(LogicalPlan::Extension(Extension {
@@ -288,10 +289,10 @@ pub(super) fn event_time_column(query: &LogicalPlan) -> Result<usize> {
     })
 }
 
-/// The query columns the conditions and the message read, in query order.
+/// The query columns the conditions and the messages read, in query order.
 fn read_columns(
     conditions: &[Option<Expr>; 2],
-    template: Option<&MessageTemplate>,
+    templates: &[MessageTemplate],
     schema: &DFSchema,
     condition: &AlertCondition,
 ) -> Result<Vec<usize>> {
@@ -301,7 +302,7 @@ fn read_columns(
         .flat_map(|e| e.column_refs())
         .filter_map(|c| schema.index_of_column(c).ok())
         .collect();
-    if let Some(template) = template {
+    for template in templates {
         for name in template.columns() {
             if is_alert_column(name) {
                 continue;

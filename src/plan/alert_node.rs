@@ -14,7 +14,7 @@
 //! | `since` | TIMESTAMP | when the condition first held (deadman: the key's last row) |
 //! | value columns | as in the query | the columns the conditions and message read |
 //! | `severity` | TEXT | `SEVERITY`, or NULL |
-//! | `message` | TEXT | the rendered `MESSAGE`, or NULL |
+//! | `message` | TEXT | the rendered `MESSAGE` (for `resolved` rows, `RESOLVE MESSAGE` if given), or NULL |
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -95,6 +95,8 @@ pub struct AlertSpec {
     pub severity: Option<String>,
     /// `MESSAGE` template.
     pub message: Option<String>,
+    /// `RESOLVE MESSAGE` template, for `resolved` rows.
+    pub resolve_message: Option<String>,
 }
 
 /// Turns a query's rows into alert state changes.

@@ -18,11 +18,17 @@ pub fn describe(graph: &QueryGraph) -> String {
         stages(&mut text, &input.stages, indent, &mut task);
     }
     if several {
-        let _ = writeln!(
+        let _ = write!(
             text,
             "  -> merge {} inputs (watermark: the minimum of theirs)",
             graph.inputs.len()
         );
+        match &graph.join {
+            Some(join) => {
+                let _ = writeln!(text, ": {}", join.describe());
+            }
+            None => text.push('\n'),
+        }
     }
     stages(&mut text, &graph.stages, "  ", &mut task);
     let _ = write!(text, "  -> sink");

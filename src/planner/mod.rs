@@ -6,6 +6,7 @@
 //! task at each stateful operator, and rejects what cannot run on an
 //! unbounded stream with an error naming the rule.
 
+mod batch;
 mod explain;
 mod peer;
 
@@ -31,10 +32,10 @@ use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 use crate::error::{Error, Result};
 use crate::exec::{
     AggregateSpec, AlertOp, ChangelogAggregateOp, ChangelogAggregateSpec, FilterOp, GroupSlot,
-    InvariantOp, LateRows, LimitOp, MarkOp, Operator, OverFunction, OverOp, OverSpec, ProjectOp,
-    QueryStats, SessionAggregateOp, SessionAggregateSpec, SessionAssignOp, WatermarkOp,
-    WindowAggregateOp, WindowAggregateSpec, WindowAssignOp, WindowGrid, WindowInput, WindowJoin,
-    WindowJoinSpec,
+    InvariantOp, LateRows, LimitOp, MarkOp, MergeOperator, Operator, OverFunction, OverOp,
+    OverSpec, ProjectOp, QueryStats, SessionAggregateOp, SessionAggregateSpec, SessionAssignOp,
+    WatermarkOp, WindowAggregateOp, WindowAggregateSpec, WindowAssignOp, WindowGrid, WindowInput,
+    WindowJoin, WindowJoinSpec,
 };
 use crate::plan::{
     AlertNode, EmitNode, EmitPolicy, InvariantNode, StreamDef, StreamSource, WatermarkNode, Window,
@@ -85,8 +86,9 @@ pub type Stages = Vec<Vec<Box<dyn Operator>>>;
 pub struct QueryGraph {
     /// The streams the query reads, each with the tasks before the merge.
     pub inputs: Vec<QueryInput>,
-    /// How the inputs merge: `None` for a union, or a window join.
-    pub join: Option<WindowJoin>,
+    /// How the inputs merge: `None` for a union, or a window join or batch
+    /// query that takes each input's rows.
+    pub join: Option<Box<dyn MergeOperator>>,
     /// Tasks after the inputs merge (every task when there is one input).
     pub stages: Stages,
     /// Schema of the result rows.
@@ -131,7 +133,15 @@ pub fn plan_incremental(plan: &LogicalPlan, mode: ExecutionMode) -> Result<Query
         props: ExecutionProps::new(),
         planning: PhysicalPlanningContext::default(),
     };
-    let built = builder.build(plan)?;
+    let built = match builder.build(plan) {
+        Ok(built) => built,
+        // A query the streaming rules reject may still be a bounded
+        // question, answered once its inputs end.
+        Err(rejected @ Error::Unbounded { .. }) => {
+            return batch::plan_batch(plan, mode, rejected);
+        }
+        Err(e) => return Err(e),
+    };
     if built.window.is_some_and(|w| w.holds_panes()) {
         return Err(window_without_aggregate());
     }
@@ -176,7 +186,7 @@ struct Built {
     /// The streams read, each with the operators before the merge.
     inputs: Vec<(Arc<StreamDef>, Ops)>,
     /// How the inputs merge, when they are joined.
-    join: Option<WindowJoin>,
+    join: Option<Box<dyn MergeOperator>>,
     /// Operators after the inputs merge.
     ops: Ops,
     /// Where the window columns are in the current schema, if any.
@@ -976,7 +986,7 @@ impl Builder {
         };
         Ok(Built {
             inputs,
-            join: Some(WindowJoin::new(spec)?),
+            join: Some(Box::new(WindowJoin::new(spec)?)),
             ops: Vec::new(),
             window: Some(WindowColumns {
                 start: lw.start,

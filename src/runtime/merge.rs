@@ -6,7 +6,7 @@ use tokio::sync::mpsc::{self, Receiver, Sender};
 
 use super::CHANNEL_CAPACITY;
 use crate::error::Result;
-use crate::exec::{Message, WindowJoin};
+use crate::exec::{MergeOperator, Message};
 
 /// How often idle inputs are looked for.
 const IDLE_CHECK: Duration = Duration::from_millis(100);
@@ -19,7 +19,7 @@ const IDLE_CHECK: Duration = Duration::from_millis(100);
 /// run was stopped) do not fire what is still open.
 pub async fn run(
     inputs: Vec<(Receiver<Message>, Option<Duration>)>,
-    mut join: Option<WindowJoin>,
+    mut join: Option<Box<dyn MergeOperator>>,
     output: Sender<Message>,
 ) -> Result<()> {
     let (tagged_tx, mut tagged) = mpsc::channel(CHANNEL_CAPACITY);

@@ -4,7 +4,7 @@
 //! ALERT [BY col, ...]
 //!   WHEN condition [FOR INTERVAL '...' | FOR n WINDOWS] [RESOLVE WHEN condition]
 //!   | WHEN ABSENT FOR INTERVAL '...'
-//!   [SEVERITY 'text'] [MESSAGE 'template']
+//!   [SEVERITY 'text'] [MESSAGE 'template'] [RESOLVE MESSAGE 'template']
 //! ```
 //!
 //! Like `EMIT`, the clause is cut from the statement's tokens before
@@ -29,6 +29,9 @@ pub struct AlertClause {
     pub severity: Option<String>,
     /// `MESSAGE 'template'`, with `{column}` placeholders.
     pub message: Option<String>,
+    /// `RESOLVE MESSAGE 'template'`: the message of `resolved` rows, which
+    /// use `message` without it.
+    pub resolve_message: Option<String>,
     /// Where the clause starts.
     pub location: Location,
 }
@@ -185,6 +188,7 @@ impl ScriptParser<'_> {
             condition,
             severity: None,
             message: None,
+            resolve_message: None,
             location,
         };
         self.parse_alert_labels(&mut clause)?;
@@ -198,7 +202,8 @@ impl ScriptParser<'_> {
             hold = Some(self.parse_hold()?);
         }
         let mut resolve = None;
-        if self.peek_words(&["RESOLVE"]) {
+        // `RESOLVE MESSAGE` is a label, parsed with the others.
+        if self.peek_words(&["RESOLVE"]) && !self.peek_words(&["RESOLVE", "MESSAGE"]) {
             self.parser.next_token();
             if !self.parser.parse_keyword(Keyword::WHEN) {
                 return Err(self.unexpected("WHEN"));
@@ -235,22 +240,29 @@ impl ScriptParser<'_> {
         Ok(Hold::Interval(Box::new(interval)))
     }
 
-    /// `SEVERITY '...'` and `MESSAGE '...'`, in either order, each at most
-    /// once.
+    /// `SEVERITY '...'`, `MESSAGE '...'` and `RESOLVE MESSAGE '...'`, in
+    /// any order, each at most once.
     fn parse_alert_labels(&mut self, clause: &mut AlertClause) -> Result<()> {
         loop {
             let at = self.parser.peek_token().span.start;
-            let slot = if self.peek_words(&["SEVERITY"]) {
-                &mut clause.severity
+            let (slot, words) = if self.peek_words(&["SEVERITY"]) {
+                (&mut clause.severity, 1)
             } else if self.peek_words(&["MESSAGE"]) {
-                &mut clause.message
+                (&mut clause.message, 1)
+            } else if self.peek_words(&["RESOLVE", "MESSAGE"]) {
+                (&mut clause.resolve_message, 2)
             } else {
                 return Ok(());
             };
             if slot.is_some() {
-                return Err(self.error_at("SEVERITY and MESSAGE may each appear once", at));
+                return Err(self.error_at(
+                    "SEVERITY, MESSAGE and RESOLVE MESSAGE may each appear once",
+                    at,
+                ));
             }
-            self.parser.next_token();
+            for _ in 0..words {
+                self.parser.next_token();
+            }
             *slot = Some(self.parse_string()?);
         }
     }
@@ -265,5 +277,53 @@ impl ScriptParser<'_> {
                 next.span.start,
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::sql::{StatementKind, parse_script};
+
+    fn alert(sql: &str) -> super::AlertClause {
+        let mut statements = parse_script(sql).unwrap();
+        match statements.remove(0).kind {
+            StatementKind::Query { alert: Some(a), .. } => *a,
+            _ => panic!("a query with an alert: {sql}"),
+        }
+    }
+
+    #[test]
+    fn resolve_message_is_a_label_in_any_order() {
+        let a = alert(
+            "SELECT * FROM m ALERT BY host WHEN cpu > 90 RESOLVE WHEN cpu < 70
+             RESOLVE MESSAGE '{host} back' MESSAGE '{host} hot' SEVERITY 'page'",
+        );
+        assert_eq!(a.message.as_deref(), Some("{host} hot"));
+        assert_eq!(a.resolve_message.as_deref(), Some("{host} back"));
+        assert_eq!(a.severity.as_deref(), Some("page"));
+        let a = alert("SELECT * FROM m ALERT WHEN cpu > 90 RESOLVE MESSAGE 'ok'");
+        assert_eq!(a.resolve_message.as_deref(), Some("ok"));
+        assert!(matches!(
+            a.condition,
+            super::AlertCondition::When { resolve: None, .. }
+        ));
+        let a = alert("SELECT * FROM m ALERT BY h WHEN ABSENT FOR x RESOLVE MESSAGE '{h} back'");
+        assert_eq!(a.resolve_message.as_deref(), Some("{h} back"));
+    }
+
+    #[test]
+    fn resolve_message_twice_or_without_text_says_where() {
+        let e =
+            parse_script("SELECT * FROM m ALERT WHEN x RESOLVE MESSAGE 'a' RESOLVE MESSAGE 'b';")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            e.contains("each appear once") && e.contains("column 50"),
+            "{e}"
+        );
+        let e = parse_script("SELECT * FROM m ALERT WHEN x RESOLVE MESSAGE 5;")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("quoted string"), "{e}");
     }
 }

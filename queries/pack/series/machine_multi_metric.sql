@@ -50,4 +50,5 @@ CREATE OR REPLACE VIEW per_host AS
 CREATE OR REPLACE ALERT machine_multi_metric AS SELECT window_end, host, metrics_out FROM per_host
 ALERT WHEN metrics_out >= 6
   SEVERITY 'critical'
-  MESSAGE '{host}: {metrics_out} metrics far from their last day at once';
+  MESSAGE '{host}: {metrics_out} metrics far from their last day at once'
+  RESOLVE MESSAGE '{host}: only {metrics_out} metrics far from their last day now';

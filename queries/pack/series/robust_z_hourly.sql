@@ -54,4 +54,5 @@ CREATE OR REPLACE ALERT robust_z_hourly AS
 ALERT WHEN abs(z) > 3.5
   RESOLVE WHEN abs(z) < 2
   SEVERITY 'warning'
-  MESSAGE '{host} {metric}: hourly mean {v:.2} is {z:.1} robust deviations from its last day';
+  MESSAGE '{host} {metric}: hourly mean {v:.2} is {z:.1} robust deviations from its last day'
+  RESOLVE MESSAGE '{host} {metric}: hourly mean {v:.2} is near its last day again (z {z:.1})';

@@ -60,4 +60,5 @@ CREATE OR REPLACE ALERT robust_z_or_new_extreme AS
   FROM judged
 ALERT WHEN far_from_last_day OR new_extreme
   SEVERITY 'warning'
-  MESSAGE '{host} {metric}: hourly mean {v:.2} (z {z:.1}, new extreme: {new_extreme})';
+  MESSAGE '{host} {metric}: hourly mean {v:.2} (z {z:.1}, new extreme: {new_extreme})'
+  RESOLVE MESSAGE '{host} {metric}: hourly mean {v:.2} is ordinary again (z {z:.1})';
