@@ -76,11 +76,17 @@ struct Change {
 impl AlertOp {
     /// An operator for `spec` over rows of `input`, producing `output`.
     pub fn try_new(spec: AlertSpec, input: SchemaRef, output: SchemaRef) -> Result<Self> {
-        let fields = spec
+        let mut fields: Vec<SortField> = spec
             .keys
             .iter()
             .map(|&i| SortField::new(input.field(i).data_type().clone()))
             .collect();
+        if fields.is_empty() {
+            // An alert without keys has one state for the whole stream: a
+            // constant key column, since rows of no columns cannot be told
+            // apart (or even counted) by the row format.
+            fields.push(SortField::new(DataType::Boolean));
+        }
         let parse = |t: &Option<String>| t.as_deref().map(MessageTemplate::parse).transpose();
         let template = parse(&spec.message)?;
         let resolve_template = parse(&spec.resolve_message)?;
@@ -121,12 +127,15 @@ impl AlertOp {
 
     /// Runs the ready rows through their keys' state machines.
     fn apply_rows(&mut self, batch: &RecordBatch, times: &[i64]) -> Result<Vec<Change>> {
-        let key_columns: Vec<ArrayRef> = self
+        let mut key_columns: Vec<ArrayRef> = self
             .spec
             .keys
             .iter()
             .map(|&i| batch.column(i).clone())
             .collect();
+        if key_columns.is_empty() {
+            key_columns.push(Arc::new(BooleanArray::from(vec![true; batch.num_rows()])));
+        }
         let rows = self.converter.convert_columns(&key_columns)?;
         let mut changes = Vec::new();
         match self.spec.rule {
@@ -199,7 +208,9 @@ impl AlertOp {
         let keys = self
             .converter
             .convert_rows(changes.iter().map(|c| c.key.row()))?;
-        columns.extend(keys);
+        if !self.spec.keys.is_empty() {
+            columns.extend(keys);
+        }
         let state = changes
             .iter()
             .map(|c| if c.firing { "firing" } else { "resolved" });
