@@ -3,6 +3,7 @@
 mod cli;
 mod conformance;
 mod examples;
+mod follow;
 mod library;
 mod repl;
 mod series_pack;
