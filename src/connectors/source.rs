@@ -8,6 +8,13 @@
 //! number, and appended to the dead-letter file when one is configured, as one
 //! line each: `<line>\t<reason>\t<raw row>` (newlines inside the raw row are
 //! written as `\n`).
+//!
+//! Both formats are line-oriented: a JSON row is one line, and a CSV record
+//! ends at its newline unless the stream allows multi-line quoted fields
+//! (`multiline`), so a stray quote costs its own line and no more. A bad
+//! record that spans lines is one bad row per line. Event times pass the
+//! checks of the `guard` module (`max_future`, `ts_unit`) before they
+//! reach the watermark.
 
 use std::cell::Cell;
 use std::fs::{File, OpenOptions};
@@ -55,9 +62,11 @@ const MAX_QUOTED_CHARS: usize = 40;
 /// rows are also emitted whenever the input has nothing more available yet,
 /// so piped live data is not held back until a batch fills up.
 ///
-/// Errors: a missing or unreadable file (`cannot open <path>: ...`), a
-/// declared column absent from the CSV header, an unsupported column type, a
-/// read error, or a failure to write the dead-letter file.
+/// Errors: a missing or unreadable file (`cannot open <path>: ...`), an
+/// event-time column absent from the CSV header (other absent columns read
+/// as NULL, with a warning on stderr), a CSV header whose quote is not
+/// closed, an unsupported column type, a read error, or a failure to write
+/// the dead-letter file.
 ///
 /// The file-less connectors are read by their own modules: `host` samples
 /// this machine until its `limit` (see [`host`](super::host)), `demo`
