@@ -44,7 +44,8 @@ use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
 use crate::connectors::{
-    Format, Replay, Sink, SourceConfig, SourceLocation, SourceStats, open_sink, read_bytes,
+    Decoding, Format, Replay, Sink, SourceConfig, SourceLocation, SourceStats, open_sink,
+    read_bytes,
 };
 use crate::engine::{Dropped, Engine, Outcome, PreparedQuery};
 use crate::error::{Error, Result};
@@ -349,6 +350,7 @@ impl Session {
             batch_size: 8192,
             dead_letter: None,
             follow: false,
+            decode: Decoding::default(),
         };
         self.engine.add_stream(StreamDef {
             name: name.to_string(),

@@ -3,6 +3,7 @@
 mod cli;
 mod conformance;
 mod examples;
+mod follow;
 mod grammar_examples;
 mod library;
 mod repl;

@@ -26,9 +26,9 @@
 -- Your data: a CSV with a header row and at least the columns ts, host, cpu, mem; ts in
 -- ISO-8601 (2024-06-03T08:00:00Z) or epoch milliseconds, rows up to 30 s out of order
 -- (the WATERMARK delay; later ones are dropped as late and counted on stderr). The stream
--- declares ts, host, cpu, mem and disk_io: remove from CREATE STREAM any column your file
--- lacks (a declared column missing from the header is an error); extra columns are
--- ignored.
+-- declares ts, host, cpu, mem and disk_io: a column your file
+-- lacks reads as NULL (with a warning on stderr naming it), so a rule that does not
+-- read it still works; ts must be there. Extra columns are ignored.
 --
 -- On data/fleet.csv: web-06's application dies at 13:25 (CPU ~2 %, memory ~12 %; the web
 -- hosts sit around (37 %, 53 %), the batch hosts around (77 %, 68 %)): firing at 13:30

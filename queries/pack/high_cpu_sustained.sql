@@ -16,9 +16,9 @@
 -- Your data: a CSV with a header row and at least the columns ts, host, cpu; ts in
 -- ISO-8601 (2024-06-03T08:00:00Z) or epoch milliseconds, rows up to 30 s out of order
 -- (the WATERMARK delay; later ones are dropped as late and counted on stderr). The stream
--- declares ts, host, cpu, mem and disk_io: remove from CREATE STREAM any column your file
--- lacks (a declared column missing from the header is an error); extra columns are
--- ignored.
+-- declares ts, host, cpu, mem and disk_io: a column your file
+-- lacks reads as NULL (with a warning on stderr naming it), so a rule that does not
+-- read it still works; ts must be there. Extra columns are ignored.
 --
 -- On data/fleet.csv: batch-02 (normally ~78 %) runs at 91-97 % from 10:50 to 11:15:
 -- firing at 11:01 (since 10:51, the end of its first hot minute), resolved at 11:16.

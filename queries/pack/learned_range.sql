@@ -22,9 +22,9 @@
 -- Your data: a CSV with a header row and at least the columns ts, host, disk_io; ts in
 -- ISO-8601 (2024-06-03T08:00:00Z) or epoch milliseconds, rows up to 30 s out of order
 -- (the WATERMARK delay; later ones are dropped as late and counted on stderr). The stream
--- declares ts, host, cpu, mem and disk_io: remove from CREATE STREAM any column your file
--- lacks (a declared column missing from the header is an error); extra columns are
--- ignored.
+-- declares ts, host, cpu, mem and disk_io: a column your file
+-- lacks reads as NULL (with a warning on stderr naming it), so a rule that does not
+-- read it still works; ts must be there. Extra columns are ignored.
 --
 -- On data/fleet.csv: training takes the minutes 08:00 to 10:00 (windows ending before
 -- 10:01, 2 hours after the first one); web-02's disk_io jumps from ~45/s to ~160/s from

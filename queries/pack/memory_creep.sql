@@ -23,9 +23,9 @@
 -- Your data: a CSV with a header row and at least the columns ts, host, mem; ts in
 -- ISO-8601 (2024-06-03T08:00:00Z) or epoch milliseconds, rows up to 30 s out of order
 -- (the WATERMARK delay; later ones are dropped as late and counted on stderr). The stream
--- declares ts, host, cpu, mem and disk_io: remove from CREATE STREAM any column your file
--- lacks (a declared column missing from the header is an error); extra columns are
--- ignored.
+-- declares ts, host, cpu, mem and disk_io: a column your file
+-- lacks reads as NULL (with a warning on stderr naming it), so a rule that does not
+-- read it still works; ts must be there. Extra columns are ignored.
 --
 -- On data/fleet.csv: web-03's mem climbs 0.5 point a minute from 11:30 (50 %) to 12:30
 -- (80 %), then its process restarts: firing at 12:05 (since 11:55, growth 13.4 points),

@@ -167,6 +167,7 @@ mod tests {
             batch_size: DEFAULT_BATCH_SIZE,
             dead_letter: None,
             follow: false,
+            decode: Default::default(),
         }
     }
 

@@ -347,6 +347,7 @@ mod tests {
             batch_size: 1,
             dead_letter: None,
             follow: false,
+            decode: Default::default(),
         }
     }
 

@@ -9,6 +9,7 @@
 
 pub mod builtin;
 pub mod demo;
+mod guard;
 pub mod host;
 pub mod options;
 pub mod sink;
@@ -26,6 +27,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 pub use options::parse_output_format;
 pub use sink::{Sink, make_labelled_sink, make_sink, open_sink};
 pub use source::{read_bytes, read_source};
+pub use timestamp::TsUnit;
 
 /// Where a source reads from.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,6 +99,43 @@ pub struct SourceConfig {
     /// Keep reading a regular file as it grows (`tail -f`) instead of
     /// ending at its end; `follow` in `WITH`.
     pub follow: bool,
+    /// How rows are decoded: record boundaries, timestamp units and the
+    /// event-time guard.
+    pub decode: Decoding,
+}
+
+/// Default bound of a CSV record that spans lines (`max_record_size`).
+pub const DEFAULT_MAX_RECORD_SIZE: usize = 1 << 20;
+
+/// Default `max_future`: one day, in milliseconds.
+pub const DEFAULT_MAX_FUTURE_MS: i64 = 24 * 3600 * 1000;
+
+/// Decoding options of a file, stdin or push source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decoding {
+    /// A quoted CSV field may span lines (`multiline = 'true'`); otherwise
+    /// every record ends at its newline, so one bad line costs one row.
+    pub multiline: bool,
+    /// Most bytes a CSV record spanning lines may have before it is a bad
+    /// record (`max_record_size`).
+    pub max_record_size: usize,
+    /// The unit of numeric timestamps (`ts_unit`).
+    pub ts_unit: TsUnit,
+    /// A row whose event time is more than this many milliseconds ahead of
+    /// the stream (see [`source`]) is a bad row; `None` disables the guard
+    /// (`max_future = 'none'`).
+    pub max_future_ms: Option<i64>,
+}
+
+impl Default for Decoding {
+    fn default() -> Self {
+        Decoding {
+            multiline: false,
+            max_record_size: DEFAULT_MAX_RECORD_SIZE,
+            ts_unit: TsUnit::Millis,
+            max_future_ms: Some(DEFAULT_MAX_FUTURE_MS),
+        }
+    }
 }
 
 /// A malformed input row that was skipped.

@@ -10,7 +10,10 @@ use datafusion::arrow::datatypes::SchemaRef;
 
 use super::builtin::{self, match_columns};
 use super::webhook::parse_duration;
-use super::{Format, OutputFormat, Replay, SinkConfig, SinkTarget, SourceConfig, SourceLocation};
+use super::{
+    Decoding, Format, OutputFormat, Replay, SinkConfig, SinkTarget, SourceConfig, SourceLocation,
+    TsUnit,
+};
 use super::{demo, host};
 use crate::error::{Error, Result};
 
@@ -29,7 +32,14 @@ const SOURCE_KEYS: &[&str] = &[
     "batch_size",
     "dead_letter",
     "follow",
+    "multiline",
+    "max_record_size",
+    "ts_unit",
+    "max_future",
 ];
+
+/// Largest accepted `max_record_size`: 1 GiB.
+pub const MAX_RECORD_SIZE_LIMIT: usize = 1 << 30;
 
 const SINK_KEYS: &[&str] = &["connector", "path", "format", "append_only"];
 
@@ -150,8 +160,10 @@ impl SourceConfig {
     /// `jsonl` | `json` | `ndjson`; default from the path's extension, else
     /// csv), `replay` (`fast` | `realtime`), `speed` (positive number, default
     /// 1), `batch_size` (positive integer, default 8192), `dead_letter` (a
-    /// path, resolved against `base_dir`) and `follow` (`true` | `false`,
-    /// files only).
+    /// path, resolved against `base_dir`), `follow` (`true` | `false`,
+    /// files only), `multiline` (`true` | `false`, CSV only),
+    /// `max_record_size` (bytes), `ts_unit` (`s` | `ms` | `us` | `ns`) and
+    /// `max_future` (a duration, or `none`); see [`Decoding`].
     ///
     /// Connectors `host` and `demo` read no file and take keys of their own,
     /// see [`live_source`].
@@ -256,6 +268,8 @@ impl SourceConfig {
             )));
         }
 
+        let decode = decoding(&opts, format)?;
+
         if let Some(i) = event_time
             && i >= schema.fields().len()
         {
@@ -274,8 +288,81 @@ impl SourceConfig {
             batch_size,
             dead_letter,
             follow,
+            decode,
         })
     }
+}
+
+/// The decoding options of a file, stdin or push stream.
+fn decoding(opts: &Options<'_>, format: Format) -> Result<Decoding> {
+    let defaults = Decoding::default();
+    let multiline = opts.flag("multiline")?;
+    if multiline && format != Format::Csv {
+        return Err(Error::Plan(format!(
+            "{}: option 'multiline' is for CSV (a JSON Lines row is always one line)",
+            opts.what
+        )));
+    }
+    let max_record_size = match opts.get("max_record_size") {
+        None => defaults.max_record_size,
+        Some(v) => match v.trim().parse::<usize>() {
+            Ok(n) if (1..=MAX_RECORD_SIZE_LIMIT).contains(&n) => n,
+            _ => {
+                return Err(opts.bad_value(
+                    "max_record_size",
+                    v,
+                    &format!("a number of bytes from 1 to {MAX_RECORD_SIZE_LIMIT}"),
+                ));
+            }
+        },
+    };
+    let ts_unit = match opts.get("ts_unit") {
+        None => defaults.ts_unit,
+        Some(v) => TsUnit::parse(v).ok_or_else(|| opts.bad_value("ts_unit", v, "s, ms, us, ns"))?,
+    };
+    let max_future_ms = match opts.get("max_future") {
+        None => defaults.max_future_ms,
+        Some(v) => parse_max_future(v).ok_or_else(|| {
+            opts.bad_value(
+                "max_future",
+                v,
+                "a duration such as '1 hour', '30 minutes', '2 days', or 'none'",
+            )
+        })?,
+    };
+    Ok(Decoding {
+        multiline,
+        max_record_size,
+        ts_unit,
+        max_future_ms,
+    })
+}
+
+/// Parses a `max_future` value: `none` (or `off`) disables the guard,
+/// else a positive duration: a number and a unit from milliseconds to
+/// weeks (`'1 hour'`, `'90 s'`, `'2 days'`).
+fn parse_max_future(text: &str) -> Option<Option<i64>> {
+    let text = text.trim().to_ascii_lowercase();
+    if text == "none" || text == "off" {
+        return Some(None);
+    }
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.parse().ok()?;
+    let unit_ms = match unit.trim() {
+        "ms" | "millisecond" | "milliseconds" => 1.0,
+        "s" | "sec" | "secs" | "second" | "seconds" => 1e3,
+        "min" | "mins" | "minute" | "minutes" => 6e4,
+        "h" | "hour" | "hours" => 3.6e6,
+        "d" | "day" | "days" => 8.64e7,
+        "w" | "week" | "weeks" => 6.048e8,
+        _ => return None,
+    };
+    let ms = (value * unit_ms).round();
+    // About 300 years at most keeps event-time arithmetic far from overflow.
+    (ms.is_finite() && (1.0..=1e13).contains(&ms)).then_some(Some(ms as i64))
 }
 
 /// The configuration of a stream with connector `host` or `demo`: its
@@ -351,6 +438,7 @@ fn live_source(
         batch_size: DEFAULT_BATCH_SIZE,
         dead_letter: None,
         follow: false,
+        decode: Decoding::default(),
     })
 }
 
@@ -568,6 +656,57 @@ mod tests {
         let e = err(source(&[("path", "a.csv"), ("path", "b.csv")]));
         assert!(e.contains("more than once"), "{e}");
         assert!(matches!(source(&[]), Err(Error::Plan(_))));
+    }
+
+    #[test]
+    fn decoding_options() {
+        let c = source(&[("path", "a.csv")]).unwrap();
+        assert_eq!(c.decode, Decoding::default());
+        assert_eq!(c.decode.max_future_ms, Some(86_400_000));
+        let c = source(&[
+            ("path", "a.csv"),
+            ("multiline", "TRUE"),
+            ("max_record_size", "4096"),
+            ("ts_unit", "us"),
+            ("max_future", "1 hour"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.decode,
+            Decoding {
+                multiline: true,
+                max_record_size: 4096,
+                ts_unit: TsUnit::Micros,
+                max_future_ms: Some(3_600_000),
+            }
+        );
+        for (text, ms) in [
+            ("2 days", Some(172_800_000)),
+            ("90 s", Some(90_000)),
+            ("none", None),
+            ("OFF", None),
+        ] {
+            let c = source(&[("path", "a.csv"), ("max_future", text)]).unwrap();
+            assert_eq!(c.decode.max_future_ms, ms, "{text}");
+        }
+        for bad in ["0 s", "soon", "1", "-1 hour", ""] {
+            let e = err(source(&[("path", "a.csv"), ("max_future", bad)]));
+            assert!(
+                e.contains("'max_future'") && e.contains("'none'"),
+                "{bad}: {e}"
+            );
+        }
+        let e = err(source(&[("path", "a.csv"), ("ts_unit", "sec")]));
+        assert!(
+            e.contains("'ts_unit'") && e.contains("s, ms, us, ns"),
+            "{e}"
+        );
+        for bad in ["0", "x", "2000000000"] {
+            let e = err(source(&[("path", "a.csv"), ("max_record_size", bad)]));
+            assert!(e.contains("'max_record_size'"), "{e}");
+        }
+        let e = err(source(&[("path", "a.jsonl"), ("multiline", "true")]));
+        assert!(e.contains("'multiline' is for CSV"), "{e}");
     }
 
     fn live(

@@ -8,7 +8,15 @@
 //! number, and appended to the dead-letter file when one is configured, as one
 //! line each: `<line>\t<reason>\t<raw row>` (newlines inside the raw row are
 //! written as `\n`).
+//!
+//! Both formats are line-oriented: a JSON row is one line, and a CSV record
+//! ends at its newline unless the stream allows multi-line quoted fields
+//! (`multiline`), so a stray quote costs its own line and no more. A bad
+//! record that spans lines is one bad row per line. Event times pass the
+//! checks of the `guard` module (`max_future`, `ts_unit`) before they
+//! reach the watermark.
 
+use std::cell::Cell;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
@@ -24,8 +32,9 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use serde_json::Value;
 
-use super::timestamp::{in_range, parse_timestamp_ms};
-use super::{BadRow, Format, Replay, SourceConfig, SourceLocation, SourceStats};
+use super::guard::{Admit, FutureGuard, JUMP_ROWS, UnitCheck};
+use super::timestamp::{is_epoch_number, parse_timestamp};
+use super::{BadRow, Decoding, Format, Replay, SourceConfig, SourceLocation, SourceStats, TsUnit};
 use crate::error::{Error, Result};
 
 /// Size of the read buffer for files and stdin.
@@ -53,9 +62,11 @@ const MAX_QUOTED_CHARS: usize = 40;
 /// rows are also emitted whenever the input has nothing more available yet,
 /// so piped live data is not held back until a batch fills up.
 ///
-/// Errors: a missing or unreadable file (`cannot open <path>: ...`), a
-/// declared column absent from the CSV header, an unsupported column type, a
-/// read error, or a failure to write the dead-letter file.
+/// Errors: a missing or unreadable file (`cannot open <path>: ...`), an
+/// event-time column absent from the CSV header (other absent columns read
+/// as NULL, with a warning on stderr), a CSV header whose quote is not
+/// closed, an unsupported column type, a read error, or a failure to write
+/// the dead-letter file.
 ///
 /// The file-less connectors are read by their own modules: `host` samples
 /// this machine until its `limit` (see [`host`](super::host)), `demo`
@@ -75,16 +86,27 @@ pub fn read_source(
             // read comes back short, not when a batch fills.
             let regular = file.metadata().is_ok_and(|m| m.file_type().is_file());
             if config.follow && regular {
-                let follow = Follow::new(file, &stats.stop);
-                return read_format(config.format, follow, &name, true, &mut driver);
+                let reopened = Cell::new(0);
+                let follow =
+                    Follow::new(file, path.clone(), &config.stream, &stats.stop, &reopened);
+                let input = Input::new(follow, &name, true).reopened(&reopened);
+                return read_format(config.format, input, &mut driver);
             }
-            read_format(config.format, file, &name, !regular, &mut driver)
+            read_format(
+                config.format,
+                Input::new(file, &name, !regular),
+                &mut driver,
+            )
         }
         SourceLocation::Stdin => {
             let mut driver = Driver::new(config, stats, emit)?;
             let stdin = io::stdin();
             let lock = stdin.lock();
-            read_format(config.format, lock, "<stdin>", true, &mut driver)
+            read_format(
+                config.format,
+                Input::new(lock, "<stdin>", true),
+                &mut driver,
+            )
         }
         SourceLocation::Push => Err(Error::Connector(format!(
             "stream {} is fed by its program (connector 'push'): embed vigil or use `vigil serve` to push rows into it",
@@ -111,23 +133,99 @@ pub fn read_bytes(
     emit: &mut dyn FnMut(RecordBatch) -> bool,
 ) -> Result<()> {
     let mut driver = Driver::new(config, stats, emit)?;
-    read_format(format, bytes, "<pushed rows>", false, &mut driver)
+    read_format(
+        format,
+        Input::new(bytes, "<pushed rows>", false),
+        &mut driver,
+    )
 }
 
 fn read_format<R: Read>(
     format: Format,
-    input: R,
-    name: &str,
-    live: bool,
+    input: Input<'_, R>,
     driver: &mut Driver<'_>,
 ) -> Result<()> {
     let result = match format {
-        Format::Csv => read_csv(input, name, live, driver),
-        Format::Jsonl => read_jsonl(input, name, live, driver),
+        Format::Csv => read_csv(input, driver),
+        Format::Jsonl => read_jsonl(input, driver),
     };
     // Close the dead-letter file even when reading failed.
     let closed = driver.close_dead_letter();
     result.and(closed)
+}
+
+/// The input of a decoder: its physical lines, numbered from 1.
+struct Input<'a, R> {
+    reader: BufReader<Tracked<R>>,
+    /// Name for messages: the path, `<stdin>` or `<pushed rows>`.
+    name: &'a str,
+    /// Live input: pending rows go on whenever it runs dry.
+    live: bool,
+    /// The number of the last line read.
+    line: u64,
+    /// Counts the times a followed file was opened again; a change starts
+    /// a new file (numbered from 1 again).
+    reopened: Option<&'a Cell<u64>>,
+    seen_reopened: u64,
+}
+
+impl<'a, R: Read> Input<'a, R> {
+    fn new(input: R, name: &'a str, live: bool) -> Self {
+        Input {
+            reader: BufReader::with_capacity(READ_BUFFER, Tracked::new(input)),
+            name,
+            live,
+            line: 0,
+            reopened: None,
+            seen_reopened: 0,
+        }
+    }
+
+    fn reopened(mut self, counter: &'a Cell<u64>) -> Self {
+        self.reopened = Some(counter);
+        self
+    }
+
+    /// Reads the next line, its terminator included, into `buf` (cleared
+    /// first). Returns `None` at the end of the input, else whether the
+    /// line is the first of a new file.
+    fn next_line(&mut self, buf: &mut Vec<u8>) -> Result<Option<bool>> {
+        buf.clear();
+        let n = self
+            .reader
+            .read_until(b'\n', buf)
+            .map_err(|e| Error::io(format!("reading {}", self.name), e))?;
+        if n == 0 {
+            return Ok(None);
+        }
+        // A followed file hands out whole lines only, so a reopening falls
+        // between two lines: this one is the new file's first.
+        let reopened = self.reopened.map_or(0, Cell::get);
+        let new_file = reopened != self.seen_reopened;
+        self.seen_reopened = reopened;
+        if new_file {
+            self.line = 0;
+        }
+        self.line += 1;
+        Ok(Some(new_file))
+    }
+
+    /// Whether live input has nothing more available right now, so the
+    /// next read may block.
+    fn dry(&self) -> bool {
+        self.live && self.reader.buffer().is_empty() && self.reader.get_ref().short
+    }
+}
+
+/// Splits a line into its content and its terminator (`\n`, `\r\n`, or
+/// nothing at the end of the input; a lone `\r` there counts too).
+fn split_terminator(line: &[u8]) -> (&[u8], &[u8]) {
+    let cut = if line.ends_with(b"\r\n") {
+        2
+    } else {
+        usize::from(line.ends_with(b"\n") || line.ends_with(b"\r"))
+    };
+    line.split_at(line.len() - cut)
 }
 
 /// The value kinds a source can produce, one per supported column type.
@@ -318,7 +416,7 @@ impl Batcher {
 /// Most a followed file is read ahead of what was handed out.
 const FOLLOW_READ_AHEAD: usize = 1 << 20;
 
-/// A regular file read `tail -f` style: at its end, a read waits for more
+/// A regular file read `tail -F` style: at its end, a read waits for more
 /// bytes instead of returning 0, until `stop` is set.
 ///
 /// Only whole lines are handed out: a partial last line is held back until
@@ -326,8 +424,17 @@ const FOLLOW_READ_AHEAD: usize = 1 << 20;
 /// (a quoted CSV field spanning lines aside), and the rows it holds go on
 /// before it waits for more. The last read of what the file has comes back
 /// short, which tells the reader that nothing more is available for now.
+///
+/// The file is followed by name: when the path names another file (log
+/// rotation by rename and create) or the file shrinks (truncation), what
+/// is left of the old file is handed out, a partial last line completed
+/// with a newline, and then the path is opened again and read from its
+/// start. Each reopening is said on stderr and counted in `reopened`, which
+/// tells the decoder that a new file (and for CSV a new header) begins.
 struct Follow<'a> {
     file: File,
+    path: PathBuf,
+    stream: &'a str,
     /// Bytes read from the file and not yet handed out start at `start`;
     /// those before `ready` end with a newline.
     buf: Vec<u8>,
@@ -336,17 +443,36 @@ struct Follow<'a> {
     /// Bytes read from the file so far.
     size: u64,
     stop: &'a AtomicBool,
+    reopened: &'a Cell<u64>,
+}
+
+/// Why a followed file is opened again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rotation {
+    /// The path now names another file.
+    Replaced,
+    /// The file is shorter than what was read from it.
+    Truncated,
 }
 
 impl<'a> Follow<'a> {
-    fn new(file: File, stop: &'a AtomicBool) -> Self {
+    fn new(
+        file: File,
+        path: PathBuf,
+        stream: &'a str,
+        stop: &'a AtomicBool,
+        reopened: &'a Cell<u64>,
+    ) -> Self {
         Follow {
             file,
+            path,
+            stream,
             buf: Vec::new(),
             start: 0,
             ready: 0,
             size: 0,
             stop,
+            reopened,
         }
     }
 
@@ -371,18 +497,67 @@ impl<'a> Follow<'a> {
         if let Some(newline) = self.buf[self.ready..].iter().rposition(|&b| b == b'\n') {
             self.ready += newline + 1;
         }
-        if got == 0 {
-            let len = self.file.metadata()?.len();
-            if len < self.size {
-                return Err(io::Error::other(format!(
-                    "the file shrank from {} to {len} bytes while being followed \
-                     (truncated or rotated)",
-                    self.size
-                )));
-            }
+        if got > 0 {
+            return Ok(true);
         }
-        Ok(got > 0)
+        let Some(rotation) = self.rotation()? else {
+            return Ok(false);
+        };
+        if self.ready < self.buf.len() {
+            // The old file's last line has no newline and never will.
+            self.buf.push(b'\n');
+            self.ready = self.buf.len();
+            return Ok(true);
+        }
+        self.reopen(rotation)?;
+        Ok(true)
     }
+
+    /// Whether the file was rotated or truncated since it was opened. A
+    /// path that names no file for now (between a rename and the create)
+    /// is no rotation yet.
+    fn rotation(&self) -> io::Result<Option<Rotation>> {
+        let open = self.file.metadata()?;
+        if open.len() < self.size {
+            return Ok(Some(Rotation::Truncated));
+        }
+        let Ok(named) = std::fs::metadata(&self.path) else {
+            return Ok(None);
+        };
+        Ok((!same_file(&open, &named)).then_some(Rotation::Replaced))
+    }
+
+    fn reopen(&mut self, rotation: Rotation) -> io::Result<()> {
+        self.file = File::open(&self.path)?;
+        self.buf.clear();
+        self.start = 0;
+        self.ready = 0;
+        self.size = 0;
+        self.reopened.set(self.reopened.get() + 1);
+        let what = match rotation {
+            Rotation::Replaced => "rotated",
+            Rotation::Truncated => "truncated",
+        };
+        eprintln!(
+            "vigil: stream {}: file {what}, reopened {} (line numbers restart at 1)",
+            self.stream,
+            self.path.display()
+        );
+        Ok(())
+    }
+}
+
+/// Whether two metadata describe the same file (device and inode; on
+/// systems without inodes, only truncation is noticed).
+#[cfg(unix)]
+fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    a.dev() == b.dev() && a.ino() == b.ino()
+}
+
+#[cfg(not(unix))]
+fn same_file(_: &std::fs::Metadata, _: &std::fs::Metadata) -> bool {
+    true
 }
 
 impl Read for Follow<'_> {
@@ -500,15 +675,58 @@ impl DeadLetter {
     }
 }
 
-/// Shared row handling for both formats: batching, pacing, bad rows.
+/// One decoded row, as the decoders hand it to the [`Driver`].
+struct Row<'r> {
+    /// Its first physical line.
+    line: u64,
+    vals: &'r [Val],
+    /// The text that `Val::Text` ranges index into.
+    text: &'r [u8],
+    /// The original line(s), for the dead-letter file.
+    raw: &'r [u8],
+    /// Whether the event time was written as an epoch number.
+    epoch_time: bool,
+}
+
+/// A row the future guard holds back, copied out of the decoder's buffers.
+struct HeldRow {
+    line: u64,
+    time: i64,
+    vals: Vec<Val>,
+    text: Vec<u8>,
+    raw: Vec<u8>,
+    /// Why it is bad, if it turns out to be an outlier.
+    reason: String,
+}
+
+impl HeldRow {
+    fn copy(row: &Row<'_>, time: i64, reason: String) -> Self {
+        HeldRow {
+            line: row.line,
+            time,
+            vals: row.vals.to_vec(),
+            text: row.text.to_vec(),
+            raw: row.raw.to_vec(),
+            reason,
+        }
+    }
+}
+
+/// Shared row handling for both formats: batching, pacing, bad rows, the
+/// event-time guard.
 struct Driver<'a> {
     stream: &'a str,
     stats: &'a SourceStats,
     emit: &'a mut dyn FnMut(RecordBatch) -> bool,
     batcher: Batcher,
     batch_size: usize,
+    decode: Decoding,
     pacer: Option<Pacer>,
     dead_letter: Option<DeadLetter>,
+    guard: Option<FutureGuard>,
+    /// Rows the guard holds back, in input order.
+    held: Vec<HeldRow>,
+    unit_check: Option<UnitCheck>,
     /// The largest event time among the rows taken since the last flush.
     max_event_time: i64,
 }
@@ -527,39 +745,102 @@ impl<'a> Driver<'a> {
             }),
             _ => None,
         };
+        let pushed = config.location == SourceLocation::Push;
+        let guard = match (config.event_time, config.decode.max_future_ms) {
+            (Some(_), Some(max_ahead)) => Some(FutureGuard::new(max_ahead, pushed)),
+            _ => None,
+        };
+        // Each push is decoded on its own: a warning would repeat per push.
+        let unit_check =
+            (config.event_time.is_some() && !pushed).then(|| UnitCheck::new(config.decode.ts_unit));
         Ok(Driver {
             stream: &config.stream,
             stats,
             emit,
             batcher: Batcher::new(config)?,
             batch_size: config.batch_size.max(1),
+            decode: config.decode,
             pacer,
             dead_letter: config
                 .dead_letter
                 .clone()
                 .map(|path| DeadLetter { path, out: None }),
+            guard,
+            held: Vec::new(),
+            unit_check,
             max_event_time: i64::MIN,
         })
     }
 
     /// Takes one parsed row. Returns `Ok(false)` once downstream is gone.
-    /// `line` computes the row's line number; it is only called when the
-    /// row turns out to be bad.
-    fn row(
-        &mut self,
-        line: impl FnOnce() -> u64,
-        vals: &[Val],
-        text: &[u8],
-        raw: RawRow<'_>,
-    ) -> Result<bool> {
+    fn row(&mut self, row: Row<'_>) -> Result<bool> {
         if self.stats.stop.load(Ordering::Relaxed) {
             self.flush()?;
             return Ok(false);
         }
-        if let Err(reason) = self.batcher.check(vals) {
-            self.bad(line(), reason, raw)?;
+        if let Err(reason) = self.batcher.check(row.vals) {
+            self.bad(row.line, reason, row.raw)?;
             return Ok(true);
         }
+        let time = self.batcher.event_time.and_then(|i| match row.vals[i] {
+            Val::Int(t) => Some(t),
+            _ => None,
+        });
+        if let (Some(t), true, Some(check)) = (time, row.epoch_time, &mut self.unit_check) {
+            check.observe(t, self.stream);
+        }
+        let (Some(t), Some(guard)) = (time, &mut self.guard) else {
+            return self.accept(row.vals, row.text);
+        };
+        let admit = guard.admit(t);
+        match admit {
+            Admit::Accept => {
+                self.reject_held()?;
+                self.accept(row.vals, row.text)
+            }
+            Admit::Reject(reason) => {
+                let reason = self.time_reason(reason);
+                self.bad(row.line, reason, row.raw)?;
+                Ok(true)
+            }
+            Admit::Hold { reason, breaks_run } => {
+                if breaks_run {
+                    self.reject_held()?;
+                }
+                let reason = self.time_reason(reason);
+                self.held.push(HeldRow::copy(&row, t, reason));
+                if self.held.len() < JUMP_ROWS {
+                    return Ok(true);
+                }
+                // Enough rows agree: the stream jumped ahead (a gap in the
+                // data); they are not outliers.
+                let held = std::mem::take(&mut self.held);
+                if let Some(guard) = &mut self.guard {
+                    for h in &held {
+                        guard.raise(h.time);
+                    }
+                }
+                for h in held {
+                    if !self.accept(&h.vals, &h.text)? {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// A guard's reason, naming the event-time column.
+    fn time_reason(&self, reason: String) -> String {
+        let column = self
+            .batcher
+            .event_time
+            .map_or("", |i| self.batcher.schema.field(i).name().as_str());
+        format!("column {column}: {reason}")
+    }
+
+    /// Adds a checked row to the pending batch, pacing it first.
+    fn accept(&mut self, vals: &[Val], text: &[u8]) -> Result<bool> {
         if let Some(pacer) = &mut self.pacer
             && let Val::Int(t) = vals[pacer.column]
             && let Some(wait) = pacer.delay(t)
@@ -579,14 +860,47 @@ impl<'a> Driver<'a> {
         Ok(true)
     }
 
+    /// Records the rows the guard held back as bad: they were outliers.
+    fn reject_held(&mut self) -> Result<()> {
+        for h in std::mem::take(&mut self.held) {
+            self.bad(h.line, h.reason, &h.raw)?;
+        }
+        Ok(())
+    }
+
     /// Records a malformed row.
-    fn bad(&mut self, line: u64, reason: String, raw: RawRow<'_>) -> Result<()> {
+    fn bad(&mut self, line: u64, reason: String, raw: &[u8]) -> Result<()> {
         if let Some(dead) = &mut self.dead_letter {
-            let mut buf = Vec::new();
-            raw.render(&mut buf);
-            dead.write(line, &reason, &buf)?;
+            dead.write(line, &reason, raw)?;
         }
         self.stats.record_bad(BadRow { line, reason });
+        Ok(())
+    }
+
+    /// Records a malformed record that may span several lines: every line
+    /// is a bad row of its own (counted, and dead-lettered as itself), so
+    /// the counts add up to the lines of the input.
+    fn bad_record(&mut self, first: u64, reason: String, raw: &[u8]) -> Result<()> {
+        let mut lines = raw.split_inclusive(|&b| b == b'\n');
+        let Some(head) = lines.next() else {
+            return self.bad(first, reason, raw);
+        };
+        let rest = format!("{reason} (in the record that starts at line {first})");
+        self.bad(first, reason, split_terminator(head).0)?;
+        for (i, line) in lines.enumerate() {
+            self.bad(first + 1 + i as u64, rest.clone(), split_terminator(line).0)?;
+        }
+        Ok(())
+    }
+
+    /// Ends the input: held rows are outliers, pending rows go on, and the
+    /// unit check decides on what it has seen.
+    fn finish(&mut self) -> Result<()> {
+        self.reject_held()?;
+        if let Some(check) = &mut self.unit_check {
+            check.decide(self.stream);
+        }
+        self.flush()?;
         Ok(())
     }
 
@@ -605,8 +919,12 @@ impl<'a> Driver<'a> {
         }
     }
 
-    fn pending(&self) -> bool {
-        self.batcher.len > 0
+    /// On live input, emits the pending rows before a read that may block.
+    fn flush_if_dry<R: Read>(&mut self, input: &Input<'_, R>) -> Result<bool> {
+        if input.dry() && self.batcher.len > 0 {
+            return self.flush();
+        }
+        Ok(true)
     }
 
     fn close_dead_letter(&mut self) -> Result<()> {
@@ -617,58 +935,18 @@ impl<'a> Driver<'a> {
     }
 }
 
-/// The original text of a row, rendered only when it goes to the dead-letter
-/// file.
-#[derive(Clone, Copy)]
-enum RawRow<'r> {
-    Csv(&'r csv::ByteRecord),
-    Line(&'r [u8]),
-}
-
-impl RawRow<'_> {
-    fn render(self, out: &mut Vec<u8>) {
-        match self {
-            RawRow::Line(bytes) => out.extend_from_slice(bytes),
-            RawRow::Csv(record) => {
-                let mut w = csv::WriterBuilder::new()
-                    .terminator(csv::Terminator::Any(b'\n'))
-                    .from_writer(&mut *out);
-                // Writing into a Vec cannot fail.
-                let last = record.len().saturating_sub(1);
-                let _ = w.write_record(record.iter().enumerate().map(|(i, f)| {
-                    if i == last {
-                        f.strip_suffix(b"\r").unwrap_or(f)
-                    } else {
-                        f
-                    }
-                }));
-                let _ = w.flush();
-                drop(w);
-                if out.last() == Some(&b'\n') {
-                    out.pop();
-                }
-            }
-        }
-    }
-}
-
-/// A reader that remembers how many bytes it has produced and whether the
-/// last read returned less than was asked for (i.e. the input had nothing
-/// more available at that moment).
+/// A reader that remembers whether the last read returned less than was
+/// asked for (i.e. the input had nothing more available at that moment).
 struct Tracked<R> {
     inner: R,
-    total: u64,
     short: bool,
-    eof: bool,
 }
 
 impl<R: Read> Tracked<R> {
     fn new(inner: R) -> Self {
         Tracked {
             inner,
-            total: 0,
             short: false,
-            eof: false,
         }
     }
 }
@@ -676,9 +954,7 @@ impl<R: Read> Tracked<R> {
 impl<R: Read> Read for Tracked<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.total += n as u64;
         self.short = n < buf.len();
-        self.eof |= n == 0 && !buf.is_empty();
         Ok(n)
     }
 }
@@ -717,19 +993,164 @@ fn parse_bool(s: &str) -> Option<bool> {
 
 // ---------------------------------------------------------------- CSV ----
 
-/// Finds each declared column in the header: exact name first, then
-/// case-insensitively.
+/// The fields of one CSV record, unquoted, stored end to end.
+#[derive(Debug, Default)]
+struct Fields {
+    text: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Fields {
+    fn clear(&mut self) {
+        self.text.clear();
+        self.ends.clear();
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The byte range of field `i` in `text`.
+    fn range(&self, i: usize) -> std::ops::Range<usize> {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        start..self.ends[i]
+    }
+
+    fn get(&self, i: usize) -> &[u8] {
+        &self.text[self.range(i)]
+    }
+
+    fn end_field(&mut self) {
+        self.ends.push(self.text.len());
+    }
+}
+
+/// Where the CSV splitter is within a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quoting {
+    /// At the start of a field, where a `"` opens a quoted field.
+    FieldStart,
+    /// In a field that is not quoted: a `"` there is text.
+    Plain,
+    /// In a quoted field: `""` is a quote, `"` closes it.
+    Quoted,
+    /// After the closing quote: text up to the next comma is appended.
+    Closed,
+}
+
+/// One CSV record being split, possibly over several lines.
+///
+/// Fields are separated by commas; a field that starts with `"` is quoted:
+/// commas and (with `multiline`) newlines in it are text, `""` is a quote.
+/// A quote elsewhere is text, as is anything after a closing quote up to
+/// the next comma.
+#[derive(Debug)]
+struct CsvRecord {
+    fields: Fields,
+    state: Quoting,
+    /// The first line of the record; 0 when no record is open.
+    first_line: u64,
+    /// The raw lines of a record that spans lines (empty for one line).
+    raw: Vec<u8>,
+}
+
+impl CsvRecord {
+    fn new() -> Self {
+        CsvRecord {
+            fields: Fields::default(),
+            state: Quoting::FieldStart,
+            first_line: 0,
+            raw: Vec::new(),
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        self.first_line != 0
+    }
+
+    fn start(&mut self, line: u64) {
+        self.fields.clear();
+        self.raw.clear();
+        self.state = Quoting::FieldStart;
+        self.first_line = line;
+    }
+
+    fn close(&mut self) {
+        self.first_line = 0;
+    }
+
+    /// Splits one line's content into fields, continuing a quoted field
+    /// from the line before. Returns whether the record is complete; if
+    /// not, a quoted field goes on past this line, `terminator` included.
+    fn feed(&mut self, content: &[u8], terminator: &[u8]) -> bool {
+        let mut i = 0;
+        while i < content.len() {
+            match self.state {
+                Quoting::FieldStart if content[i] == b'"' => {
+                    self.state = Quoting::Quoted;
+                    i += 1;
+                }
+                Quoting::FieldStart | Quoting::Plain | Quoting::Closed => {
+                    // Copy up to the next comma at once.
+                    let rest = &content[i..];
+                    match rest.iter().position(|&b| b == b',') {
+                        Some(comma) => {
+                            self.fields.text.extend_from_slice(&rest[..comma]);
+                            self.fields.end_field();
+                            self.state = Quoting::FieldStart;
+                            i += comma + 1;
+                        }
+                        None => {
+                            self.fields.text.extend_from_slice(rest);
+                            if self.state == Quoting::FieldStart {
+                                self.state = Quoting::Plain;
+                            }
+                            i = content.len();
+                        }
+                    }
+                }
+                Quoting::Quoted => {
+                    let rest = &content[i..];
+                    match rest.iter().position(|&b| b == b'"') {
+                        None => {
+                            self.fields.text.extend_from_slice(rest);
+                            i = content.len();
+                        }
+                        Some(quote) => {
+                            self.fields.text.extend_from_slice(&rest[..quote]);
+                            if rest.get(quote + 1) == Some(&b'"') {
+                                self.fields.text.push(b'"');
+                                i += quote + 2;
+                            } else {
+                                self.state = Quoting::Closed;
+                                i += quote + 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if self.state == Quoting::Quoted {
+            self.fields.text.extend_from_slice(terminator);
+            return false;
+        }
+        self.fields.end_field();
+        true
+    }
+}
+
+/// Where each declared column is in the CSV header; `None` for a column
+/// the header lacks (read as NULL).
 fn map_header(
     config_schema: &SchemaRef,
     stream: &str,
-    header: &csv::ByteRecord,
+    event_time: Option<usize>,
+    header: &Fields,
     name: &str,
-) -> Result<Vec<usize>> {
-    let names: Vec<String> = header
-        .iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let s = String::from_utf8_lossy(f);
+) -> Result<Vec<Option<usize>>> {
+    let names: Vec<String> = (0..header.len())
+        .map(|i| {
+            let s = String::from_utf8_lossy(header.get(i));
             let s = if i == 0 {
                 s.trim_start_matches('\u{feff}')
             } else {
@@ -739,41 +1160,42 @@ fn map_header(
         })
         .collect();
     let mut columns = Vec::with_capacity(config_schema.fields().len());
-    for field in config_schema.fields() {
+    for (index, field) in config_schema.fields().iter().enumerate() {
         let wanted = field.name();
         let found = names.iter().position(|n| n == wanted).or_else(|| {
             names
                 .iter()
                 .position(|n| n.to_lowercase() == wanted.to_lowercase())
         });
-        match found {
-            Some(i) => columns.push(i),
-            None => {
+        if found.is_none() {
+            if event_time == Some(index) {
                 return Err(Error::Connector(format!(
-                    "stream {stream}: column {wanted} not found in the header of {name} \
+                    "stream {stream}: event-time column {wanted} not found in the header of {name} \
                      (header columns: {})",
                     names.join(", ")
                 )));
             }
+            // A pack rule declares more columns than it reads: a CSV with
+            // only some of them still works for the rules that read those.
+            eprintln!(
+                "vigil: warning: stream {stream}: column {wanted} is not in the header of {name}; \
+                 it reads as NULL"
+            );
         }
+        columns.push(found);
     }
     Ok(columns)
 }
 
-/// Parses one CSV field of the given kind.
+/// Parses one CSV field of the given kind; `start` is its offset in the
+/// record's text.
 fn parse_csv_field(
     kind: Kind,
     column: &str,
-    record: &csv::ByteRecord,
-    index: usize,
+    bytes: &[u8],
+    start: usize,
+    unit: TsUnit,
 ) -> std::result::Result<Val, String> {
-    let mut bytes = record.get(index).unwrap_or_default();
-    // Lines end at '\n'; drop the '\r' of a CRLF ending from the last field.
-    if index + 1 == record.len()
-        && let Some(stripped) = bytes.strip_suffix(b"\r")
-    {
-        bytes = stripped;
-    }
     let Ok(text) = std::str::from_utf8(bytes) else {
         return Err(format!("column {column}: invalid UTF-8"));
     };
@@ -781,7 +1203,6 @@ fn parse_csv_field(
         if text.is_empty() {
             return Ok(Val::Null);
         }
-        let start = record.range(index).map_or(0, |r| r.start);
         return Ok(Val::Text(start, start + text.len()));
     }
     let value = text.trim_ascii();
@@ -789,7 +1210,7 @@ fn parse_csv_field(
         return Ok(Val::Null);
     }
     let parsed = match kind {
-        Kind::Timestamp => parse_timestamp_ms(value).map(Val::Int),
+        Kind::Timestamp => parse_timestamp(value, unit).map(Val::Int),
         Kind::Float => value.parse::<f64>().ok().map(Val::Float),
         Kind::Int => value.parse::<i64>().ok().map(Val::Int),
         Kind::Bool => parse_bool(value).map(Val::Bool),
@@ -804,84 +1225,181 @@ fn parse_csv_field(
     })
 }
 
-fn read_csv<R: Read>(input: R, name: &str, live: bool, d: &mut Driver<'_>) -> Result<()> {
-    let read_error = |e: csv::Error| match e.into_kind() {
-        csv::ErrorKind::Io(e) => Error::io(format!("reading {name}"), e),
-        other => Error::Connector(format!("reading {name}: {other:?}")),
-    };
-    // Records end at '\n' only, so that csv's line counter sees every line
-    // ending exactly once; a CRLF's '\r' is stripped from the last field.
-    let mut rdr = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .terminator(csv::Terminator::Any(b'\n'))
-        .buffer_capacity(READ_BUFFER)
-        .from_reader(Tracked::new(input));
-    let is_blank = |r: &csv::ByteRecord| r.len() == 1 && &r[0] == b"\r";
-    // The header is the first non-blank record (empty if there is none).
-    let mut header = csv::ByteRecord::new();
-    while rdr.read_byte_record(&mut header).map_err(read_error)? && is_blank(&header) {}
-    if header.is_empty() {
-        // No header and no rows: an empty stream, not an error.
-        return Ok(());
+/// Why a record whose quoted field never closed is bad.
+fn unclosed_reason(multiline: bool, at: &str) -> String {
+    if multiline {
+        format!("a quoted field is not closed {at}")
+    } else {
+        "a quoted field is not closed at the end of its line \
+         (a quoted field spans lines only with multiline = 'true')"
+            .to_string()
     }
-    let schema = d.batcher.schema.clone();
-    let columns = map_header(&schema, d.stream, &header, name)?;
-    let kinds = d.batcher.kinds.clone();
-    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+}
 
-    let mut record = csv::ByteRecord::new();
-    let mut vals = vec![Val::Null; columns.len()];
-    while rdr.read_byte_record(&mut record).map_err(read_error)? {
-        if is_blank(&record) {
-            continue; // a blank CRLF line
+/// The decoder state of one CSV input: its header and the record being
+/// read.
+struct CsvReader {
+    multiline: bool,
+    max_record_size: usize,
+    unit: TsUnit,
+    /// Each declared column's field index, once the header is read.
+    columns: Option<Vec<Option<usize>>>,
+    header_len: usize,
+    record: CsvRecord,
+    vals: Vec<Val>,
+}
+
+fn read_csv<R: Read>(mut input: Input<'_, R>, d: &mut Driver<'_>) -> Result<()> {
+    let mut csv = CsvReader {
+        multiline: d.decode.multiline,
+        max_record_size: d.decode.max_record_size,
+        unit: d.decode.ts_unit,
+        columns: None,
+        header_len: 0,
+        record: CsvRecord::new(),
+        vals: vec![Val::Null; d.batcher.kinds.len()],
+    };
+    let mut line = Vec::new();
+    while let Some(new_file) = input.next_line(&mut line)? {
+        if new_file {
+            // A rotated file starts with its own header.
+            csv.end_file(input.name, "at the end of the file", d)?;
+            csv.columns = None;
         }
-        // The record's first line: csv's line counter (1 + the number of
-        // '\n' consumed so far) minus the newlines inside quoted fields, minus
-        // the record's own terminator unless it ended at end of input. (The
-        // position csv stores in the record can be off after blank lines.)
-        let line_after = rdr.position().line();
-        let terminated = u64::from(!rdr.get_ref().eof);
-        let line = || {
-            let inner = record.as_slice().iter().filter(|&&b| b == b'\n').count() as u64;
-            line_after.saturating_sub(inner + terminated)
-        };
-        let keep_going = if record.len() != header.len() {
-            let reason = format!("expected {} fields, found {}", header.len(), record.len());
-            d.bad(line(), reason, RawRow::Csv(&record))?;
-            true
-        } else {
-            let mut failure = None;
-            for (i, (&index, &kind)) in columns.iter().zip(&kinds).enumerate() {
-                match parse_csv_field(kind, names[i], &record, index) {
-                    Ok(v) => vals[i] = v,
-                    Err(reason) => {
-                        failure = Some(reason);
-                        break;
-                    }
-                }
-            }
-            match failure {
-                Some(reason) => {
-                    d.bad(line(), reason, RawRow::Csv(&record))?;
-                    true
-                }
-                None => d.row(line, &vals, record.as_slice(), RawRow::Csv(&record))?,
-            }
-        };
-        if !keep_going {
+        if !csv.line(&line, input.line, input.name, d)? {
             return Ok(());
         }
-        // On live input, emit what we have before a read that may block.
-        if live && d.pending() {
-            let src = rdr.get_ref();
-            if src.short && rdr.position().byte() >= src.total && !d.flush()? {
-                return Ok(());
-            }
+        if !d.flush_if_dry(&input)? {
+            return Ok(());
         }
     }
-    d.flush()?;
-    Ok(())
+    csv.end_file(input.name, "at the end of the input", d)?;
+    d.finish()
+}
+
+impl CsvReader {
+    /// Takes one physical line. Returns `Ok(false)` once downstream is gone.
+    fn line(&mut self, line: &[u8], number: u64, name: &str, d: &mut Driver<'_>) -> Result<bool> {
+        let (content, terminator) = split_terminator(line);
+        let continued = self.record.is_open();
+        if !continued {
+            if content.is_empty() {
+                return Ok(true); // a blank line
+            }
+            self.record.start(number);
+        }
+        if !self.record.feed(content, terminator) {
+            if !self.multiline {
+                return self.bad_record(unclosed_reason(false, ""), line, name, d);
+            }
+            self.record.raw.extend_from_slice(line);
+            if self.record.raw.len() > self.max_record_size {
+                let reason = format!(
+                    "a quoted field is not closed within max_record_size ({} bytes)",
+                    self.max_record_size
+                );
+                return self.bad_record(reason, &[], name, d);
+            }
+            return Ok(true);
+        }
+        let mut raw = std::mem::take(&mut self.record.raw);
+        let spans = continued;
+        if spans {
+            raw.extend_from_slice(line);
+        }
+        let raw_row = if spans { &raw[..] } else { line };
+        let keep_going = self.record_done(raw_row, name, d);
+        self.record.raw = raw;
+        keep_going
+    }
+
+    /// Handles a complete record: the header, or a row.
+    fn record_done(&mut self, raw: &[u8], name: &str, d: &mut Driver<'_>) -> Result<bool> {
+        let first = self.record.first_line;
+        self.record.close();
+        let Some(columns) = &self.columns else {
+            let schema = d.batcher.schema.clone();
+            let event_time = d.batcher.event_time;
+            self.columns = Some(map_header(
+                &schema,
+                d.stream,
+                event_time,
+                &self.record.fields,
+                name,
+            )?);
+            self.header_len = self.record.fields.len();
+            return Ok(true);
+        };
+        let fields = &self.record.fields;
+        if fields.len() != self.header_len {
+            let reason = format!(
+                "expected {} fields, found {}",
+                self.header_len,
+                fields.len()
+            );
+            d.bad_record(first, reason, raw)?;
+            return Ok(true);
+        }
+        let schema = &d.batcher.schema;
+        let mut epoch_time = false;
+        for (i, (column, &kind)) in columns.iter().zip(&d.batcher.kinds).enumerate() {
+            let Some(index) = *column else {
+                self.vals[i] = Val::Null;
+                continue;
+            };
+            let bytes = fields.get(index);
+            let start = fields.range(index).start;
+            match parse_csv_field(kind, schema.field(i).name(), bytes, start, self.unit) {
+                Ok(v) => self.vals[i] = v,
+                Err(reason) => {
+                    d.bad_record(first, reason, raw)?;
+                    return Ok(true);
+                }
+            }
+            if d.batcher.event_time == Some(i) {
+                epoch_time = std::str::from_utf8(bytes).is_ok_and(is_epoch_number);
+            }
+        }
+        d.row(Row {
+            line: first,
+            vals: &self.vals,
+            text: &fields.text,
+            raw,
+            epoch_time,
+        })
+    }
+
+    /// A record that cannot be completed: all its lines are bad rows. A
+    /// broken header is an error instead.
+    fn bad_record(
+        &mut self,
+        reason: String,
+        last_line: &[u8],
+        name: &str,
+        d: &mut Driver<'_>,
+    ) -> Result<bool> {
+        let first = self.record.first_line;
+        self.record.close();
+        if self.columns.is_none() {
+            return Err(Error::Connector(format!(
+                "stream {}: cannot read the header of {name}: {reason}",
+                d.stream
+            )));
+        }
+        let mut raw = std::mem::take(&mut self.record.raw);
+        raw.extend_from_slice(last_line);
+        d.bad_record(first, reason, &raw)?;
+        self.record.raw = raw;
+        Ok(true)
+    }
+
+    /// Ends a file: a record still open is bad.
+    fn end_file(&mut self, name: &str, at: &str, d: &mut Driver<'_>) -> Result<()> {
+        if self.record.is_open() {
+            self.bad_record(unclosed_reason(true, at), &[], name, d)?;
+        }
+        Ok(())
+    }
 }
 
 // -------------------------------------------------------------- JSONL ----
@@ -903,6 +1421,7 @@ fn json_value(
     kind: Kind,
     column: &str,
     value: &Value,
+    unit: TsUnit,
     arena: &mut String,
 ) -> std::result::Result<Val, String> {
     let mismatch = || {
@@ -923,10 +1442,19 @@ fn json_value(
             Val::Text(start, arena.len())
         }
         (Kind::Float, Value::Number(n)) => Val::Float(n.as_f64().ok_or_else(mismatch)?),
-        (Kind::Timestamp, Value::Number(n)) if n.as_i64().is_some_and(|ms| !in_range(ms)) => {
-            return Err(format!("column {column}: timestamp {n} is out of range"));
-        }
-        (Kind::Int | Kind::Timestamp, Value::Number(n)) => match n.as_i64() {
+        (Kind::Timestamp, Value::Number(n)) => match json_epoch(n, unit) {
+            Some(t) => Val::Int(t),
+            None if n.is_i64() => {
+                return Err(format!("column {column}: timestamp {n} is out of range"));
+            }
+            None => {
+                return Err(format!(
+                    "column {column}: cannot represent {n} as TIMESTAMP (ts_unit = '{}')",
+                    unit.name()
+                ));
+            }
+        },
+        (Kind::Int, Value::Number(n)) => match n.as_i64() {
             Some(i) => Val::Int(i),
             None => match n.as_f64().and_then(integral) {
                 Some(i) => Val::Int(i),
@@ -938,7 +1466,7 @@ fn json_value(
                 }
             },
         },
-        (Kind::Timestamp, Value::String(s)) => match parse_timestamp_ms(s) {
+        (Kind::Timestamp, Value::String(s)) => match parse_timestamp(s, unit) {
             Some(t) => Val::Int(t),
             None => {
                 return Err(format!(
@@ -951,6 +1479,21 @@ fn json_value(
         _ => return Err(mismatch()),
     };
     Ok(val)
+}
+
+/// A JSON number as an epoch timestamp in `unit`: an integer, an integral
+/// float, or (in seconds) a decimal fraction.
+fn json_epoch(n: &serde_json::Number, unit: TsUnit) -> Option<i64> {
+    if let Some(i) = n.as_i64() {
+        return unit.to_ms(i);
+    }
+    if unit == TsUnit::Seconds {
+        return parse_timestamp(&n.to_string(), unit);
+    }
+    let f = n.as_f64()?;
+    (f.is_finite() && f.fract() == 0.0 && f.abs() < 9.2e18)
+        .then_some(f as i64)
+        .and_then(|i| unit.to_ms(i))
 }
 
 /// A serde_json error without its "at line 1" position, which is
@@ -968,13 +1511,17 @@ fn json_error(e: &serde_json::Error) -> String {
     }
 }
 
+/// Parses one JSON line into `vals`; returns whether the event time (at
+/// `event_time`) was written as a number.
 fn parse_json_row(
     text: &[u8],
     schema: &SchemaRef,
     kinds: &[Kind],
+    unit: TsUnit,
+    event_time: Option<usize>,
     vals: &mut [Val],
     arena: &mut String,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<bool, String> {
     let value: Value = serde_json::from_slice(text).map_err(|e| json_error(&e))?;
     let Value::Object(map) = &value else {
         return Err(format!(
@@ -986,6 +1533,7 @@ fn parse_json_row(
         ));
     };
     arena.clear();
+    let mut epoch_time = false;
     for (i, (field, &kind)) in schema.fields().iter().zip(kinds).enumerate() {
         let name = field.name();
         let found = map.get(name.as_str()).or_else(|| {
@@ -993,37 +1541,47 @@ fn parse_json_row(
                 .find(|(k, _)| k.eq_ignore_ascii_case(name))
                 .map(|(_, v)| v)
         });
+        if event_time == Some(i) {
+            epoch_time = matches!(found, Some(Value::Number(_)));
+        }
         vals[i] = match found {
             None => Val::Null,
-            Some(v) => json_value(kind, name, v, arena)?,
+            Some(v) => json_value(kind, name, v, unit, arena)?,
         };
     }
-    Ok(())
+    Ok(epoch_time)
 }
 
-fn read_jsonl<R: Read>(input: R, name: &str, live: bool, d: &mut Driver<'_>) -> Result<()> {
-    let mut rdr = BufReader::with_capacity(READ_BUFFER, Tracked::new(input));
+fn read_jsonl<R: Read>(mut input: Input<'_, R>, d: &mut Driver<'_>) -> Result<()> {
     let schema = d.batcher.schema.clone();
     let kinds = d.batcher.kinds.clone();
+    let unit = d.decode.ts_unit;
     let mut vals = vec![Val::Null; kinds.len()];
     let mut arena = String::new();
     let mut buf = Vec::new();
-    let mut line = 0u64;
-    loop {
-        buf.clear();
-        let n = rdr
-            .read_until(b'\n', &mut buf)
-            .map_err(|e| Error::io(format!("reading {name}"), e))?;
-        if n == 0 {
-            break;
-        }
-        line += 1;
+    while input.next_line(&mut buf)?.is_some() {
+        let line = input.line;
         let text = buf.trim_ascii();
         if !text.is_empty() {
-            let keep_going = match parse_json_row(text, &schema, &kinds, &mut vals, &mut arena) {
-                Ok(()) => d.row(|| line, &vals, arena.as_bytes(), RawRow::Line(text))?,
+            let parsed = parse_json_row(
+                text,
+                &schema,
+                &kinds,
+                unit,
+                d.batcher.event_time,
+                &mut vals,
+                &mut arena,
+            );
+            let keep_going = match parsed {
+                Ok(epoch_time) => d.row(Row {
+                    line,
+                    vals: &vals,
+                    text: arena.as_bytes(),
+                    raw: text,
+                    epoch_time,
+                })?,
                 Err(reason) => {
-                    d.bad(line, reason, RawRow::Line(text))?;
+                    d.bad(line, reason, text)?;
                     true
                 }
             };
@@ -1031,12 +1589,11 @@ fn read_jsonl<R: Read>(input: R, name: &str, live: bool, d: &mut Driver<'_>) -> 
                 return Ok(());
             }
         }
-        if live && d.pending() && rdr.buffer().is_empty() && rdr.get_ref().short && !d.flush()? {
+        if !d.flush_if_dry(&input)? {
             return Ok(());
         }
     }
-    d.flush()?;
-    Ok(())
+    d.finish()
 }
 
 #[cfg(test)]
@@ -1071,6 +1628,7 @@ mod tests {
             batch_size: 100,
             dead_letter: None,
             follow: false,
+            decode: Default::default(),
         }
     }
 
@@ -1138,8 +1696,9 @@ mod tests {
             batches.push(b);
             true
         };
-        let result = Driver::new(cfg, &stats, &mut emit)
-            .and_then(|mut d| read_format(cfg.format, input, "test-input", live, &mut d));
+        let result = Driver::new(cfg, &stats, &mut emit).and_then(|mut d| {
+            read_format(cfg.format, Input::new(input, "test-input", live), &mut d)
+        });
         Run {
             batches,
             stats,
@@ -1210,9 +1769,22 @@ mod tests {
         assert_eq!(col.value(0), 2);
     }
 
+    fn run_multiline(text: &str) -> Run {
+        let cfg = SourceConfig {
+            decode: Decoding {
+                multiline: true,
+                ..Decoding::default()
+            },
+            ..config(Format::Csv, SourceLocation::Stdin)
+        };
+        let run = run_reader(&cfg, Cursor::new(text.as_bytes().to_vec()), false);
+        assert!(run.result.is_ok(), "{:?}", run.result);
+        run
+    }
+
     #[test]
     fn csv_quoted_fields() {
-        let run = run_csv(
+        let run = run_multiline(
             "ts,host,cpu,n,up\n\
              1000,\"a, \"\"quoted\"\" host\",\"2.5\",1,true\n\
              2000,\"two\nlines\",3,2,false\n\
@@ -1230,6 +1802,366 @@ mod tests {
             run.bad(),
             vec![(5, "column cpu: cannot parse 'abc' as DOUBLE".to_string())]
         );
+    }
+
+    /// A small deterministic generator (no dependency, same file each run).
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (self.0 >> 33) % n
+        }
+    }
+
+    /// A line that is never a valid row: it opens a quote that never
+    /// closes, or its first field is not a timestamp.
+    fn garbage_line(rng: &mut Lcg) -> Vec<u8> {
+        const ALPHABET: &[u8] = b"abc,\" 1;x";
+        let len = rng.next(30) as usize;
+        let mut line = match rng.next(3) {
+            0 => b"\"".to_vec(),
+            1 => format!("{},\"", rng.next(100_000)).into_bytes(),
+            _ => b"z".to_vec(),
+        };
+        let stray_quote_only = line.ends_with(b"\"");
+        for _ in 0..len {
+            let b = if rng.next(4) == 0 {
+                rng.next(256) as u8
+            } else {
+                ALPHABET[rng.next(ALPHABET.len() as u64) as usize]
+            };
+            // Keep the unterminated quote unterminated, and the line a line.
+            if b == b'\n' || b == b'\r' || (stray_quote_only && b == b'"') {
+                continue;
+            }
+            line.push(b);
+        }
+        line
+    }
+
+    #[test]
+    fn csv_garbage_lines_cost_one_row_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.csv");
+        let dead = dir.path().join("bad.txt");
+        let mut rng = Lcg(7);
+        let mut text = b"ts,host,cpu,n,up\n".to_vec();
+        let mut good = Vec::new();
+        let mut garbage_lines = Vec::new();
+        for i in 0..3000u64 {
+            let line = i + 2;
+            if rng.next(100) < 5 {
+                text.extend(garbage_line(&mut rng));
+                garbage_lines.push(line);
+            } else {
+                // Good lines carry quotes too, which a stray quote would
+                // otherwise pair with.
+                let host = if i % 3 == 0 {
+                    format!("\"h,{i}\"")
+                } else {
+                    format!("h{i}")
+                };
+                text.extend_from_slice(format!("{},{host},1.5,{i},true", i * 1000).as_bytes());
+                good.push(i as i64);
+            }
+            text.push(b'\n');
+        }
+        std::fs::write(&input, &text).unwrap();
+        let cfg = SourceConfig {
+            dead_letter: Some(dead.clone()),
+            ..config(Format::Csv, SourceLocation::File(input))
+        };
+        let stats = SourceStats::default();
+        let mut kept = Vec::new();
+        read_source(&cfg, &stats, &mut |b| {
+            let n = b.column(3).as_any().downcast_ref::<Int64Array>().unwrap();
+            kept.extend(n.values().iter().copied());
+            true
+        })
+        .unwrap();
+        assert!(garbage_lines.len() > 100, "{}", garbage_lines.len());
+        assert_eq!(kept, good, "exactly the good lines survive");
+        assert_eq!(stats.rows.load(Ordering::Relaxed), good.len() as u64);
+        assert_eq!(
+            stats.bad_rows.load(Ordering::Relaxed),
+            garbage_lines.len() as u64
+        );
+        let dead_text = std::fs::read(&dead).unwrap();
+        let dead_lines: Vec<u64> = dead_text
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let tab = l.iter().position(|&b| b == b'\t').unwrap();
+                std::str::from_utf8(&l[..tab]).unwrap().parse().unwrap()
+            })
+            .collect();
+        assert_eq!(dead_lines, garbage_lines);
+    }
+
+    #[test]
+    fn csv_a_stray_quote_costs_its_line_only() {
+        let run = run_csv(
+            "ts,host,cpu,n,up\n\
+             1000,\"a,1,1,true\n\
+             2000,b,1,1,true\n\
+             3000,\"c\",1,1,true\n",
+        );
+        assert_eq!(run.table(), vec!["2000|b|1|1|true", "3000|c|1|1|true"]);
+        let bad = run.bad();
+        assert_eq!(bad.len(), 1);
+        assert_eq!(bad[0].0, 2);
+        assert!(
+            bad[0].1.contains("not closed") && bad[0].1.contains("multiline = 'true'"),
+            "{}",
+            bad[0].1
+        );
+    }
+
+    #[test]
+    fn csv_multiline_records_are_bounded_and_every_line_counts() {
+        // A stray quote in multiline mode swallows lines up to the next
+        // quote: the record then has the wrong field count, and each of
+        // its three lines is a bad row.
+        let run = run_multiline(
+            "ts,host,cpu,n,up\n\
+             1000,\"a,1,1,true\n\
+             2000,b,1,1,true\n\
+             3000,c\",1,true\n\
+             4000,\"two\nlines\",1,1,true\n",
+        );
+        assert_eq!(run.table(), vec!["4000|two\nlines|1|1|true"]);
+        assert_eq!(run.lines(), vec![2, 3, 4]);
+        assert_eq!(run.bad()[0].1, "expected 5 fields, found 4");
+        assert!(
+            run.bad()[1].1.contains("the record that starts at line 2"),
+            "{}",
+            run.bad()[1].1
+        );
+
+        // A quote that never closes: bounded by max_record_size, then
+        // reading starts afresh at the next line.
+        let cfg = SourceConfig {
+            decode: Decoding {
+                multiline: true,
+                max_record_size: 40,
+                ..Decoding::default()
+            },
+            ..config(Format::Csv, SourceLocation::Stdin)
+        };
+        let text = "ts,host,cpu,n,up\n\
+                    1000,\"a,1,1,true\n\
+                    2000,b,1,1,true\n\
+                    3000,b,1,1,true\n\
+                    4000,b,1,1,true\n\
+                    5000,\"open\n";
+        let run = run_reader(&cfg, Cursor::new(text.as_bytes().to_vec()), false);
+        assert_eq!(run.table(), vec!["4000|b|1|1|true"]);
+        let bad = run.bad();
+        assert_eq!(run.lines(), vec![2, 3, 4, 6]);
+        assert_eq!(
+            bad[0].1,
+            "a quoted field is not closed within max_record_size (40 bytes)"
+        );
+        assert_eq!(
+            bad[3].1,
+            "a quoted field is not closed at the end of the input"
+        );
+    }
+
+    #[test]
+    fn a_header_with_an_unclosed_quote_is_an_error() {
+        let cfg = config(Format::Csv, SourceLocation::Stdin);
+        let run = run_reader(&cfg, Cursor::new(b"ts,\"host\n1,a\n".to_vec()), false);
+        let msg = run.result.unwrap_err().to_string();
+        assert!(
+            msg.contains("cannot read the header of test-input"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn an_event_time_far_ahead_is_a_bad_row_and_the_stream_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dir.path().join("bad.txt");
+        let ten_years = 10 * 365 * 86_400_000i64;
+        let mut text = String::from("ts,host,cpu,n,up\n");
+        for i in 0..300i64 {
+            let ts = if i == 150 {
+                i * 1000 + ten_years
+            } else {
+                i * 1000
+            };
+            text.push_str(&format!("{ts},a,1,{i},true\n"));
+        }
+        let cfg = SourceConfig {
+            dead_letter: Some(dead.clone()),
+            ..config(Format::Csv, SourceLocation::Stdin)
+        };
+        let run = run_reader(&cfg, Cursor::new(text.into_bytes()), false);
+        assert_eq!(run.rows(), 299);
+        assert_eq!(run.stats.max_event_time.get(), Some(299_000));
+        assert_eq!(run.lines(), vec![152]);
+        let reason = &run.bad()[0].1;
+        assert!(
+            reason.starts_with("column ts: event time too far ahead: 1979-")
+                && reason.contains("more than 1 day after 1970-01-01T00:02:29"),
+            "{reason}"
+        );
+        let dead_text = std::fs::read_to_string(&dead).unwrap();
+        assert!(
+            dead_text.starts_with("152\tcolumn ts: event time too far ahead"),
+            "{dead_text}"
+        );
+
+        // Disabled: the row goes through.
+        let mut text = String::from("ts,host,cpu,n,up\n0,a,1,1,true\n");
+        text.push_str(&format!("{ten_years},a,1,2,true\n"));
+        let cfg = SourceConfig {
+            decode: Decoding {
+                max_future_ms: None,
+                ..Decoding::default()
+            },
+            ..config(Format::Csv, SourceLocation::Stdin)
+        };
+        let run = run_reader(&cfg, Cursor::new(text.into_bytes()), false);
+        assert_eq!(run.rows(), 2);
+    }
+
+    #[test]
+    fn a_jump_of_several_rows_is_a_gap_not_outliers() {
+        let day = 86_400_000i64;
+        let mut text = String::from("ts,host,cpu,n,up\n");
+        // Two outliers far apart, then a gap of a week: all rows after it
+        // agree with each other, so they are kept; held rows keep order.
+        for (i, ts) in [
+            0,
+            1000,
+            400 * day,
+            2000,
+            7 * day,
+            7 * day + 1000,
+            7 * day + 2000,
+            7 * day + 3000,
+        ]
+        .iter()
+        .enumerate()
+        {
+            text.push_str(&format!("{ts},a,1,{i},true\n"));
+        }
+        text.push_str(&format!("{},a,1,9,true\n", 900 * day));
+        let run = run_csv(&text);
+        let kept: Vec<String> = run
+            .table()
+            .into_iter()
+            .map(|r| r.split('|').next().unwrap().to_string())
+            .collect();
+        let expect: Vec<String> = [
+            0,
+            1000,
+            2000,
+            7 * day,
+            7 * day + 1000,
+            7 * day + 2000,
+            7 * day + 3000,
+        ]
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+        assert_eq!(kept, expect);
+        // The year-ahead row, and the last row held at the end of input.
+        assert_eq!(run.lines(), vec![4, 10]);
+    }
+
+    #[test]
+    fn pushed_rows_are_judged_by_the_wall_clock() {
+        let now = chrono::Utc::now().timestamp_millis();
+        let text = format!(
+            "{{\"ts\":{now}}}\n{{\"ts\":{}}}\n{{\"ts\":1000}}\n",
+            now + 2 * 86_400_000
+        );
+        let cfg = config(Format::Jsonl, SourceLocation::Push);
+        let stats = SourceStats::default();
+        let mut rows = 0;
+        read_bytes(&cfg, Format::Jsonl, text.as_bytes(), &stats, &mut |b| {
+            rows += b.num_rows();
+            true
+        })
+        .unwrap();
+        assert_eq!(rows, 2);
+        let bad = stats.bad_samples.lock().unwrap().clone();
+        assert_eq!(bad.len(), 1);
+        assert_eq!(bad[0].line, 2);
+        assert!(
+            bad[0].reason.contains("the wall clock"),
+            "{}",
+            bad[0].reason
+        );
+    }
+
+    #[test]
+    fn numeric_timestamps_in_a_declared_unit() {
+        for (unit, factor) in [
+            (TsUnit::Seconds, 1i64),
+            (TsUnit::Millis, 1000),
+            (TsUnit::Micros, 1_000_000),
+            (TsUnit::Nanos, 1_000_000_000),
+        ] {
+            let base = 1_392_388_200i64 * factor;
+            let cfg = |format| SourceConfig {
+                decode: Decoding {
+                    ts_unit: unit,
+                    ..Decoding::default()
+                },
+                ..config(format, SourceLocation::Stdin)
+            };
+            let csv = format!(
+                "ts,host,cpu,n,up\n{base},a,1,1,true\n{},a,1,1,true\n",
+                base + 60 * factor
+            );
+            let run = run_reader(&cfg(Format::Csv), Cursor::new(csv.into_bytes()), false);
+            assert_eq!(
+                run.table(),
+                vec!["1392388200000|a|1|1|true", "1392388260000|a|1|1|true"],
+                "{unit:?}"
+            );
+            let json = format!("{{\"ts\":{base}}}\n");
+            let run = run_reader(&cfg(Format::Jsonl), Cursor::new(json.into_bytes()), false);
+            assert_eq!(
+                run.table(),
+                vec!["1392388200000|NULL|NULL|NULL|NULL"],
+                "{unit:?}"
+            );
+        }
+        // Seconds with a fraction, in both formats.
+        let cfg = |format| SourceConfig {
+            decode: Decoding {
+                ts_unit: TsUnit::Seconds,
+                ..Decoding::default()
+            },
+            ..config(format, SourceLocation::Stdin)
+        };
+        let run = run_reader(
+            &cfg(Format::Jsonl),
+            Cursor::new(b"{\"ts\":1392388200.25}\n{\"ts\":1.0}\n".to_vec()),
+            false,
+        );
+        assert_eq!(
+            run.table(),
+            vec![
+                "1392388200250|NULL|NULL|NULL|NULL",
+                "1000|NULL|NULL|NULL|NULL"
+            ]
+        );
+        let run = run_reader(
+            &cfg(Format::Csv),
+            Cursor::new(b"ts,host,cpu,n,up\n1392388200.5,a,1,1,true\n".to_vec()),
+            false,
+        );
+        assert_eq!(run.table(), vec!["1392388200500|a|1|1|true"]);
     }
 
     #[test]
@@ -1285,7 +2217,7 @@ mod tests {
 
     #[test]
     fn csv_line_numbers_with_blank_lines_crlf_and_quotes() {
-        let run = run_csv(
+        let run = run_multiline(
             "\r\n\
              ts,host,cpu,n,up\r\n\
              \r\n\
@@ -1341,16 +2273,23 @@ mod tests {
     }
 
     #[test]
-    fn csv_missing_header_column_is_an_error() {
+    fn csv_missing_header_column_reads_as_null() {
+        let run = run_csv("ts,host,cpu,up\n1,a,1,true\n");
+        assert_eq!(run.table(), vec!["1|a|1|NULL|true"]);
+        assert_eq!(run.stats.bad_rows.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn csv_missing_event_time_column_is_an_error() {
         let cfg = config(Format::Csv, SourceLocation::Stdin);
         let run = run_reader(
             &cfg,
-            Cursor::new(b"ts,host,cpu,up\n1,a,1,true\n".to_vec()),
+            Cursor::new(b"host,cpu,n,up\na,1,1,true\n".to_vec()),
             false,
         );
         let msg = run.result.unwrap_err().to_string();
         assert!(
-            msg.contains("column n") && msg.contains("test-input"),
+            msg.contains("event-time column ts") && msg.contains("test-input"),
             "{msg}"
         );
         assert!(run.batches.is_empty());
@@ -1419,9 +2358,7 @@ mod tests {
         let mut d = Driver::new(&cfg, &stats, &mut emit).unwrap();
         read_format(
             cfg.format,
-            Cursor::new(text.into_bytes()),
-            "t",
-            false,
+            Input::new(Cursor::new(text.into_bytes()), "t", false),
             &mut d,
         )
         .unwrap();
@@ -1699,26 +2636,69 @@ mod tests {
         }
     }
 
+    /// Waits (boundedly) until `cond` holds.
+    fn wait_for(what: &str, cond: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     #[test]
-    fn follow_fails_when_the_file_shrinks() {
+    fn follow_reopens_a_rotated_or_truncated_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("in.csv");
-        std::fs::write(&path, "ts,host,cpu,n,up\n1000,a,1,1,true\n").unwrap();
+        // The old file's last line has no newline: it still counts.
+        std::fs::write(&path, "ts,host,cpu,n,up\n1000,a,1,1,true\n2000,a,1,1,true").unwrap();
         let cfg = SourceConfig {
             follow: true,
             ..config(Format::Csv, SourceLocation::File(path.clone()))
         };
         let stats = Arc::new(SourceStats::default());
+        let (tx, rx) = std::sync::mpsc::channel();
         let reader = {
             let stats = stats.clone();
-            std::thread::spawn(move || read_source(&cfg, &stats, &mut |_| true))
+            std::thread::spawn(move || {
+                read_source(&cfg, &stats, &mut |b| {
+                    let ts = b
+                        .column(0)
+                        .as_any()
+                        .downcast_ref::<TimestampMillisecondArray>()
+                        .unwrap()
+                        .values()
+                        .to_vec();
+                    tx.send(ts).is_ok()
+                })
+            })
         };
-        while stats.rows.load(Ordering::Relaxed) == 0 {
-            std::thread::sleep(Duration::from_millis(10));
+        let wait = Duration::from_secs(20);
+        assert_eq!(rx.recv_timeout(wait), Ok(vec![1000]));
+        // Rotation: rename, then a new file with its own header, in
+        // another column order, and a bad row on its line 3.
+        std::fs::rename(&path, dir.path().join("in.csv.1")).unwrap();
+        std::fs::write(&path, "host,ts,cpu,n,up\nb,3000,1,1,true\nb,x,1,1,true\n").unwrap();
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            got.extend(rx.recv_timeout(wait).expect("rows after the rotation"));
         }
-        std::fs::write(&path, "").unwrap();
-        let err = reader.join().unwrap().unwrap_err().to_string();
-        assert!(err.contains("shrank"), "{err}");
+        assert_eq!(got, vec![2000, 3000]);
+        wait_for("the bad row", || {
+            stats.bad_rows.load(Ordering::Relaxed) == 1
+        });
+        assert_eq!(
+            stats.bad_samples.lock().unwrap()[0],
+            BadRow {
+                line: 3,
+                reason: "column ts: cannot parse 'x' as TIMESTAMP".into()
+            }
+        );
+        // Truncation (copy-and-truncate): read again from the start.
+        std::fs::write(&path, "ts,host,cpu,n,up\n4000,c,1,1,true\n").unwrap();
+        assert_eq!(rx.recv_timeout(wait), Ok(vec![4000]));
+        stats.stop.store(true, Ordering::Relaxed);
+        reader.join().unwrap().unwrap();
+        assert_eq!(stats.rows.load(Ordering::Relaxed), 4);
     }
 
     #[test]
@@ -1741,9 +2721,7 @@ mod tests {
         let mut d = Driver::new(&cfg, &stats, &mut emit).unwrap();
         read_format(
             cfg.format,
-            Cursor::new(text.into_bytes()),
-            "t",
-            false,
+            Input::new(Cursor::new(text.into_bytes()), "t", false),
             &mut d,
         )
         .unwrap();
@@ -1770,9 +2748,7 @@ mod tests {
         let mut d = Driver::new(&cfg, &stats, &mut emit).unwrap();
         read_format(
             cfg.format,
-            Cursor::new(text.as_bytes().to_vec()),
-            "t",
-            false,
+            Input::new(Cursor::new(text.as_bytes().to_vec()), "t", false),
             &mut d,
         )
         .unwrap();
@@ -1784,5 +2760,158 @@ mod tests {
         assert!(arrivals[1].1 >= Duration::from_millis(100), "{arrivals:?}");
         assert!(arrivals[2].1 >= Duration::from_millis(200), "{arrivals:?}");
         assert!(arrivals[2].1 < Duration::from_millis(1000), "{arrivals:?}");
+    }
+}
+
+/// Properties of the decoders over random input: rows or counted bad rows,
+/// never a panic, and in a line-oriented source every non-blank line is
+/// exactly one row or one bad row.
+#[cfg(test)]
+mod properties {
+    use std::io::Cursor;
+
+    use datafusion::arrow::array::{Array, Int64Array};
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn config(format: Format) -> SourceConfig {
+        SourceConfig {
+            stream: "p".to_string(),
+            schema: Arc::new(Schema::new(vec![
+                Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+                Field::new("host", DataType::Utf8, true),
+                Field::new("n", DataType::Int64, true),
+            ])),
+            location: SourceLocation::Stdin,
+            format,
+            replay: Replay::Fast,
+            event_time: Some(0),
+            batch_size: 7,
+            dead_letter: None,
+            follow: false,
+            decode: Decoding {
+                // The guard's own property is tested elsewhere; here every
+                // line must be judged on its text alone.
+                max_future_ms: None,
+                ..Decoding::default()
+            },
+        }
+    }
+
+    /// Decodes `input`; returns the `n` values kept and the bad-row count.
+    fn decode(cfg: &SourceConfig, input: &[u8]) -> (Result<()>, Vec<i64>, u64) {
+        let stats = SourceStats::default();
+        let mut kept = Vec::new();
+        let mut emit = |b: RecordBatch| {
+            let n = b.column(2).as_any().downcast_ref::<Int64Array>().unwrap();
+            kept.extend((0..n.len()).map(|i| if n.is_null(i) { -1 } else { n.value(i) }));
+            true
+        };
+        let result = Driver::new(cfg, &stats, &mut emit).and_then(|mut d| {
+            read_format(
+                cfg.format,
+                Input::new(Cursor::new(input), "p", false),
+                &mut d,
+            )
+        });
+        (result, kept, stats.bad_rows.load(Ordering::Relaxed))
+    }
+
+    /// Lines that count: not blank once their terminator is cut (CSV), or
+    /// once trimmed (JSON lines).
+    fn counted(lines: &[Vec<u8>], format: Format) -> u64 {
+        lines
+            .iter()
+            .filter(|l| match format {
+                Format::Csv => !split_terminator(l).0.is_empty(),
+                Format::Jsonl => !l.trim_ascii().is_empty(),
+            })
+            .count() as u64
+    }
+
+    /// A CSV-ish or JSON-ish garbage line (no newline in it).
+    fn garbage() -> impl Strategy<Value = Vec<u8>> {
+        let pieces = prop_oneof![
+            Just(b"\"".to_vec()),
+            Just(b",".to_vec()),
+            Just(b"{".to_vec()),
+            Just(b"}".to_vec()),
+            Just(b":".to_vec()),
+            Just(b"\"ts\"".to_vec()),
+            Just(b"1000".to_vec()),
+            Just(b"\r".to_vec()),
+            Just(b" ".to_vec()),
+            Just(b"x".to_vec()),
+            proptest::collection::vec(any::<u8>(), 0..4),
+        ];
+        proptest::collection::vec(pieces, 0..12)
+            .prop_map(|parts| parts.concat().into_iter().filter(|&b| b != b'\n').collect())
+    }
+
+    fn good_line(format: Format, i: i64) -> Vec<u8> {
+        match format {
+            Format::Csv => format!("{},\"h,{i}\",{}\n", i * 10, 1_000_000 + i).into_bytes(),
+            Format::Jsonl => format!(
+                "{{\"ts\":{},\"host\":\"h\",\"n\":{}}}\n",
+                i * 10,
+                1_000_000 + i
+            )
+            .into_bytes(),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            for format in [Format::Csv, Format::Jsonl] {
+                let (result, _, _) = decode(&config(format), &bytes);
+                // A broken CSV header is an error; nothing else is.
+                if let Err(e) = result {
+                    prop_assert!(format == Format::Csv && e.to_string().contains("header"), "{e}");
+                }
+            }
+            let mut multiline = config(Format::Csv);
+            multiline.decode.multiline = true;
+            multiline.decode.max_record_size = 64;
+            let _ = decode(&multiline, &bytes);
+        }
+
+        #[test]
+        fn good_lines_survive_garbage_lines(
+            plan in proptest::collection::vec(prop_oneof![Just(None), garbage().prop_map(Some)], 1..40),
+            csv in any::<bool>(),
+        ) {
+            let format = if csv { Format::Csv } else { Format::Jsonl };
+            let mut lines: Vec<Vec<u8>> = Vec::new();
+            let mut good = Vec::new();
+            for (i, entry) in plan.into_iter().enumerate() {
+                match entry {
+                    None => {
+                        lines.push(good_line(format, i as i64));
+                        good.push(1_000_000 + i as i64);
+                    }
+                    Some(mut g) => {
+                        g.push(b'\n');
+                        lines.push(g);
+                    }
+                }
+            }
+            let mut input = match format {
+                Format::Csv => b"ts,host,n\n".to_vec(),
+                Format::Jsonl => Vec::new(),
+            };
+            input.extend(lines.concat());
+            let (result, kept, bad) = decode(&config(format), &input);
+            prop_assert!(result.is_ok(), "{result:?}");
+            // Every good line is kept, in order.
+            let kept_good: Vec<i64> = kept.iter().copied().filter(|n| *n >= 1_000_000).collect();
+            prop_assert_eq!(&kept_good, &good);
+            // Every line that counts is one row or one bad row.
+            prop_assert_eq!(kept.len() as u64 + bad, counted(&lines, format));
+        }
     }
 }

@@ -4,7 +4,9 @@
 //! - ISO-8601 / RFC 3339: `2014-02-14T14:30:00Z`, `2014-02-14T14:30:00.250+01:00`,
 //!   `2014-02-14T14:30:00-0500`, `2014-02-14T14:30:00+05`;
 //! - naive date-times, taken as UTC: `2014-02-14 14:30:00`, `2014-02-14T14:30:00.5`;
-//! - an integer: milliseconds since the Unix epoch (`1392388200000`, `-1000`).
+//! - an integer: milliseconds since the Unix epoch (`1392388200000`, `-1000`),
+//!   or in another unit when the stream declares one ([`TsUnit`]); in
+//!   seconds a decimal fraction is accepted too (`1392388200.25`).
 //!
 //! Fractions may have 1 to 9 digits; anything below a millisecond is truncated.
 //! Output is always `YYYY-MM-DDTHH:MM:SS` with a `.mmm` suffix only when the
@@ -12,26 +14,164 @@
 
 use chrono::{DateTime, Datelike, NaiveDate, Timelike};
 
-/// Parses a timestamp in one of the accepted forms into epoch milliseconds.
+/// The unit of a numeric timestamp (`ts_unit` in `WITH`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TsUnit {
+    /// Epoch seconds (`'s'`).
+    Seconds,
+    /// Epoch milliseconds (`'ms'`, the default).
+    Millis,
+    /// Epoch microseconds (`'us'`).
+    Micros,
+    /// Epoch nanoseconds (`'ns'`).
+    Nanos,
+}
+
+impl TsUnit {
+    /// Every unit, in the order suggestions are tried.
+    pub const ALL: [TsUnit; 4] = [
+        TsUnit::Seconds,
+        TsUnit::Millis,
+        TsUnit::Micros,
+        TsUnit::Nanos,
+    ];
+
+    /// Parses `s`, `ms`, `us` or `ns` (any case).
+    pub fn parse(text: &str) -> Option<TsUnit> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "s" => Some(TsUnit::Seconds),
+            "ms" => Some(TsUnit::Millis),
+            "us" => Some(TsUnit::Micros),
+            "ns" => Some(TsUnit::Nanos),
+            _ => None,
+        }
+    }
+
+    /// The option value naming this unit.
+    pub fn name(self) -> &'static str {
+        match self {
+            TsUnit::Seconds => "s",
+            TsUnit::Millis => "ms",
+            TsUnit::Micros => "us",
+            TsUnit::Nanos => "ns",
+        }
+    }
+
+    /// The unit spelled out, for messages.
+    pub fn long_name(self) -> &'static str {
+        match self {
+            TsUnit::Seconds => "epoch seconds",
+            TsUnit::Millis => "epoch milliseconds",
+            TsUnit::Micros => "epoch microseconds",
+            TsUnit::Nanos => "epoch nanoseconds",
+        }
+    }
+
+    /// Milliseconds per unit, as a float (for plausibility checks only).
+    fn ms_per_unit(self) -> f64 {
+        match self {
+            TsUnit::Seconds => 1000.0,
+            TsUnit::Millis => 1.0,
+            TsUnit::Micros => 1e-3,
+            TsUnit::Nanos => 1e-6,
+        }
+    }
+
+    /// `count` units since the epoch in milliseconds (rounded down);
+    /// `None` on overflow or outside the calendar.
+    pub fn to_ms(self, count: i64) -> Option<i64> {
+        let ms = match self {
+            TsUnit::Seconds => count.checked_mul(1000)?,
+            TsUnit::Millis => count,
+            TsUnit::Micros => count.div_euclid(1000),
+            TsUnit::Nanos => count.div_euclid(1_000_000),
+        };
+        in_range(ms).then_some(ms)
+    }
+
+    /// What epoch milliseconds `ms`, decoded in this unit, would be in
+    /// `other` instead (approximate).
+    pub fn reinterpret(self, ms: i64, other: TsUnit) -> f64 {
+        ms as f64 / self.ms_per_unit() * other.ms_per_unit()
+    }
+}
+
+/// Parses a timestamp in one of the accepted forms into epoch milliseconds,
+/// numbers taken as epoch milliseconds.
 ///
 /// Leading and trailing whitespace is ignored. Returns `None` for anything
 /// else (including out-of-range dates such as `2014-02-30`).
 pub fn parse_timestamp_ms(s: &str) -> Option<i64> {
+    parse_timestamp(s, TsUnit::Millis)
+}
+
+/// Parses a timestamp like [`parse_timestamp_ms`], numbers taken in `unit`.
+pub fn parse_timestamp(s: &str, unit: TsUnit) -> Option<i64> {
     let s = s.trim();
     let b = s.as_bytes();
     if b.is_empty() {
         return None;
     }
-    // Integer epoch milliseconds.
-    let digits = if b[0] == b'-' || b[0] == b'+' {
-        &b[1..]
-    } else {
-        b
-    };
-    if !digits.is_empty() && digits.iter().all(u8::is_ascii_digit) {
-        return s.parse::<i64>().ok().filter(|ms| in_range(*ms));
+    if is_epoch_number(s) {
+        return parse_epoch(s, unit);
     }
     parse_iso(b)
+}
+
+/// Whether `s` (trimmed) is a number an epoch timestamp could be written
+/// as: an optional sign, digits, and an optional fraction.
+pub fn is_epoch_number(s: &str) -> bool {
+    let b = s.trim().as_bytes();
+    let b = match b.first() {
+        Some(b'-' | b'+') => &b[1..],
+        _ => b,
+    };
+    let (int, frac) = match b.iter().position(|&c| c == b'.') {
+        Some(dot) => (&b[..dot], Some(&b[dot + 1..])),
+        None => (b, None),
+    };
+    !int.is_empty()
+        && int.iter().all(u8::is_ascii_digit)
+        && frac.is_none_or(|f| !f.is_empty() && f.iter().all(u8::is_ascii_digit))
+}
+
+/// An epoch number in `unit`; a fraction only for seconds (up to 9 digits,
+/// cut to the millisecond).
+fn parse_epoch(s: &str, unit: TsUnit) -> Option<i64> {
+    let (int, frac) = match s.split_once('.') {
+        Some((int, frac)) => (int, Some(frac)),
+        None => (s, None),
+    };
+    let whole = int.parse::<i64>().ok()?;
+    let Some(frac) = frac else {
+        return unit.to_ms(whole);
+    };
+    if unit != TsUnit::Seconds || frac.len() > 9 {
+        return None;
+    }
+    let mut millis = 0i64;
+    for (i, c) in frac.bytes().take(3).enumerate() {
+        millis += i64::from(c - b'0') * [100, 10, 1][i];
+    }
+    let negative = int.starts_with('-');
+    let ms = whole.checked_mul(1000)?;
+    let ms = if negative {
+        ms.checked_sub(millis)?
+    } else {
+        ms.checked_add(millis)?
+    };
+    in_range(ms).then_some(ms)
+}
+
+/// Start of the years an epoch timestamp is expected in: 1990-01-01.
+const PLAUSIBLE_FROM_MS: f64 = 631_152_000_000.0;
+/// End of the years an epoch timestamp is expected in: 2100-01-01.
+const PLAUSIBLE_UNTIL_MS: f64 = 4_102_444_800_000.0;
+
+/// Whether epoch milliseconds fall between 1990 and 2100, where real
+/// event times written as epoch numbers are.
+pub fn plausible_ms(ms: f64) -> bool {
+    (PLAUSIBLE_FROM_MS..PLAUSIBLE_UNTIL_MS).contains(&ms)
 }
 
 /// Whether epoch milliseconds name a representable date (chrono's range,
@@ -232,6 +372,46 @@ mod tests {
         assert_eq!(parse_timestamp_ms("10000"), Some(10_000));
         assert_eq!(parse_timestamp_ms("-1500"), Some(-1500));
         assert_eq!(parse_timestamp_ms(" 42 "), Some(42));
+    }
+
+    #[test]
+    fn epoch_units() {
+        let secs = 1_392_388_200i64;
+        assert_eq!(parse_timestamp("1392388200", TsUnit::Seconds), Some(T));
+        assert_eq!(
+            parse_timestamp("1392388200.25", TsUnit::Seconds),
+            Some(T + 250)
+        );
+        assert_eq!(parse_timestamp("-1.5", TsUnit::Seconds), Some(-1500));
+        assert_eq!(
+            parse_timestamp(&format!("{}", secs * 1_000_000 + 7), TsUnit::Micros),
+            Some(T)
+        );
+        assert_eq!(
+            parse_timestamp(&format!("{}", secs * 1_000_000_000), TsUnit::Nanos),
+            Some(T)
+        );
+        assert_eq!(parse_timestamp("-1", TsUnit::Micros), Some(-1));
+        // Fractions are for seconds only; ISO text ignores the unit.
+        assert_eq!(parse_timestamp("1000.5", TsUnit::Millis), None);
+        assert_eq!(parse_timestamp("1.5", TsUnit::Nanos), None);
+        assert_eq!(
+            parse_timestamp("2014-02-14T14:30:00Z", TsUnit::Seconds),
+            Some(T)
+        );
+        assert_eq!(
+            parse_timestamp("9223372036854775807", TsUnit::Seconds),
+            None
+        );
+        assert_eq!(TsUnit::parse(" US "), Some(TsUnit::Micros));
+        assert_eq!(TsUnit::parse("sec"), None);
+        // Seconds read as milliseconds land in 1970; as seconds, in 2014.
+        assert!(!plausible_ms(secs as f64));
+        assert!(plausible_ms(
+            TsUnit::Millis.reinterpret(secs, TsUnit::Seconds)
+        ));
+        assert!(is_epoch_number(" -12.5 ") && !is_epoch_number("1e3"));
+        assert!(!is_epoch_number("1.") && !is_epoch_number("."));
     }
 
     #[test]
