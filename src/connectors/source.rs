@@ -1019,46 +1019,35 @@ impl Fields {
     fn get(&self, i: usize) -> &[u8] {
         &self.text[self.range(i)]
     }
-
-    fn end_field(&mut self) {
-        self.ends.push(self.text.len());
-    }
 }
 
-/// Where the CSV splitter is within a record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Quoting {
-    /// At the start of a field, where a `"` opens a quoted field.
-    FieldStart,
-    /// In a field that is not quoted: a `"` there is text.
-    Plain,
-    /// In a quoted field: `""` is a quote, `"` closes it.
-    Quoted,
-    /// After the closing quote: text up to the next comma is appended.
-    Closed,
-}
-
-/// One CSV record being split, possibly over several lines.
-///
-/// Fields are separated by commas; a field that starts with `"` is quoted:
-/// commas and (with `multiline`) newlines in it are text, `""` is a quote.
-/// A quote elsewhere is text, as is anything after a closing quote up to
-/// the next comma.
-#[derive(Debug)]
+/// One CSV record being split, possibly over several lines, by csv-core's
+/// incremental reader (RFC 4180 quoting; a quote inside an unquoted field
+/// is text). The caller hands it one line at a time, so a record ends at
+/// its line unless a quoted field is still open there.
 struct CsvRecord {
     fields: Fields,
-    state: Quoting,
+    reader: csv_core::Reader,
     /// The first line of the record; 0 when no record is open.
     first_line: u64,
     /// The raw lines of a record that spans lines (empty for one line).
     raw: Vec<u8>,
 }
 
+impl std::fmt::Debug for CsvRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CsvRecord")
+            .field("fields", &self.fields)
+            .field("first_line", &self.first_line)
+            .finish_non_exhaustive()
+    }
+}
+
 impl CsvRecord {
     fn new() -> Self {
         CsvRecord {
             fields: Fields::default(),
-            state: Quoting::FieldStart,
+            reader: csv_core::Reader::new(),
             first_line: 0,
             raw: Vec::new(),
         }
@@ -1071,7 +1060,9 @@ impl CsvRecord {
     fn start(&mut self, line: u64) {
         self.fields.clear();
         self.raw.clear();
-        self.state = Quoting::FieldStart;
+        // A record abandoned as bad may have left the reader inside a
+        // quoted field.
+        self.reader.reset();
         self.first_line = line;
     }
 
@@ -1083,59 +1074,42 @@ impl CsvRecord {
     /// from the line before. Returns whether the record is complete; if
     /// not, a quoted field goes on past this line, `terminator` included.
     fn feed(&mut self, content: &[u8], terminator: &[u8]) -> bool {
-        let mut i = 0;
-        while i < content.len() {
-            match self.state {
-                Quoting::FieldStart if content[i] == b'"' => {
-                    self.state = Quoting::Quoted;
-                    i += 1;
-                }
-                Quoting::FieldStart | Quoting::Plain | Quoting::Closed => {
-                    // Copy up to the next comma at once.
-                    let rest = &content[i..];
-                    match rest.iter().position(|&b| b == b',') {
-                        Some(comma) => {
-                            self.fields.text.extend_from_slice(&rest[..comma]);
-                            self.fields.end_field();
-                            self.state = Quoting::FieldStart;
-                            i += comma + 1;
-                        }
-                        None => {
-                            self.fields.text.extend_from_slice(rest);
-                            if self.state == Quoting::FieldStart {
-                                self.state = Quoting::Plain;
-                            }
-                            i = content.len();
-                        }
-                    }
-                }
-                Quoting::Quoted => {
-                    let rest = &content[i..];
-                    match rest.iter().position(|&b| b == b'"') {
-                        None => {
-                            self.fields.text.extend_from_slice(rest);
-                            i = content.len();
-                        }
-                        Some(quote) => {
-                            self.fields.text.extend_from_slice(&rest[..quote]);
-                            if rest.get(quote + 1) == Some(&b'"') {
-                                self.fields.text.push(b'"');
-                                i += quote + 2;
-                            } else {
-                                self.state = Quoting::Closed;
-                                i += quote + 1;
-                            }
-                        }
-                    }
-                }
+        // The last line of an input may have no terminator: end it here,
+        // so that a quote it leaves open is reported rather than closed.
+        let terminator: &[u8] = if terminator.is_empty() {
+            b"\n"
+        } else {
+            terminator
+        };
+        self.feed_bytes(content) || self.feed_bytes(terminator)
+    }
+
+    /// Feeds bytes to the reader; true when they complete the record.
+    fn feed_bytes(&mut self, mut input: &[u8]) -> bool {
+        use csv_core::ReadRecordResult;
+        loop {
+            let (text_len, ends_len) = (self.fields.text.len(), self.fields.ends.len());
+            // A field's text is never longer than its input, and there are
+            // at most as many field ends as input bytes, plus one.
+            let spare = input.len() + 1;
+            self.fields.text.resize(text_len + spare, 0);
+            self.fields.ends.resize(ends_len + spare, 0);
+            let (result, read, written, ended) = self.reader.read_record(
+                input,
+                &mut self.fields.text[text_len..],
+                &mut self.fields.ends[ends_len..],
+            );
+            self.fields.text.truncate(text_len + written);
+            self.fields.ends.truncate(ends_len + ended);
+            input = &input[read..];
+            match result {
+                // The `\n` of a `\r\n` may be left over: it ends this same
+                // line, so it is not fed again.
+                ReadRecordResult::Record | ReadRecordResult::End => return true,
+                ReadRecordResult::InputEmpty if input.is_empty() => return false,
+                _ => {}
             }
         }
-        if self.state == Quoting::Quoted {
-            self.fields.text.extend_from_slice(terminator);
-            return false;
-        }
-        self.fields.end_field();
-        true
     }
 }
 
