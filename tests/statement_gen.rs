@@ -42,6 +42,21 @@ impl<'a> Choices<'a> {
         self.byte() as usize % n
     }
 
+    /// True once in `n` choices (n > 0).
+    pub fn one_in(&mut self, n: usize) -> bool {
+        self.below(n) == 0
+    }
+
+    /// Mostly the first of `options` (three times in four), else any: the
+    /// first is the valid choice, so most statements plan.
+    pub fn usual<'o>(&mut self, options: &[&'o str]) -> &'o str {
+        if self.byte() < 192 {
+            options[0]
+        } else {
+            self.pick(options)
+        }
+    }
+
     /// One of `options`.
     pub fn pick<'o>(&mut self, options: &[&'o str]) -> &'o str {
         options[self.below(options.len())]
@@ -62,6 +77,8 @@ const COLUMNS: &[&str] = &[
 ];
 const AGGREGATES: &[&str] = &[
     "count(*)",
+    "count(*)",
+    "max(cpu)",
     "avg(cpu)",
     "sum(n)",
     "min(cpu)",
@@ -103,6 +120,8 @@ const FUNCTIONS: &[&str] = &[
 ];
 const INTERVALS: &[&str] = &[
     "INTERVAL '10' SECOND",
+    "INTERVAL '10' SECOND",
+    "INTERVAL '1' MINUTE",
     "INTERVAL '1' MINUTE",
     "INTERVAL '5' SECOND",
     "INTERVAL '0' SECOND",
@@ -131,7 +150,7 @@ const TYPES: &[&str] = &[
 pub fn script(bytes: &[u8]) -> String {
     let mut c = Choices::new(bytes);
     let mut out = String::new();
-    if c.byte() % 8 != 0 {
+    if !c.one_in(8) {
         out.push_str(PRELUDE);
     }
     let count = 1 + c.below(6);
@@ -201,7 +220,7 @@ fn create_stream(c: &mut Choices, index: usize) -> String {
     for k in 0..c.below(4) {
         columns.push(format!("c{k} {}", c.pick(TYPES)));
     }
-    if c.byte() % 2 == 0 {
+    if c.one_in(2) {
         columns.push(format!(
             "WATERMARK FOR {} AS {}",
             c.pick(&["ts", "c0", "nosuch"]),
@@ -233,32 +252,34 @@ fn create_stream(c: &mut Choices, index: usize) -> String {
 /// A query over a window with its aggregate, the shape most of vigil's
 /// features need.
 fn windowed_select(c: &mut Choices) -> String {
-    let key = c.pick(&["host", "window_start", "window_end", "kind"]);
+    // The valid choices come more often than the invalid ones, so most
+    // queries get all the way through the planner.
+    let key = c.usual(&["host", "kind"]);
     let mut sql = format!(
         "SELECT window_start, window_end, {key}, {} AS x FROM {}",
-        c.pick(AGGREGATES),
+        c.usual(AGGREGATES),
         window(c)
     );
-    if c.byte() % 3 == 0 {
-        sql.push_str(&format!(" WHERE {}", expr(c, 0)));
+    if c.one_in(3) {
+        sql.push_str(&format!(" WHERE cpu > {}", c.usual(LITERALS)));
     }
     sql.push_str(&format!(" GROUP BY window_start, window_end, {key}"));
-    if c.byte() % 4 == 0 {
-        sql.push_str(&format!(" HAVING {} > 1", c.pick(AGGREGATES)));
+    if c.one_in(4) {
+        sql.push_str(&format!(" HAVING {} > 1", c.usual(AGGREGATES)));
     }
     sql
 }
 
 fn window(c: &mut Choices) -> String {
-    let stream = c.pick(&["m", "e", "v0", "nosuch"]);
+    let stream = c.usual(&["m", "e", "v0", "nosuch"]);
     match c.below(3) {
-        0 => format!("TUMBLE({stream}, ts, {})", c.pick(INTERVALS)),
+        0 => format!("TUMBLE({stream}, ts, {})", c.usual(INTERVALS)),
         1 => format!(
             "HOP({stream}, ts, {}, {})",
-            c.pick(INTERVALS),
-            c.pick(INTERVALS)
+            c.usual(INTERVALS),
+            c.usual(INTERVALS)
         ),
-        _ => format!("SESSION({stream}, ts, {})", c.pick(INTERVALS)),
+        _ => format!("SESSION({stream}, ts, {})", c.usual(INTERVALS)),
     }
 }
 
@@ -288,8 +309,8 @@ fn select(c: &mut Choices, depth: usize) -> String {
                     "m AS a JOIN m AS b ON a.host = b.host"
                 ])
             );
-            if c.byte() % 2 == 0 {
-                sql.push_str(&format!(" WHERE {}", expr(c, 0)));
+            if c.one_in(2) {
+                sql.push_str(&format!(" WHERE {} = {}", expr(c, 0), expr(c, 0)));
             }
             sql.push_str(c.pick(&["", "", " ORDER BY ts", " LIMIT 3", " GROUP BY host"]));
             sql
@@ -322,7 +343,7 @@ fn expr(c: &mut Choices, depth: usize) -> String {
 }
 
 fn emit(c: &mut Choices) -> String {
-    c.pick(&[
+    c.usual(&[
         "",
         "",
         " EMIT CHANGES",
@@ -346,7 +367,7 @@ fn alert(c: &mut Choices) -> String {
             "x"
         ])
     );
-    sql.push_str(c.pick(&[
+    sql.push_str(c.usual(&[
         "",
         " FOR INTERVAL '10' SECOND",
         " FOR 2 WINDOWS",
