@@ -2,7 +2,7 @@
 //! and planner the way `vigil check` does, and decoding pushed rows.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use vigil::connectors::{Format, Replay, SourceConfig, SourceLocation, SourceStats, read_bytes};
 use vigil::engine::Engine;
@@ -18,13 +18,37 @@ pub fn base_dir() -> PathBuf {
     std::env::temp_dir().join("vigil-fuzz")
 }
 
+/// Inputs planned by one engine before it is replaced by a fresh one.
+const RUNS_PER_ENGINE: u32 = 64;
+
 /// Parses `sql` and plans each statement that parses, like `vigil check`:
 /// every outcome is fine but a panic, an abort or a hang.
+///
+/// A new engine per input costs more than most inputs (DataFusion builds
+/// its function registry), so one engine plans [`RUNS_PER_ENGINE`] inputs
+/// in a row: declarations of earlier inputs stay visible (a name declared
+/// twice is an error like any other). A crash found this way reproduces
+/// with the one input in nearly all cases; `check_fresh` plans it alone.
 pub fn check_script(sql: &str, base: &Path) {
+    static ENGINE: Mutex<Option<(Engine, u32)>> = Mutex::new(None);
+    let mut slot = ENGINE.lock().unwrap_or_else(|e| e.into_inner());
+    let (engine, runs) = slot.get_or_insert_with(|| (Engine::new(), 0));
+    plan_all(engine, sql, base);
+    *runs += 1;
+    if *runs >= RUNS_PER_ENGINE {
+        *slot = None;
+    }
+}
+
+/// Like [`check_script`] with an engine of its own.
+pub fn check_fresh(sql: &str, base: &Path) {
+    plan_all(&mut Engine::new(), sql, base);
+}
+
+fn plan_all(engine: &mut Engine, sql: &str, base: &Path) {
     let Ok(statements) = parse_statements(sql) else {
         return;
     };
-    let mut engine = Engine::new();
     for statement in statements.into_iter().flatten() {
         let _ = engine.execute(&statement, base);
     }
