@@ -4,6 +4,7 @@ mod cli;
 mod conformance;
 mod examples;
 mod library;
+mod limits;
 mod props;
 mod repl;
 mod series_pack;
