@@ -49,12 +49,22 @@ fuzz_target!(|data: &[u8]| {
     runtime().block_on(async {
         let state = AppState::new(Session::new(), &Config::default());
         let mut app = router(state.clone());
-        let declared = post(&mut app, "/statements", "text/plain", PRELUDE.as_bytes().to_vec()).await;
+        let declared = post(
+            &mut app,
+            "/statements",
+            "text/plain",
+            PRELUDE.as_bytes().to_vec(),
+        )
+        .await;
         assert_eq!(declared, StatusCode::OK);
         let status = post(&mut app, "/statements", "text/plain", sql.to_vec()).await;
         assert!(status.is_success() || status.is_client_error(), "{status}");
         let json = rows.first().is_some_and(|b| b % 2 == 1);
-        let content_type = if json { "application/x-ndjson" } else { "text/csv" };
+        let content_type = if json {
+            "application/x-ndjson"
+        } else {
+            "text/csv"
+        };
         let status = post(&mut app, "/streams/m/rows", content_type, rows.to_vec()).await;
         assert!(status.is_success() || status.is_client_error(), "{status}");
         state.shutdown().await;
