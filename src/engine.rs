@@ -172,7 +172,16 @@ impl Engine {
 
     /// Executes one statement; relative paths in it resolve against
     /// `base_dir`.
+    ///
+    /// Planning runs on a thread with a large stack: DataFusion's planner
+    /// and vigil's walk expressions recursively, and an expression as deep
+    /// as the parser allows ([`crate::sql::limits`]) needs more stack than
+    /// a tokio worker has.
     pub fn execute(&mut self, statement: &Statement, base_dir: &Path) -> Result<Outcome> {
+        crate::sql::limits::on_large_stack(|| self.execute_here(statement, base_dir))
+    }
+
+    fn execute_here(&mut self, statement: &Statement, base_dir: &Path) -> Result<Outcome> {
         if statement.or_replace {
             return self.replace(statement, base_dir);
         }
@@ -717,6 +726,7 @@ impl Engine {
 
     fn plan_logical(&self, query: &Query, emit: Option<&Emit>) -> Result<LogicalPlan> {
         let mut logical = self.planner.plan_query(&self.catalog, query)?;
+        check_plan_depth(&logical)?;
         let mut policy = emit.map(|e| self.emit_policy(e)).transpose()?;
         if windows_take_late_rows(&logical)
             && matches!(policy, None | Some(EmitPolicy::OnWindowClose { .. }))
@@ -781,6 +791,29 @@ impl Engine {
             graph.describe()
         ))
     }
+}
+
+/// Most levels of operators in one query's logical plan, counting those of
+/// the views it reads (and of the views they read). A view over a view
+/// over ... grows the plan each time, and every layer of the planner walks
+/// it recursively and in time that grows faster than its depth; real
+/// queries stay far below this.
+pub const MAX_PLAN_DEPTH: usize = 256;
+
+/// Refuses a plan deeper than [`MAX_PLAN_DEPTH`]; measured with a stack
+/// of its own, not by recursion.
+fn check_plan_depth(plan: &LogicalPlan) -> Result<()> {
+    let mut pending = vec![(plan, 1usize)];
+    while let Some((node, depth)) = pending.pop() {
+        if depth > MAX_PLAN_DEPTH {
+            return Err(Error::Plan(format!(
+                "query plan too deep: more than {MAX_PLAN_DEPTH} levels of operators \
+                 (each view it reads, and each view they read, adds its own)"
+            )));
+        }
+        pending.extend(node.inputs().into_iter().map(|input| (input, depth + 1)));
+    }
+    Ok(())
 }
 
 /// Rejects a query whose rows are not all final for a sink that takes
@@ -1031,6 +1064,69 @@ mod tests {
         );
         assert!(err("SELECT * FROM TUMBLE(m, ts, INTERVAL '1' MONTH)").contains("fixed-length"));
         assert!(err("INSERT INTO nosink SELECT * FROM m").contains("unknown sink 'nosink'"));
+    }
+
+    /// Parses, plans and drops `sql` after [`STREAM`] on a thread with
+    /// tokio's worker stack (2 MiB), where the service plans.
+    fn plan_on_small_stack(sql: String) -> std::result::Result<(), String> {
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                let mut engine = engine();
+                for statement in parse_script(&sql).map_err(|e| e.to_string())? {
+                    engine
+                        .execute(&statement, Path::new("."))
+                        .map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            })
+            .expect("a thread")
+            .join()
+            .expect("no panic")
+    }
+
+    #[test]
+    fn expressions_at_the_depth_limit_plan_on_a_worker_stack() {
+        use crate::sql::limits::MAX_EXPR_DEPTH;
+        let terms = MAX_EXPR_DEPTH - 10;
+        let sum = vec!["cpu"; terms].join(" + ");
+        let all = vec!["cpu > 0"; terms / 2].join(" AND ");
+        let names = vec!["host"; terms].join(" || ");
+        let alert = vec!["s > 0"; terms / 2].join(" AND ");
+        let sql = format!(
+            "SELECT window_end, host, max({sum}) AS s FROM TUMBLE(m, ts, INTERVAL '1' SECOND)
+             WHERE {all} GROUP BY window_end, host ALERT WHEN {alert};
+             SELECT {names} FROM m WHERE {all};"
+        );
+        plan_on_small_stack(sql).expect("plans");
+    }
+
+    #[test]
+    fn view_chains_past_the_plan_limit_are_refused() {
+        let mut sql = String::from("CREATE VIEW v0 AS SELECT host, cpu FROM m;\n");
+        for i in 1..400 {
+            sql.push_str(&format!(
+                "CREATE VIEW v{i} AS SELECT host, cpu + 1 AS cpu FROM v{};\n",
+                i - 1
+            ));
+        }
+        let e = plan_on_small_stack(sql).expect_err("refused");
+        assert!(
+            e.contains(&format!(
+                "query plan too deep: more than {MAX_PLAN_DEPTH} levels"
+            )),
+            "{e}"
+        );
+        // A stack of views well within the limit plans.
+        let mut sql = String::from("CREATE VIEW v0 AS SELECT host, cpu FROM m;\n");
+        for i in 1..20 {
+            sql.push_str(&format!(
+                "CREATE VIEW v{i} AS SELECT host, cpu + 1 AS cpu FROM v{};\n",
+                i - 1
+            ));
+        }
+        sql.push_str("SELECT * FROM v19;");
+        plan_on_small_stack(sql).expect("plans");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 mod alert;
 mod error;
 mod invariant;
+pub mod limits;
 
 use datafusion::sql::sqlparser::ast::{
     self, DataType, Expr, Ident, ObjectName, Query, TableObject, Value,
@@ -259,7 +260,14 @@ pub fn parse_script(sql: &str) -> Result<Vec<Statement>> {
 /// does not parse: one result per statement, in order. Fails as a whole
 /// only when the text cannot be cut into tokens (an unterminated string or
 /// comment), as then the statements' boundaries are unknown.
+///
+/// Statements past the [`limits`] are refused with an error that names
+/// the limit.
 pub fn parse_statements(sql: &str) -> Result<Vec<Result<Statement>>> {
+    limits::on_large_stack(|| parse_statements_here(sql))
+}
+
+fn parse_statements_here(sql: &str) -> Result<Vec<Result<Statement>>> {
     let tokens = Tokenizer::new(&DIALECT, sql)
         .tokenize_with_location()
         .map_err(|e| Error::Parse(render_error(sql, &e.message, e.location)))?;
@@ -279,6 +287,7 @@ fn parse_statement(sql: &str, chunk: Vec<TokenWithSpan>) -> Result<Option<Statem
     }
     let start = start.span.start;
     let (line, column) = (start.line, start.column);
+    limits::check_tokens(sql, &chunk, start)?;
     let (chunk, or_replace) = strip_or_replace(chunk);
     if or_replace && let Some(what) = chunk.iter().filter(|t| !is_blank(&t.token)).nth(1) {
         let declares = |t: &Token| {
@@ -312,6 +321,7 @@ fn parse_statement(sql: &str, chunk: Vec<TokenWithSpan>) -> Result<Option<Statem
         None => kind,
         Some(tokens) => invariant::attach_learn(sql, kind, tokens)?,
     };
+    limits::check_statement(sql, &kind, start)?;
     if let StatementKind::CreateInvariant { clause: None, .. } = kind {
         return Err(Error::Parse(render_error(
             sql,

@@ -1,0 +1,105 @@
+//! Statements past the size limits (grammar/README.md, "Limits") get a
+//! clean error from every front end: `vigil check` and `vigil run` print
+//! it and exit 1, `vigil serve` answers 400 and goes on serving. Before the
+//! limits these inputs overflowed the stack and aborted the process.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const STREAM: &str = "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE,
+    WATERMARK FOR ts AS ts) WITH (path = 'm.csv');\n";
+
+/// The long statements of the hardening issue: a 4 KB `1+1+...`, 2,000
+/// `AND`s, 1,000 `UNION ALL`s; and the limit each must name.
+fn long_statements() -> Vec<(String, &'static str)> {
+    vec![
+        (
+            format!("SELECT {} AS x FROM m;", vec!["1"; 2_000].join("+")),
+            "expression too deep: more than 256 levels",
+        ),
+        (
+            format!(
+                "SELECT host FROM m WHERE {};",
+                vec!["cpu > 1"; 2_000].join(" AND ")
+            ),
+            "expression too deep: more than 256 levels",
+        ),
+        (
+            format!("{};", vec!["SELECT host FROM m"; 1_000].join(" UNION ALL ")),
+            "more than 128 levels of UNION",
+        ),
+    ]
+}
+
+#[test]
+fn check_and_run_refuse_long_statements_with_exit_1() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("m.csv"), "ts,host,cpu\n1000,a,1\n").expect("write");
+    for (statement, limit) in long_statements() {
+        std::fs::write(dir.path().join("q.sql"), format!("{STREAM}{statement}")).expect("write");
+        for command in ["check", "run"] {
+            let out = Command::new(env!("CARGO_BIN_EXE_vigil"))
+                .args([command, "q.sql"])
+                .current_dir(dir.path())
+                .stdin(Stdio::null())
+                .output()
+                .expect("vigil runs");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{command}: {stderr}");
+            assert!(stderr.contains(limit), "{command}: {stderr}");
+            assert!(!stderr.contains("overflow"), "{command}: {stderr}");
+        }
+    }
+}
+
+#[test]
+fn serve_answers_400_to_long_statements_and_goes_on() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .current_dir(dir.path())
+        .env_remove("VIGIL_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("vigil starts");
+    let (tx, rx) = mpsc::channel();
+    let pipe = child.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(|l| l.ok()) {
+            if let Some(addr) = line.strip_prefix("vigil: listening on ") {
+                let _ = tx.send(addr.to_string());
+            }
+        }
+    });
+    let base = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("vigil serve prints its address");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .new_agent();
+    let post = |sql: &str| {
+        let mut response = agent
+            .post(format!("{base}/statements"))
+            .send(sql)
+            .expect("the server answers");
+        let body = response.body_mut().read_to_string().expect("a body");
+        (response.status().as_u16(), body)
+    };
+    assert_eq!(post(STREAM).0, 200);
+    for (statement, limit) in long_statements() {
+        let (status, body) = post(&statement);
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains(limit), "{body}");
+    }
+    // Still serving.
+    let (status, body) = post("EXPLAIN SELECT host FROM m;");
+    assert_eq!(status, 200, "{body}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
