@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::compute::{cast, concat_batches};
+use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -121,23 +121,8 @@ impl BatchOp {
         batches
             .into_iter()
             .filter(|b| b.num_rows() > 0)
-            .map(|b| self.conform(b))
+            .map(|b| super::conform(&b, &self.output))
             .collect()
-    }
-
-    /// `batch` with the query's output schema (DataFusion may type a column
-    /// more narrowly or name it differently).
-    fn conform(&self, batch: RecordBatch) -> Result<RecordBatch> {
-        let columns = batch
-            .columns()
-            .iter()
-            .zip(self.output.fields())
-            .map(|(c, f)| match c.data_type() == f.data_type() {
-                true => Ok(c.clone()),
-                false => cast(c, f.data_type()),
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        Ok(RecordBatch::try_new(self.output.clone(), columns)?)
     }
 
     fn collect_rows(&mut self, input: usize, batch: RecordBatch) -> Result<()> {

@@ -108,6 +108,24 @@ impl LateRows {
 }
 
 /// Sends the rows of `batch` whose `keep` is false to `late`.
+/// `batch` with the columns of `output`, cast where DataFusion typed a
+/// column more narrowly (or named it otherwise) than the plan's schema says.
+pub(crate) fn conform(
+    batch: &RecordBatch,
+    output: &datafusion::arrow::datatypes::SchemaRef,
+) -> Result<RecordBatch> {
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(output.fields())
+        .map(|(c, f)| match c.data_type() == f.data_type() {
+            true => Ok(c.clone()),
+            false => datafusion::arrow::compute::cast(c, f.data_type()),
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new(output.clone(), columns)?)
+}
+
 fn send_late(late: &LateRows, batch: &RecordBatch, keep: &[bool]) -> Result<()> {
     let mask: datafusion::arrow::array::BooleanArray = keep.iter().map(|k| Some(!k)).collect();
     late.send(&datafusion::arrow::compute::filter_record_batch(

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::compute::{cast, concat_batches};
+use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::memory::MemorySourceConfig;
@@ -79,16 +79,7 @@ impl PeerOp {
         let collected = tokio::task::coop::unconstrained(collect(plan, self.task.clone()));
         let batches = futures::executor::block_on(collected)?;
         let all = concat_batches(&self.plan.schema(), &batches)?;
-        let columns = all
-            .columns()
-            .iter()
-            .zip(self.output.fields())
-            .map(|(c, f)| match c.data_type() == f.data_type() {
-                true => Ok(c.clone()),
-                false => cast(c, f.data_type()),
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        Ok(Some(RecordBatch::try_new(self.output.clone(), columns)?))
+        Ok(Some(super::conform(&all, &self.output)?))
     }
 }
 
