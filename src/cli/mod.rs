@@ -18,10 +18,10 @@ use crate::connectors::{OutputFormat, Sink, SinkTarget, make_labelled_sink, make
 use crate::engine::{Engine, Outcome, PreparedQuery, drop_routed_alerts, script_dir};
 use crate::error::{Error, Result};
 use crate::plan::listing::{Listing, QUERY_COLUMNS, listing_text};
-use crate::planner::ExecutionMode;
+use crate::planner::{ExecutionMode, never_ends};
 use crate::runtime::{self, RunReport, RunnableQuery};
 use crate::sql::parse_script;
-use output::{SharedOutput, StdoutClosed};
+use output::{SharedOutput, StdoutClosed, Turns};
 use progress::{Progress, StatusLine};
 use stop::Stopper;
 
@@ -271,12 +271,13 @@ async fn run(args: RunArgs) -> Result<()> {
         to_file: args.output.is_some(),
     };
     let labelled = outputs.shared(&queries);
+    let mut turns = outputs.turns(&queries);
     let runnable = queries
         .into_iter()
         .enumerate()
         .map(|(i, q)| {
             let name = query_name(i, &q);
-            let sink = outputs.sink(&q, labelled.then_some(name.as_str()))?;
+            let sink = outputs.sink(&q, labelled.then_some(name.as_str()), &mut turns)?;
             Ok(RunnableQuery {
                 graph: q.graph,
                 sink,
@@ -347,16 +348,60 @@ impl Outputs {
         count(SharedTarget::Stdout) > 1 || count(SharedTarget::OutputFile) > 1
     }
 
-    /// Opens the sink of `query`; `label` marks its rows on a shared output.
-    fn sink(&self, query: &PreparedQuery, label: Option<&str>) -> Result<Box<dyn Sink>> {
-        let (format, out) = match (&query.sink, self.target(query)) {
+    /// When every input of the run ends and several queries share an
+    /// output, their turns on it, so that the output is the same on every
+    /// run: per shared output, the turns and the next query's index.
+    fn turns(&self, queries: &[PreparedQuery]) -> Vec<(SharedTarget, Arc<Turns>, usize)> {
+        let finite = queries.iter().all(|q| {
+            q.graph
+                .inputs
+                .iter()
+                .all(|i| never_ends(&i.stream).is_none())
+        });
+        if !finite {
+            return Vec::new();
+        }
+        [SharedTarget::Stdout, SharedTarget::OutputFile]
+            .into_iter()
+            .filter_map(|target| {
+                let count = queries
+                    .iter()
+                    .filter(|q| self.target(q).as_ref() == Some(&target))
+                    .count();
+                let out = match target {
+                    SharedTarget::Stdout => self.stdout.clone(),
+                    SharedTarget::OutputFile => self.default.clone(),
+                };
+                (count > 1).then(|| (target, Turns::new(out, count), 0))
+            })
+            .collect()
+    }
+
+    /// Opens the sink of `query`; `label` marks its rows on a shared output,
+    /// where it takes its turn from `turns` if the output has turns.
+    fn sink(
+        &self,
+        query: &PreparedQuery,
+        label: Option<&str>,
+        turns: &mut [(SharedTarget, Arc<Turns>, usize)],
+    ) -> Result<Box<dyn Sink>> {
+        let target = self.target(query);
+        let (format, out) = match (&query.sink, &target) {
             (Some(config), Some(_)) => (config.format, self.stdout.clone()),
             (Some(config), None) => return open_sink(config, &query.graph.schema),
             (None, _) => (self.format, self.default.clone()),
         };
+        let out: Box<dyn Write + Send> =
+            match turns.iter_mut().find(|t| Some(&t.0) == target.as_ref()) {
+                Some((_, turns, next)) => {
+                    *next += 1;
+                    Box::new(turns.writer(*next - 1))
+                }
+                None => Box::new(out),
+            };
         Ok(match label {
-            Some(label) => make_labelled_sink(format, label, Box::new(out)),
-            None => make_sink(format, Box::new(out)),
+            Some(label) => make_labelled_sink(format, label, out),
+            None => make_sink(format, out),
         })
     }
 }

@@ -146,3 +146,155 @@ impl Drop for SharedOutput {
         }
     }
 }
+
+/// The outputs of several queries sharing one [`SharedOutput`], kept in
+/// query order: the first query's lines are written as they come, and
+/// each later query's are held until every query before it has ended.
+/// Over inputs that end, the whole output is then the same on every run
+/// (each query's own lines already are); over inputs that never end a
+/// later query would be held for ever, so [`Turns`] is for finite runs.
+pub struct Turns {
+    state: Mutex<TurnState>,
+}
+
+struct TurnState {
+    out: SharedOutput,
+    /// The query writing straight through; those before it have ended.
+    head: usize,
+    /// Per query, what it wrote before its turn came.
+    held: Vec<Vec<u8>>,
+    ended: Vec<bool>,
+}
+
+impl Turns {
+    /// Turns for `count` queries writing to `out`; each must take its
+    /// [`Turns::writer`], or the queries after it are never written.
+    pub fn new(out: SharedOutput, count: usize) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(TurnState {
+                out,
+                head: 0,
+                held: vec![Vec::new(); count],
+                ended: vec![false; count],
+            }),
+        })
+    }
+
+    /// The writer of query `index` (0-based, in query order). Dropping it
+    /// ends the query's turn.
+    pub fn writer(self: &Arc<Self>, index: usize) -> InTurn {
+        InTurn {
+            index,
+            turns: self.clone(),
+            pending: Vec::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, TurnState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl TurnState {
+    fn write_out(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.out.write_all(bytes)?;
+        self.out.flush()
+    }
+
+    /// Marks query `index` ended and passes the turn on past every query
+    /// that has ended, writing what each held.
+    fn end(&mut self, index: usize) -> std::io::Result<()> {
+        self.ended[index] = true;
+        while self.head < self.ended.len() && self.ended[self.head] {
+            self.head += 1;
+            if let Some(held) = self.held.get_mut(self.head).map(std::mem::take) {
+                self.write_out(&held)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One query's writer in [`Turns`]; it buffers until `flush`, like
+/// [`SharedOutput`], so rows stay whole.
+pub struct InTurn {
+    index: usize,
+    turns: Arc<Turns>,
+    pending: Vec<u8>,
+}
+
+impl Write for InTurn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.pending.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let pending = std::mem::take(&mut self.pending);
+        let mut state = self.turns.lock();
+        if state.head == self.index {
+            state.write_out(&pending)
+        } else {
+            state.held[self.index].extend_from_slice(&pending);
+            Ok(())
+        }
+    }
+}
+
+impl Drop for InTurn {
+    fn drop(&mut self) {
+        let _ = self.flush();
+        let _ = self.turns.lock().end(self.index);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer whose bytes the test can read back.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn text(captured: &Captured) -> String {
+        String::from_utf8(captured.0.lock().unwrap().clone()).unwrap()
+    }
+
+    fn line(writer: &mut InTurn, text: &str) {
+        writer.write_all(text.as_bytes()).unwrap();
+        writer.flush().unwrap();
+    }
+
+    #[test]
+    fn later_queries_wait_for_the_ones_before_them() {
+        let captured = Captured::default();
+        let turns = Turns::new(SharedOutput::new(Box::new(captured.clone())), 3);
+        let (mut a, mut b, mut c) = (turns.writer(0), turns.writer(1), turns.writer(2));
+        line(&mut c, "c1\n");
+        line(&mut a, "a1\n");
+        line(&mut b, "b1\n");
+        assert_eq!(text(&captured), "a1\n", "the first query writes through");
+        line(&mut c, "c2\n");
+        drop(c);
+        line(&mut a, "a2\n");
+        drop(a);
+        assert_eq!(text(&captured), "a1\na2\nb1\n", "b's turn: its held line");
+        line(&mut b, "b2\n");
+        assert_eq!(text(&captured), "a1\na2\nb1\nb2\n");
+        drop(b);
+        assert_eq!(text(&captured), "a1\na2\nb1\nb2\nc1\nc2\n");
+    }
+}

@@ -88,7 +88,7 @@ pub(super) fn plan_batch(
 const BOUNDED_RULES: [&str; 4] = ["unbounded aggregate", "ORDER BY", "join", "window function"];
 
 /// Why `stream` never ends, if it does not.
-fn never_ends(stream: &StreamDef) -> Option<&'static str> {
+pub fn never_ends(stream: &StreamDef) -> Option<&'static str> {
     match &stream.source.location {
         SourceLocation::File(_) if stream.source.follow => {
             Some("it follows its file as it grows (follow = 'true' or --follow)")

@@ -7,6 +7,7 @@
 //! unbounded stream with an error naming the rule.
 
 mod batch;
+pub use batch::never_ends;
 mod explain;
 mod peer;
 
