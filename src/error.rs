@@ -31,6 +31,15 @@ pub enum Error {
     /// An error from Arrow while building or writing batches.
     #[error("{0}")]
     Arrow(#[from] datafusion::arrow::error::ArrowError),
+    /// The engine cannot take more now (a full write-ahead log, a queue
+    /// at its bound); the caller should try again after `retry_after`.
+    #[error("{message}")]
+    Overloaded {
+        /// What is full.
+        message: String,
+        /// When trying again makes sense.
+        retry_after: std::time::Duration,
+    },
     /// An I/O error with the path or context it concerns.
     #[error("{context}: {source}")]
     Io {

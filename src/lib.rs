@@ -21,3 +21,4 @@ pub mod runtime;
 pub mod service;
 pub mod session;
 pub mod sql;
+pub mod state;

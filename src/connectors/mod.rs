@@ -25,7 +25,7 @@ use std::time::Duration;
 use datafusion::arrow::datatypes::SchemaRef;
 
 pub use options::parse_output_format;
-pub use sink::{Sink, make_labelled_sink, make_sink, open_sink};
+pub use sink::{Sink, SinkCommit, make_labelled_sink, make_sink, open_sink};
 pub use source::{read_bytes, read_source};
 pub use timestamp::TsUnit;
 
@@ -147,6 +147,31 @@ pub struct BadRow {
     pub reason: String,
 }
 
+/// Where a source stands, as a checkpoint records it: reading again from
+/// here gives exactly the rows after those already read. What the fields
+/// mean depends on the source; a source that cannot be read again (stdin,
+/// `host`) has no position.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SourcePosition {
+    /// File sources: the byte offset just past the last line read.
+    #[serde(default)]
+    pub offset: u64,
+    /// File sources: the number of the last line read, so that bad-row
+    /// line numbers go on from it.
+    #[serde(default)]
+    pub line: u64,
+    /// Rows emitted so far (the `demo` source resumes from this).
+    #[serde(default)]
+    pub rows: u64,
+    /// Bad rows met so far.
+    #[serde(default)]
+    pub bad_rows: u64,
+    /// Decoder state that later rows depend on (the `max_future` guard's
+    /// reference time, a followed file's identity); source-specific.
+    #[serde(default)]
+    pub extra: serde_json::Value,
+}
+
 /// Counters a source updates while it runs; read for the run summary.
 #[derive(Debug, Default)]
 pub struct SourceStats {
@@ -162,6 +187,11 @@ pub struct SourceStats {
     /// when following a file) without sending the final watermark, so the
     /// windows still open do not fire.
     pub stop: AtomicBool,
+    /// Where the source stands after the rows it emitted last: set before
+    /// each batch goes to `emit`, so that a checkpoint barrier sent right
+    /// after the batch records it. `None` for a source that cannot be read
+    /// again.
+    pub position: Mutex<Option<SourcePosition>>,
 }
 
 /// The largest event time a source has read, in epoch milliseconds.

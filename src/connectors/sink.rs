@@ -38,7 +38,28 @@ pub trait Sink: Send {
     /// Flushes everything; call once when the query has ended. Calling it
     /// again is harmless.
     fn finish(&mut self) -> Result<()>;
+
+    /// At a checkpoint barrier: makes everything written so far durable and
+    /// returns what the checkpoint must record so that a restore comes back
+    /// to exactly this point (see [`Sink::restore`]). `None`, the default,
+    /// for a sink that cannot go back (stdout, a webhook): it is
+    /// at-least-once, and rows written after the checkpoint may be written
+    /// again after a restore.
+    fn checkpoint(&mut self) -> Result<Option<SinkCommit>> {
+        Ok(None)
+    }
+
+    /// Goes back to `commit`, what [`Sink::checkpoint`] returned for the
+    /// checkpoint being restored: a file sink drops what it wrote after it.
+    /// Called, if at all, before anything is written. The default does
+    /// nothing.
+    fn restore(&mut self, _commit: &SinkCommit) -> Result<()> {
+        Ok(())
+    }
 }
+
+/// What a checkpoint records of a sink: opaque to everyone but the sink.
+pub type SinkCommit = serde_json::Value;
 
 /// Creates a sink writing `format` to `out`.
 pub fn make_sink(format: OutputFormat, out: Box<dyn Write + Send>) -> Box<dyn Sink> {

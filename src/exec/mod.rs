@@ -62,6 +62,11 @@ pub enum Message {
     /// row with a smaller event time will be accepted into an open window.
     /// `i64::MAX` marks the end of a finite input.
     Watermark(i64),
+    /// Checkpoint barrier `id`: everything before it belongs to the
+    /// checkpoint, everything after to the next. Operators never see it:
+    /// the [`Chain`] snapshots each operator as the barrier passes it and
+    /// hands the barrier on.
+    Barrier(u64),
 }
 
 /// What a batch of result rows is, under an emit policy.
@@ -197,6 +202,29 @@ pub trait Operator: Send {
     fn finished(&self) -> bool {
         false
     }
+
+    /// What the operator holds, for a checkpoint; `None` (the default) for
+    /// an operator that holds nothing between messages.
+    ///
+    /// Contract (see [`crate::state`]): the operator carries on after a
+    /// snapshot exactly as it would have without it; a fresh operator of the
+    /// same plan that is given the snapshot through [`Operator::restore`]
+    /// and then the rest of the input emits what this one emits, in the
+    /// same order; and a fresh operator's snapshot has every table (empty),
+    /// so its schemas can be compared with a checkpoint's.
+    fn snapshot(&mut self) -> Result<Option<crate::state::OperatorState>> {
+        Ok(None)
+    }
+
+    /// Takes back the state of a snapshot. Called on a fresh operator,
+    /// before any message. The default refuses: an operator that keeps
+    /// state implements both methods.
+    fn restore(&mut self, _state: crate::state::OperatorState) -> Result<()> {
+        Err(crate::error::Error::Plan(format!(
+            "operator {} keeps no state to restore",
+            self.describe()
+        )))
+    }
 }
 
 /// Where the inputs of a multi-stream query meet when their rows do not
@@ -212,6 +240,19 @@ pub trait MergeOperator: Send {
 
     /// Processes the merged watermark; forwards it after what it completes.
     fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()>;
+
+    /// What it holds, for a checkpoint: as [`Operator::snapshot`].
+    fn snapshot(&mut self) -> Result<Option<crate::state::OperatorState>> {
+        Ok(None)
+    }
+
+    /// Takes back a snapshot: as [`Operator::restore`].
+    fn restore(&mut self, _state: crate::state::OperatorState) -> Result<()> {
+        Err(crate::error::Error::Plan(format!(
+            "operator {} keeps no state to restore",
+            self.describe()
+        )))
+    }
 }
 
 impl MergeOperator for WindowJoin {
@@ -228,20 +269,47 @@ impl MergeOperator for WindowJoin {
     }
 }
 
+/// Receives the snapshots a [`Chain`] takes as a barrier passes: the
+/// barrier's id, the operator's index in the chain and its state.
+pub type SnapshotSink =
+    Box<dyn FnMut(u64, usize, Option<crate::state::OperatorState>) -> Result<()> + Send>;
+
 /// Operators fused into one task: each message runs through all of them.
 pub struct Chain {
     ops: Vec<Box<dyn Operator>>,
+    snapshots: Option<SnapshotSink>,
 }
 
 impl Chain {
     /// Fuses `ops`, first to last.
     pub fn new(ops: Vec<Box<dyn Operator>>) -> Self {
-        Self { ops }
+        Self {
+            ops,
+            snapshots: None,
+        }
+    }
+
+    /// Sends each operator's snapshot to `sink` when a barrier passes it.
+    /// Without a sink, barriers pass through and nothing is snapshot.
+    pub fn with_snapshots(mut self, sink: SnapshotSink) -> Self {
+        self.snapshots = Some(sink);
+        self
     }
 
     /// The fused operators.
     pub fn ops(&self) -> &[Box<dyn Operator>] {
         &self.ops
+    }
+
+    /// Gives operator `index` the state it had at a checkpoint.
+    pub fn restore(&mut self, index: usize, state: crate::state::OperatorState) -> Result<()> {
+        match self.ops.get_mut(index) {
+            Some(op) => op.restore(state),
+            None => Err(crate::error::Error::Plan(format!(
+                "the checkpoint has state for operator {index} of a chain of {}",
+                self.ops.len()
+            ))),
+        }
     }
 
     /// Runs one message through every operator and returns what comes out
@@ -251,7 +319,8 @@ impl Chain {
     }
 
     fn process_from(&mut self, first: usize, mut current: Vec<Message>) -> Result<Vec<Message>> {
-        for op in &mut self.ops[first..] {
+        for index in first..self.ops.len() {
+            let op = &mut self.ops[index];
             let mut next = Vec::with_capacity(current.len());
             for message in current {
                 match message {
@@ -260,6 +329,12 @@ impl Chain {
                     Message::Batch(batch) => op.on_batch(batch, &mut next)?,
                     Message::Changes(batch, kind) => op.on_changes(batch, kind, &mut next)?,
                     Message::Watermark(w) => op.on_watermark(w, &mut next)?,
+                    Message::Barrier(id) => {
+                        if let Some(sink) = &mut self.snapshots {
+                            sink(id, index, op.snapshot()?)?;
+                        }
+                        next.push(Message::Barrier(id));
+                    }
                 }
             }
             current = next;
