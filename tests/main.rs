@@ -9,6 +9,7 @@ mod library;
 mod limits;
 mod props;
 mod repl;
+mod restore;
 mod series_pack;
 mod service;
 mod session;

@@ -5,6 +5,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 
 use super::{Message, Operator};
 use crate::error::Result;
+use crate::state::OperatorState;
 
 /// Generates watermarks: after each batch, the largest event time seen so far
 /// minus the declared delay, whenever that has advanced.
@@ -48,6 +49,25 @@ impl Operator for WatermarkOp {
             self.emitted = watermark;
             out.push(Message::Watermark(watermark));
         }
+        Ok(())
+    }
+
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        let mut state = OperatorState::new();
+        let seen = |v: i64| (v != i64::MIN).then_some(v);
+        state.add_scalars(
+            "meta",
+            &[
+                ("max_seen", seen(self.max_seen)),
+                ("emitted", seen(self.emitted)),
+            ],
+        );
+        Ok(Some(state))
+    }
+
+    fn restore(&mut self, state: OperatorState) -> Result<()> {
+        self.max_seen = state.scalar("meta", "max_seen")?.unwrap_or(i64::MIN);
+        self.emitted = state.scalar("meta", "emitted")?.unwrap_or(i64::MIN);
         Ok(())
     }
 
