@@ -16,10 +16,13 @@ use datafusion::arrow::record_batch::RecordBatch;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use super::{CHANNEL_CAPACITY, Subscriber, merge, run_sink, run_source, spawn_stages};
+use super::{
+    CHANNEL_CAPACITY, RunnableQuery, Subscriber, merge, run_late_source, run_sink, run_source,
+    spawn_stages,
+};
 use crate::connectors::{Sink, SourceLocation, SourceStats};
 use crate::error::{Error, Result};
-use crate::exec::{END_OF_INPUT, Message, QueryStats};
+use crate::exec::{END_OF_INPUT, LateRows, Message, QueryStats};
 use crate::plan::StreamDef;
 use crate::planner::{ExecutionMode, QueryGraph};
 
@@ -132,40 +135,154 @@ impl Live {
     /// Starts `graph`, its results going to `sink`; `label` names it in
     /// listings. Must be called within a tokio runtime.
     pub fn start(&self, graph: QueryGraph, sink: Box<dyn Sink>, label: &str) -> Result<QueryId> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut tasks: Vec<JoinHandle<Result<()>>> = Vec::new();
-        let mut sources = Vec::new();
+        let query = RunnableQuery { graph, sink };
+        let ids = self.start_all(vec![(query, label.to_string())])?;
+        Ok(ids[0])
+    }
+
+    /// Starts `queries` together, each with its label: queries of the group
+    /// that read the same file stream share one reading of it (a fixed
+    /// script, whose queries are all known at the start), and `late(stream)`
+    /// inputs get the rows the group's other queries drop as late. Queries
+    /// started by separate calls read their files on their own. Must be
+    /// called within a tokio runtime.
+    pub fn start_all(&self, queries: Vec<(RunnableQuery, String)>) -> Result<Vec<QueryId>> {
+        let mut group = Group::default();
+        let mut wired = Vec::with_capacity(queries.len());
+        for (query, label) in queries {
+            wired.push((self.wire(query, &mut group)?, label));
+        }
+        group.check_late_streams()?;
+        let sources = self.start_sources(group)?;
+        let mut ids = Vec::with_capacity(wired.len());
+        for (mut query, label) in wired {
+            for stream in &query.streams {
+                let (stats, watcher) = sources.get(stream).expect("every input has a source");
+                query.sources.push((stream.clone(), stats.clone()));
+                query.tasks.push(watch_source(watcher.clone()));
+            }
+            ids.push(self.track(query, &label));
+        }
+        Ok(ids)
+    }
+
+    /// Starts a query's tasks up to its sink; its inputs join `group`.
+    fn wire(&self, query: RunnableQuery, group: &mut Group) -> Result<Wired> {
+        let RunnableQuery { graph, sink } = query;
         let QueryGraph {
             inputs,
             join,
             stages,
             mode,
             stats,
+            late_outputs,
             ..
         } = graph;
+        let mut wired = Wired {
+            stats: stats.clone(),
+            ..Wired::default()
+        };
+        for (stream, output) in late_outputs {
+            group.late_outputs.entry(stream).or_default().push(output);
+        }
         let per_record = mode == ExecutionMode::PerRecord;
         let mut branches = Vec::with_capacity(inputs.len());
-        let mut state = self.lock();
         for input in inputs {
             let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-            let subscriber = Subscriber { tx, per_record };
-            sources.push(self.connect(&mut state, &input.stream, subscriber, &mut tasks)?);
-            let output = spawn_stages(input.stages, rx, &mut tasks);
-            branches.push((output, input.stream.idle_timeout));
+            let stream = &input.stream;
+            group
+                .sources
+                .entry(stream.name.clone())
+                .or_insert_with(|| (stream.clone(), Vec::new()))
+                .1
+                .push(Subscriber { tx, per_record });
+            if !wired.streams.contains(&stream.name) {
+                wired.streams.push(stream.name.clone());
+            }
+            let output = spawn_stages(input.stages, rx, &mut wired.tasks);
+            branches.push((output, stream.idle_timeout));
         }
-        drop(state);
         let merged = if branches.len() == 1 && join.is_none() {
             branches.pop().expect("one input").0
         } else {
             let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-            tasks.push(tokio::spawn(merge::run(branches, join, tx)));
+            wired
+                .tasks
+                .push(tokio::spawn(merge::run(branches, join, tx)));
             rx
         };
-        let output = spawn_stages(stages, merged, &mut tasks);
-        let sink_stats = stats.clone();
-        tasks.push(tokio::task::spawn_blocking(move || {
-            run_sink(sink, output, &sink_stats)
+        let output = spawn_stages(stages, merged, &mut wired.tasks);
+        wired.tasks.push(tokio::task::spawn_blocking(move || {
+            run_sink(sink, output, &stats)
         }));
+        Ok(wired)
+    }
+
+    /// Starts one source per stream of a group: a push stream's hub, the
+    /// late rows of the group's queries, or a reading of its own. Returns,
+    /// per stream, its counters and what its source ended with.
+    fn start_sources(&self, group: Group) -> Result<HashMap<String, SourceHandle>> {
+        let Group {
+            sources,
+            late_outputs,
+        } = group;
+        let mut handles = HashMap::new();
+        let mut state = self.lock();
+        for (name, (stream, subscribers)) in sources {
+            let (done_tx, done) = watch::channel(None);
+            let stats = if stream.source.location == SourceLocation::Push {
+                let hub = state.hubs.entry(name.clone()).or_default();
+                for subscriber in subscribers {
+                    if hub.ended {
+                        let _ = subscriber.tx.try_send(Message::Watermark(END_OF_INPUT));
+                    } else {
+                        hub.subscribers.push(subscriber);
+                    }
+                }
+                let _ = done_tx.send(Some(Ok(())));
+                hub.stats.clone()
+            } else {
+                let stats = Arc::new(SourceStats::default());
+                let task_stats = stats.clone();
+                let late = stream.late_of.as_ref().map(|of| {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    for output in late_outputs.get(of).into_iter().flatten() {
+                        output.subscribe(tx.clone());
+                    }
+                    rx
+                });
+                tokio::spawn(async move {
+                    let outcome = match late {
+                        Some(rx) => run_late_source(rx, subscribers, task_stats).await,
+                        None => {
+                            let config = stream.source.clone();
+                            tokio::task::spawn_blocking(move || {
+                                run_source(&config, &task_stats, subscribers)
+                            })
+                            .await
+                            .unwrap_or_else(|e| {
+                                Err(Error::Connector(format!("a task failed: {e}")))
+                            })
+                        }
+                    };
+                    let _ = done_tx.send(Some(outcome.map_err(|e| e.to_string())));
+                });
+                stats
+            };
+            handles.insert(name, (stats, done));
+        }
+        Ok(handles)
+    }
+
+    /// Lists a wired query and watches for its end.
+    fn track(&self, query: Wired, label: &str) -> QueryId {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let Wired {
+            stats,
+            sources,
+            tasks,
+            ..
+        } = query;
         let (done_tx, done) = watch::channel(None);
         let running = Running {
             label: label.to_string(),
@@ -186,7 +303,28 @@ impl Live {
             live.ended(id, outcome.as_ref().err());
             let _ = done_tx.send(Some(outcome));
         });
-        Ok(id)
+        id
+    }
+
+    /// The counters of queries `ids` and of the streams they read (each
+    /// stream once), in order.
+    pub fn report(&self, ids: &[QueryId]) -> super::RunReport {
+        let state = self.lock();
+        let mut report = super::RunReport::default();
+        for id in ids {
+            let Some(query) = state.queries.get(id) else {
+                continue;
+            };
+            report.queries.push(query.stats.clone());
+            for (name, stats) in &query.sources {
+                if !report.streams.iter().any(|(_, s)| Arc::ptr_eq(s, stats)) {
+                    report.streams.push((name.clone(), stats.clone()));
+                }
+            }
+        }
+        // By name, as the summary lists them.
+        report.streams.sort_by(|a, b| a.0.cmp(&b.0));
+        report
     }
 
     /// Records that query `id` ended, with `error` if it failed, and
@@ -222,39 +360,6 @@ impl Live {
                 state.queries.remove(old);
             }
         }
-    }
-
-    /// Connects one input of a query to its stream: a push stream's hub, or
-    /// a source task of the query's own.
-    fn connect(
-        &self,
-        state: &mut State,
-        stream: &Arc<StreamDef>,
-        subscriber: Subscriber,
-        tasks: &mut Vec<JoinHandle<Result<()>>>,
-    ) -> Result<(String, Arc<SourceStats>)> {
-        if stream.late_of.is_some() {
-            return Err(Error::Plan(format!(
-                "{} reads the late rows of other queries in the same `vigil run`; it is not available in a live session",
-                stream.name
-            )));
-        }
-        if stream.source.location == SourceLocation::Push {
-            let hub = state.hubs.entry(stream.name.clone()).or_default();
-            if hub.ended {
-                let _ = subscriber.tx.try_send(Message::Watermark(END_OF_INPUT));
-            } else {
-                hub.subscribers.push(subscriber);
-            }
-            return Ok((stream.name.clone(), hub.stats.clone()));
-        }
-        let stats = Arc::new(SourceStats::default());
-        let source_stats = stats.clone();
-        let config = stream.source.clone();
-        tasks.push(tokio::task::spawn_blocking(move || {
-            run_source(&config, &source_stats, vec![subscriber])
-        }));
-        Ok((stream.name.clone(), stats))
     }
 
     /// Sends `batch` to every query reading push stream `stream`, waiting
@@ -426,6 +531,64 @@ impl Live {
             self.end_stream(&stream).await;
         }
     }
+}
+
+/// What a query's source ended with: `None` while it runs.
+type SourceDone = watch::Receiver<Option<Result<(), String>>>;
+
+/// A source's counters and its end.
+type SourceHandle = (Arc<SourceStats>, SourceDone);
+
+/// The queries being started together and the streams they read.
+#[derive(Default)]
+struct Group {
+    /// Per stream: its definition and the query inputs reading it.
+    sources: BTreeMap<String, (Arc<StreamDef>, Vec<Subscriber>)>,
+    /// Where the group's window operators send late rows, by stream.
+    late_outputs: HashMap<String, Vec<Arc<LateRows>>>,
+}
+
+impl Group {
+    /// `late(s)` reads what the group's queries over `s` drop: a group
+    /// without such a query has nothing to give it.
+    fn check_late_streams(&self) -> Result<()> {
+        for (stream, _) in self.sources.values() {
+            if let Some(of) = &stream.late_of
+                && !self.late_outputs.contains_key(of)
+            {
+                return Err(Error::Plan(format!(
+                    "{} reads the rows that windowed queries over {of} drop as late; start it together with them (in the same `vigil run`)",
+                    stream.name
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A query whose tasks have started, not yet listed.
+#[derive(Default)]
+struct Wired {
+    stats: Arc<QueryStats>,
+    /// The streams it reads, in order, once each.
+    streams: Vec<String>,
+    sources: Vec<(String, Arc<SourceStats>)>,
+    tasks: Vec<JoinHandle<Result<()>>>,
+}
+
+/// A task of a query that ends with its source's error, or when the
+/// source ends.
+fn watch_source(mut done: SourceDone) -> JoinHandle<Result<()>> {
+    tokio::spawn(async move {
+        loop {
+            if let Some(outcome) = done.borrow().clone() {
+                return outcome.map_err(Error::Connector);
+            }
+            if done.changed().await.is_err() {
+                return Ok(());
+            }
+        }
+    })
 }
 
 /// Waits for every task of a query; the first error, in the order they

@@ -10,7 +10,6 @@
 pub mod live;
 mod merge;
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -20,9 +19,9 @@ use tokio::task::JoinHandle;
 
 use crate::connectors::{Sink, SourceConfig, SourceLocation, SourceStats, read_source};
 use crate::error::{Error, Result};
-use crate::exec::{Chain, END_OF_INPUT, LateRows, Message, QueryStats};
-use crate::plan::StreamDef;
-use crate::planner::{ExecutionMode, QueryGraph, Stages};
+use crate::exec::{Chain, END_OF_INPUT, Message, QueryStats};
+use crate::planner::{QueryGraph, Stages};
+use live::Live;
 
 /// Messages buffered between two tasks before the sender waits.
 pub const CHANNEL_CAPACITY: usize = 16;
@@ -53,84 +52,36 @@ pub async fn run(queries: Vec<RunnableQuery>) -> Result<RunReport> {
 /// Runs like [`run`]; `started` gets the counters once every task is
 /// started, while they are still being updated: to show progress, or to
 /// stop the sources early (see [`SourceStats::stop`]).
+///
+/// A fixed set of queries is a live session whose queries are all known at
+/// the start: they are started together on a [`Live`] runtime (so queries
+/// over the same stream share one reading of it) and waited for.
 pub async fn run_observed(
     queries: Vec<RunnableQuery>,
     started: impl FnOnce(&RunReport),
 ) -> Result<RunReport> {
-    let mut report = RunReport::default();
-    let mut sources: BTreeMap<String, (Arc<StreamDef>, Vec<Subscriber>)> = BTreeMap::new();
-    let mut late_outputs: HashMap<String, Vec<Arc<LateRows>>> = HashMap::new();
-    let mut tasks: Vec<JoinHandle<Result<()>>> = Vec::new();
-    for RunnableQuery { graph, sink } in queries {
-        report.queries.push(graph.stats.clone());
-        let QueryGraph {
-            inputs,
-            join,
-            stages,
-            mode,
-            stats,
-            late_outputs: outputs,
-            ..
-        } = graph;
-        for (stream, output) in outputs {
-            late_outputs.entry(stream).or_default().push(output);
-        }
-        let per_record = mode == ExecutionMode::PerRecord;
-        let mut branches = Vec::with_capacity(inputs.len());
-        for input in inputs {
-            let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-            let stream = &input.stream;
-            sources
-                .entry(stream.name.clone())
-                .or_insert_with(|| (stream.clone(), Vec::new()))
-                .1
-                .push(Subscriber { tx, per_record });
-            let output = spawn_stages(input.stages, rx, &mut tasks);
-            branches.push((output, stream.idle_timeout));
-        }
-        let merged = if branches.len() == 1 && join.is_none() {
-            branches.pop().expect("one input").0
-        } else {
-            let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-            tasks.push(tokio::spawn(merge::run(branches, join, tx)));
-            rx
-        };
-        let output = spawn_stages(stages, merged, &mut tasks);
-        tasks.push(tokio::task::spawn_blocking(move || {
-            run_sink(sink, output, &stats)
-        }));
-    }
-    for (name, (stream, subscribers)) in sources {
-        if stream.source.location == SourceLocation::Push {
-            return Err(Error::Plan(format!(
-                "stream {name} is fed by its program (connector 'push'); `vigil run` cannot read it: embed vigil or use `vigil serve`"
-            )));
-        }
-        let stats = Arc::new(SourceStats::default());
-        report.streams.push((name, stats.clone()));
-        match &stream.late_of {
-            Some(of) => {
-                let (tx, rx) = mpsc::unbounded_channel();
-                for output in late_outputs.get(of).into_iter().flatten() {
-                    output.subscribe(tx.clone());
-                }
-                tasks.push(tokio::spawn(run_late_source(rx, subscribers, stats)));
+    for query in &queries {
+        for input in &query.graph.inputs {
+            if input.stream.source.location == SourceLocation::Push {
+                return Err(Error::Plan(format!(
+                    "stream {} is fed by its program (connector 'push'); `vigil run` cannot read it: embed vigil or use `vigil serve`",
+                    input.stream.name
+                )));
             }
-            None => tasks.push(tokio::task::spawn_blocking(move || {
-                run_source(&stream.source, &stats, subscribers)
-            })),
         }
     }
-    // The window operators now hold the only handles: when the last of them
-    // ends, the late-row streams end too.
-    drop(late_outputs);
+    let live = Live::new();
+    let labelled = queries
+        .into_iter()
+        .enumerate()
+        .map(|(i, q)| (q, format!("q{}", i + 1)))
+        .collect();
+    let ids = live.start_all(labelled)?;
+    let report = live.report(&ids);
     started(&report);
     let mut first_error = None;
-    for task in tasks {
-        let outcome = task
-            .await
-            .unwrap_or_else(|e| Err(Error::Connector(format!("a task failed: {e}"))));
-        if let Err(e) = outcome {
+    for id in ids {
+        if let Err(e) = live.wait(id).await {
             first_error.get_or_insert(e);
         }
     }
