@@ -26,7 +26,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 
 pub use options::parse_output_format;
 pub use sink::{Sink, SinkCommit, make_labelled_sink, make_sink, open_sink};
-pub use source::{read_bytes, read_source};
+pub use source::{read_bytes, read_source, read_source_from};
 pub use timestamp::TsUnit;
 
 /// Where a source reads from.
