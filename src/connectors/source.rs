@@ -15,6 +15,16 @@
 //! record that spans lines is one bad row per line. Event times pass the
 //! checks of the `guard` module (`max_future`, `ts_unit`) before they
 //! reach the watermark.
+//!
+//! A regular file can be read again from a position ([`SourcePosition`]):
+//! before each batch goes out, the reader stores where it stands after it,
+//! with what the decoder keeps that later rows depend on, and
+//! [`read_source_from`] takes up from there, row for row as the
+//! uninterrupted read would have gone on. The dead-letter file is flushed
+//! before each batch, so that it holds the bad rows of every stored
+//! position; bad rows met after the last checkpoint are written to it
+//! again by the resumed read (it is appended to, never cut back: two
+//! streams may share it).
 
 use std::cell::Cell;
 use std::collections::VecDeque;
