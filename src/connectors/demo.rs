@@ -18,9 +18,9 @@ use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use super::builtin::{CatalogueColumn, match_columns};
-use super::options::DEFAULT_BATCH_SIZE;
+use super::source::pause;
 use super::timestamp::parse_timestamp_ms;
-use super::{SourceConfig, SourceStats};
+use super::{SourceConfig, SourcePosition, SourceStats};
 use crate::error::{Error, Result};
 
 /// The bundled series, `timestamp,value` with a header line.
@@ -90,29 +90,54 @@ pub fn series() -> Result<Vec<(i64, f64)>> {
 }
 
 /// Replays the series at `speed` rows per second, stopping after `limit`
-/// rows (if any), at the end of the series, or when `emit` returns false.
+/// rows (if any), at the end of the series, when `stats.stop` is set or
+/// when `emit` returns false. Batches have at most `config.batch_size`
+/// rows.
+///
+/// Its position is the number of rows emitted (`rows`): a resumed replay
+/// (from `start`) skips them and paces the rest from its own start, at the
+/// same speed. While it waits for the next row to fall due it emits an
+/// empty batch every 100 ms.
 pub(super) fn read_demo(
     config: &SourceConfig,
     speed: f64,
     limit: Option<u64>,
     stats: &SourceStats,
+    start: Option<&SourcePosition>,
     emit: &mut dyn FnMut(RecordBatch) -> bool,
 ) -> Result<()> {
     let columns = match_columns(&config.stream, "demo", &config.schema, COLUMNS)?;
     let mut rows = series()?;
+    let skipped = match start {
+        None => 0,
+        Some(position) => resume(config, position, rows.len(), stats)?,
+    };
     if let Some(limit) = limit {
         rows.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
     }
-    let start = Instant::now();
-    let mut sent = 0;
-    while sent < rows.len() {
-        // Row i falls due i / speed seconds after the start.
-        let due = ((start.elapsed().as_secs_f64() * speed).floor() as usize).saturating_add(1);
-        let end = due.min(rows.len()).min(sent + DEFAULT_BATCH_SIZE);
+    let batch_size = config.batch_size.max(1);
+    let begin = Instant::now();
+    let mut sent = skipped.min(rows.len());
+    let mut send = |batch: RecordBatch, sent: usize| {
+        *stats.position.lock().unwrap_or_else(|e| e.into_inner()) = Some(SourcePosition {
+            rows: sent as u64,
+            ..SourcePosition::default()
+        });
+        emit(batch)
+    };
+    while sent < rows.len() && !stats.stop.load(Ordering::Relaxed) {
+        // Row i falls due (i - skipped) / speed seconds after the start.
+        let due = ((begin.elapsed().as_secs_f64() * speed).floor() as usize)
+            .saturating_add(1)
+            .saturating_add(skipped);
+        let end = due.min(rows.len()).min(sent + batch_size);
         if end <= sent {
-            let next_due = Duration::from_secs_f64(sent as f64 / speed);
-            let wait = next_due.saturating_sub(start.elapsed()).max(MIN_PAUSE);
-            std::thread::sleep(wait);
+            let next_due = Duration::from_secs_f64((sent - skipped) as f64 / speed);
+            let wait = next_due.saturating_sub(begin.elapsed()).max(MIN_PAUSE);
+            let empty = RecordBatch::new_empty(config.schema.clone());
+            if !pause(wait, &stats.stop, &mut || Ok(send(empty.clone(), sent)))? {
+                break;
+            }
             continue;
         }
         let batch = batch(config, &columns, &rows[sent..end])?;
@@ -120,11 +145,30 @@ pub(super) fn read_demo(
         stats
             .rows
             .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
-        if !emit(batch) {
+        if !send(batch, sent) {
             break;
         }
     }
     Ok(())
+}
+
+/// Takes up from `position`: restores the row count and returns the rows
+/// to skip.
+fn resume(
+    config: &SourceConfig,
+    position: &SourcePosition,
+    series: usize,
+    stats: &SourceStats,
+) -> Result<usize> {
+    let skipped = usize::try_from(position.rows).unwrap_or(usize::MAX);
+    if skipped > series {
+        return Err(Error::Connector(format!(
+            "stream {}: the checkpoint's position is row {} of the demo series, which has {series}",
+            config.stream, position.rows
+        )));
+    }
+    stats.rows.store(position.rows, Ordering::Relaxed);
+    Ok(skipped)
 }
 
 /// One batch of rows with the stream's schema; `columns` are the declared
@@ -152,6 +196,7 @@ mod tests {
     use datafusion::arrow::datatypes::{Field, Schema};
 
     use super::super::builtin::full_schema;
+    use super::super::options::DEFAULT_BATCH_SIZE;
     use super::super::timestamp::parse_timestamp_ms;
     use super::super::{Format, Replay, SourceLocation};
     use super::*;
@@ -176,7 +221,7 @@ mod tests {
             unreachable!()
         };
         let mut batches = Vec::new();
-        read_demo(cfg, speed, limit, &SourceStats::default(), &mut |b| {
+        read_demo(cfg, speed, limit, &SourceStats::default(), None, &mut |b| {
             batches.push(b);
             true
         })
@@ -242,6 +287,118 @@ mod tests {
         assert!(batches.len() > 2, "{}", batches.len());
         assert!(elapsed >= Duration::from_millis(180), "{elapsed:?}");
         assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
+    }
+
+    fn values(batches: &[RecordBatch]) -> Vec<f64> {
+        batches
+            .iter()
+            .flat_map(|b| {
+                let v = b.column(0).as_any().downcast_ref::<Float64Array>().unwrap();
+                v.values().to_vec()
+            })
+            .collect()
+    }
+
+    fn value_schema() -> Arc<Schema> {
+        Arc::new(Schema::new(vec![Field::new(
+            "value",
+            DataType::Float64,
+            true,
+        )]))
+    }
+
+    /// Reads from `start`; the batches with the position stored before each.
+    fn run_from(
+        cfg: &SourceConfig,
+        start: Option<&SourcePosition>,
+        stats: &SourceStats,
+    ) -> Vec<(RecordBatch, SourcePosition)> {
+        let SourceLocation::Demo { speed, limit } = cfg.location else {
+            unreachable!()
+        };
+        let mut batches = Vec::new();
+        read_demo(cfg, speed, limit, stats, start, &mut |b| {
+            let position = stats.position.lock().unwrap().clone().unwrap();
+            batches.push((b, position));
+            true
+        })
+        .unwrap();
+        batches
+    }
+
+    #[test]
+    fn resumes_at_every_batch() {
+        let cfg = SourceConfig {
+            batch_size: 2,
+            ..config(value_schema(), 1e9, Some(7))
+        };
+        let whole = run_from(&cfg, None, &SourceStats::default());
+        let batches: Vec<RecordBatch> = whole.iter().map(|(b, _)| b.clone()).collect();
+        assert_eq!(
+            batches.iter().map(|b| b.num_rows()).collect::<Vec<_>>(),
+            vec![2, 2, 2, 1]
+        );
+        let all = values(&batches);
+        for (k, (_, position)) in whole.iter().enumerate() {
+            assert_eq!(position.rows, values(&batches[..=k]).len() as u64);
+            let stats = SourceStats::default();
+            let resumed = run_from(&cfg, Some(position), &stats);
+            let mut got = values(&batches[..=k]);
+            got.extend(values(
+                &resumed.iter().map(|(b, _)| b.clone()).collect::<Vec<_>>(),
+            ));
+            assert_eq!(got, all, "after batch {k}");
+            assert_eq!(stats.rows.load(Ordering::Relaxed), 7);
+        }
+        let past = SourcePosition {
+            rows: ROWS as u64 + 1,
+            ..SourcePosition::default()
+        };
+        let SourceLocation::Demo { speed, limit } = cfg.location else {
+            unreachable!()
+        };
+        let err = read_demo(
+            &cfg,
+            speed,
+            limit,
+            &SourceStats::default(),
+            Some(&past),
+            &mut |_| true,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("demo series"), "{err}");
+    }
+
+    #[test]
+    fn a_resumed_replay_paces_from_its_own_start_and_emits_while_waiting() {
+        // 4 rows a second: 250 ms between rows.
+        let cfg = SourceConfig {
+            batch_size: 1,
+            ..config(value_schema(), 4.0, Some(4))
+        };
+        let start = SourcePosition {
+            rows: 2,
+            ..SourcePosition::default()
+        };
+        let begin = Instant::now();
+        let mut arrivals = Vec::new();
+        let stats = SourceStats::default();
+        read_demo(&cfg, 4.0, Some(4), &stats, Some(&start), &mut |b| {
+            let rows = stats.position.lock().unwrap().as_ref().unwrap().rows;
+            arrivals.push((b.num_rows(), rows, begin.elapsed()));
+            true
+        })
+        .unwrap();
+        let sent: Vec<&(usize, u64, Duration)> = arrivals.iter().filter(|a| a.0 > 0).collect();
+        assert_eq!(sent.len(), 2, "{arrivals:?}");
+        // Row 2 goes at once, not 500 ms in; row 3 250 ms later.
+        assert!(sent[0].2 < Duration::from_millis(200), "{arrivals:?}");
+        assert!(sent[1].2 >= Duration::from_millis(240), "{arrivals:?}");
+        // Empty batches while waiting, with the position of the rows sent.
+        let empty: Vec<&(usize, u64, Duration)> = arrivals.iter().filter(|a| a.0 == 0).collect();
+        assert!(!empty.is_empty(), "{arrivals:?}");
+        assert!(empty.iter().all(|a| a.1 == 3), "{arrivals:?}");
+        assert_eq!(stats.rows.load(Ordering::Relaxed), 4);
     }
 
     #[test]

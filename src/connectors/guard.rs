@@ -14,6 +14,8 @@
 //! expected), and they are all accepted. Pushed rows are live data, so
 //! there a row ahead of the wall clock is bad at once.
 
+use serde::{Deserialize, Serialize};
+
 use super::TsUnit;
 use super::timestamp::{format_timestamp_ms, plausible_ms};
 
@@ -40,6 +42,17 @@ pub(super) enum Admit {
         /// whatever this one is.
         breaks_run: bool,
     },
+}
+
+/// What a [`FutureGuard`] has learnt from the rows so far: what a
+/// checkpoint keeps so that a resumed read judges the next rows as the
+/// uninterrupted one would.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct GuardState {
+    /// The largest event time accepted so far.
+    pub largest: Option<i64>,
+    /// The event time of the last row held, while rows are held.
+    pub held_last: Option<i64>,
 }
 
 /// The `max_future` guard of one source.
@@ -107,6 +120,20 @@ impl FutureGuard {
         self.largest = Some(self.largest.map_or(t, |l| l.max(t)));
         self.held_last = None;
     }
+
+    /// What the guard has learnt so far.
+    pub(super) fn state(&self) -> GuardState {
+        GuardState {
+            largest: self.largest,
+            held_last: self.held_last,
+        }
+    }
+
+    /// Takes up where a guard whose state was `state` left off.
+    pub(super) fn restore(&mut self, state: GuardState) {
+        self.largest = state.largest;
+        self.held_last = state.held_last;
+    }
 }
 
 fn now_ms() -> i64 {
@@ -143,7 +170,32 @@ pub(super) struct UnitCheck {
     done: bool,
 }
 
+/// What a [`UnitCheck`] has seen, as a checkpoint keeps it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct UnitState {
+    /// The numeric event times sampled so far (in ms).
+    pub samples: Vec<i64>,
+    /// Whether the check has decided (and warned, if it had to).
+    pub done: bool,
+}
+
 impl UnitCheck {
+    /// What the check has seen so far.
+    pub(super) fn state(&self) -> UnitState {
+        UnitState {
+            samples: self.samples.clone(),
+            done: self.done,
+        }
+    }
+
+    /// Takes up where a check whose state was `state` left off: a warning
+    /// already given is not given again.
+    pub(super) fn restore(&mut self, state: UnitState) {
+        self.samples = state.samples;
+        self.samples.truncate(UNIT_SAMPLE);
+        self.done = state.done;
+    }
+
     pub(super) fn new(unit: TsUnit) -> Self {
         UnitCheck {
             unit,

@@ -19,6 +19,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use sysinfo::{DiskRefreshKind, Disks, Networks, ProcessRefreshKind, ProcessesToUpdate, System};
 
 use super::builtin::{CatalogueColumn, match_columns};
+use super::source::pause;
 use super::{SourceConfig, SourceStats};
 use crate::error::Result;
 
@@ -128,7 +129,9 @@ const METRICS: [Metric; 12] = [
 ];
 
 /// Samples this machine every `interval`, emitting one single-row batch per
-/// sample, until `limit` samples (if any) or until `emit` returns false.
+/// sample, until `limit` samples (if any), until `stats.stop` is set or
+/// until `emit` returns false. Between samples it emits an empty batch
+/// every 100 ms. It cannot be read again, so it has no position.
 pub(super) fn read_host(
     config: &SourceConfig,
     interval: Duration,
@@ -143,10 +146,14 @@ pub(super) fn read_host(
     let mut sampler = Sampler::new(metrics);
     let mut next = Instant::now() + interval;
     let mut taken = 0u64;
+    let empty = RecordBatch::new_empty(config.schema.clone());
     while limit.is_none_or(|limit| taken < limit) {
         let now = Instant::now();
-        if next > now {
-            std::thread::sleep(next - now);
+        if next > now && !pause(next - now, &stats.stop, &mut || Ok(emit(empty.clone())))? {
+            break;
+        }
+        if stats.stop.load(Ordering::Relaxed) {
+            break;
         }
         // Keep to the schedule; after a stall, start it again from now.
         next += interval;
@@ -432,6 +439,45 @@ mod tests {
             .unwrap()
             .as_millis() as f64;
         assert!((now_ms - t1).abs() < 60_000.0);
+    }
+
+    #[test]
+    fn empty_batches_between_samples_and_a_stop_request() {
+        let schema = Arc::new(Schema::new(vec![Field::new("TS", TIMESTAMP, true)]));
+        let cfg = config(schema.clone());
+        let stats = SourceStats::default();
+        let mut sizes = Vec::new();
+        read_host(
+            &cfg,
+            Duration::from_millis(350),
+            Some(1),
+            &stats,
+            &mut |b| {
+                assert_eq!(b.schema(), schema);
+                sizes.push(b.num_rows());
+                true
+            },
+        )
+        .unwrap();
+        // Every 100 ms of the 350 ms wait, then the sample.
+        assert!(sizes.len() >= 3, "{sizes:?}");
+        assert_eq!(sizes.last(), Some(&1));
+        assert!(
+            sizes[..sizes.len() - 1].iter().all(|&n| n == 0),
+            "{sizes:?}"
+        );
+        assert_eq!(*stats.position.lock().unwrap(), None);
+
+        // Asked to stop while it waits: it ends without sampling.
+        let stats = SourceStats::default();
+        let mut samples = 0;
+        read_host(&cfg, Duration::from_secs(60), None, &stats, &mut |b| {
+            samples += b.num_rows();
+            stats.stop.store(true, Ordering::Relaxed);
+            true
+        })
+        .unwrap();
+        assert_eq!(samples, 0);
     }
 
     #[test]

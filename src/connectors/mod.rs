@@ -26,7 +26,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 
 pub use options::parse_output_format;
 pub use sink::{Sink, SinkCommit, make_labelled_sink, make_sink, open_sink};
-pub use source::{read_bytes, read_source};
+pub use source::{read_bytes, read_source, read_source_from};
 pub use timestamp::TsUnit;
 
 /// Where a source reads from.
@@ -148,15 +148,28 @@ pub struct BadRow {
 }
 
 /// Where a source stands, as a checkpoint records it: reading again from
-/// here gives exactly the rows after those already read. What the fields
-/// mean depends on the source; a source that cannot be read again (stdin,
-/// `host`) has no position.
+/// here (see [`source::read_source_from`]) gives exactly the rows after
+/// those already emitted. What the fields mean depends on the source; a
+/// source that cannot be read again (stdin, a pipe, `host`, pushed rows)
+/// has no position.
+///
+/// - A file (CSV or JSON lines): `offset` and `line` are the byte offset
+///   just past the last line consumed and that line's number (lines of a
+///   CSV record still open are not consumed yet; bad lines are); `rows` and
+///   `bad_rows` the counters; `extra` the decoder state the next rows
+///   depend on: the `max_future` guard's reference (`guard`), the
+///   `ts_unit` check's samples (`unit_check`), the rows consumed but not
+///   yet emitted (`held` by the guard, or `accepted` and still to be
+///   batched), the largest event time emitted (`max_event_time`) and, when
+///   following, the file's identity (`file`: device and inode).
+/// - `demo`: `rows` is the number of rows of the series emitted; the other
+///   fields are zero and `extra` null.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SourcePosition {
-    /// File sources: the byte offset just past the last line read.
+    /// File sources: the byte offset just past the last line consumed.
     #[serde(default)]
     pub offset: u64,
-    /// File sources: the number of the last line read, so that bad-row
+    /// File sources: the number of the last line consumed, so that bad-row
     /// line numbers go on from it.
     #[serde(default)]
     pub line: u64,
@@ -167,7 +180,8 @@ pub struct SourcePosition {
     #[serde(default)]
     pub bad_rows: u64,
     /// Decoder state that later rows depend on (the `max_future` guard's
-    /// reference time, a followed file's identity); source-specific.
+    /// reference time, rows held back, a followed file's identity);
+    /// source-specific, null when there is none.
     #[serde(default)]
     pub extra: serde_json::Value,
 }
@@ -188,9 +202,9 @@ pub struct SourceStats {
     /// windows still open do not fire.
     pub stop: AtomicBool,
     /// Where the source stands after the rows it emitted last: set before
-    /// each batch goes to `emit`, so that a checkpoint barrier sent right
-    /// after the batch records it. `None` for a source that cannot be read
-    /// again.
+    /// each batch goes to `emit` (the empty batches of a waiting source
+    /// too), so that a checkpoint barrier sent right after the batch
+    /// records it. `None` for a source that cannot be read again.
     pub position: Mutex<Option<SourcePosition>>,
 }
 

@@ -15,11 +15,22 @@
 //! record that spans lines is one bad row per line. Event times pass the
 //! checks of the `guard` module (`max_future`, `ts_unit`) before they
 //! reach the watermark.
+//!
+//! A regular file can be read again from a position ([`SourcePosition`]):
+//! before each batch goes out, the reader stores where it stands after it,
+//! with what the decoder keeps that later rows depend on, and
+//! [`read_source_from`] takes up from there, row for row as the
+//! uninterrupted read would have gone on. The dead-letter file is flushed
+//! before each batch, so that it holds the bad rows of every stored
+//! position; bad rows met after the last checkpoint are written to it
+//! again by the resumed read (it is appended to, never cut back: two
+//! streams may share it).
 
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
-use std::path::PathBuf;
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -30,11 +41,15 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::guard::{Admit, FutureGuard, JUMP_ROWS, UnitCheck};
+use super::guard::{Admit, FutureGuard, GuardState, JUMP_ROWS, UnitCheck, UnitState};
 use super::timestamp::{is_epoch_number, parse_timestamp};
-use super::{BadRow, Decoding, Format, Replay, SourceConfig, SourceLocation, SourceStats, TsUnit};
+use super::{
+    BadRow, Decoding, Format, Replay, SourceConfig, SourceLocation, SourcePosition, SourceStats,
+    TsUnit,
+};
 use crate::error::{Error, Result};
 
 /// Size of the read buffer for files and stdin.
@@ -42,7 +57,7 @@ const READ_BUFFER: usize = 1 << 16;
 
 /// How often a followed file is checked for new bytes, and the longest a
 /// pause (realtime replay, following) goes without looking at `stop`.
-const POLL: Duration = Duration::from_millis(100);
+pub(super) const POLL: Duration = Duration::from_millis(100);
 
 /// Longest value text quoted in a bad-row reason.
 const MAX_QUOTED_CHARS: usize = 40;
@@ -76,29 +91,47 @@ pub fn read_source(
     stats: &SourceStats,
     emit: &mut dyn FnMut(RecordBatch) -> bool,
 ) -> Result<()> {
+    read_source_from(config, stats, None, emit)
+}
+
+/// Reads like [`read_source`], from `start` on when it is given: a
+/// position this source stored in [`SourceStats::position`] in an earlier
+/// run. The resumed read emits exactly the rows the earlier one would have
+/// emitted after that position, with the same bad rows at the same line
+/// numbers, and starts `stats`' counters (rows, bad rows) where they were,
+/// so that a summary counts the whole run.
+///
+/// Positions, and so checkpoints: before every call of `emit` the source
+/// stores where it stands just after the rows of that batch (see
+/// [`SourcePosition`] for what the fields mean for each source). stdin, a
+/// pipe and `host` cannot be read again and store none; a `start` for them
+/// is an error.
+///
+/// A source that waits (a followed file that has not grown, a realtime
+/// pause, the pacing of `demo` and `host`) calls `emit` with an empty batch
+/// (no rows, the stream's schema) at least every 100 ms, after storing its
+/// position, so that the caller can act between batches; `false` still
+/// stops it.
+///
+/// Resuming a file: the file must still hold the bytes before the position
+/// (a shorter file is an error naming the file, the offset and its size);
+/// a CSV file's header is read again for its column order. A followed file
+/// remembers which file it was (device and inode): if the path names
+/// another file by then (it was rotated while vigil was down), the new file
+/// is read from its start, with a warning, and what the old file got after
+/// the checkpoint is not read.
+pub fn read_source_from(
+    config: &SourceConfig,
+    stats: &SourceStats,
+    start: Option<&SourcePosition>,
+    emit: &mut dyn FnMut(RecordBatch) -> bool,
+) -> Result<()> {
     match &config.location {
-        SourceLocation::File(path) => {
-            let mut driver = Driver::new(config, stats, emit)?;
-            let file = File::open(path)
-                .map_err(|e| Error::Connector(format!("cannot open {}: {e}", path.display())))?;
-            let name = path.display().to_string();
-            // A pipe or socket is read like stdin: rows go on as soon as a
-            // read comes back short, not when a batch fills.
-            let regular = file.metadata().is_ok_and(|m| m.file_type().is_file());
-            if config.follow && regular {
-                let reopened = Cell::new(0);
-                let follow =
-                    Follow::new(file, path.clone(), &config.stream, &stats.stop, &reopened);
-                let input = Input::new(follow, &name, true).reopened(&reopened);
-                return read_format(config.format, input, &mut driver);
-            }
-            read_format(
-                config.format,
-                Input::new(file, &name, !regular),
-                &mut driver,
-            )
-        }
+        SourceLocation::File(path) => read_file(config, path, stats, start, emit),
         SourceLocation::Stdin => {
+            if start.is_some() {
+                return Err(not_replayable(&config.stream, "stdin"));
+            }
             let mut driver = Driver::new(config, stats, emit)?;
             let stdin = io::stdin();
             let lock = stdin.lock();
@@ -106,6 +139,7 @@ pub fn read_source(
                 config.format,
                 Input::new(lock, "<stdin>", true),
                 &mut driver,
+                None,
             )
         }
         SourceLocation::Push => Err(Error::Connector(format!(
@@ -113,12 +147,119 @@ pub fn read_source(
             config.stream
         ))),
         SourceLocation::Host { interval, limit } => {
+            if start.is_some() {
+                return Err(not_replayable(
+                    &config.stream,
+                    "this machine (connector 'host')",
+                ));
+            }
             super::host::read_host(config, *interval, *limit, stats, emit)
         }
         SourceLocation::Demo { speed, limit } => {
-            super::demo::read_demo(config, *speed, *limit, stats, emit)
+            super::demo::read_demo(config, *speed, *limit, stats, start, emit)
         }
     }
+}
+
+fn not_replayable(stream: &str, what: &str) -> Error {
+    Error::Connector(format!(
+        "stream {stream} reads {what}, which cannot be read again: it cannot resume from a checkpoint"
+    ))
+}
+
+/// Reads a file (or a pipe named by a path), from `start` on if given.
+fn read_file(
+    config: &SourceConfig,
+    path: &Path,
+    stats: &SourceStats,
+    start: Option<&SourcePosition>,
+    emit: &mut dyn FnMut(RecordBatch) -> bool,
+) -> Result<()> {
+    let mut driver = Driver::new(config, stats, emit)?;
+    let name = path.display().to_string();
+    let mut file =
+        File::open(path).map_err(|e| Error::Connector(format!("cannot open {name}: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::io(format!("reading {name}"), e))?;
+    // A pipe or socket is read like stdin: rows go on as soon as a read
+    // comes back short, not when a batch fills. It cannot be read again.
+    let regular = meta.file_type().is_file();
+    let follow = config.follow && regular;
+    driver.replayable = regular;
+    let (offset, line) = match start {
+        None => (0, 0),
+        Some(_) if !regular => return Err(not_replayable(&config.stream, &name)),
+        Some(position) => {
+            let recorded = driver.restore(position)?;
+            resume_point(
+                &config.stream,
+                &name,
+                &meta,
+                position,
+                follow.then_some(recorded),
+            )?
+        }
+    };
+    let header = match (config.format, offset) {
+        (Format::Csv, 1..) => {
+            read_csv_header(Input::new(&file, &name, false), &mut driver, offset)?
+        }
+        _ => None,
+    };
+    if offset > 0 {
+        file.seek(SeekFrom::Start(offset))
+            .map_err(|e| Error::io(format!("reading {name}"), e))?;
+    }
+    if follow {
+        let opened = Opened::new(file_id(&meta));
+        let follow = Follow::new(
+            file,
+            path.to_path_buf(),
+            &config.stream,
+            &stats.stop,
+            &opened,
+            offset,
+        );
+        let input = Input::new(follow, &name, true)
+            .following(&opened)
+            .starting_at(offset, line);
+        return read_format(config.format, input, &mut driver, header);
+    }
+    let input = Input::new(file, &name, !regular).starting_at(offset, line);
+    read_format(config.format, input, &mut driver, header)
+}
+
+/// Where a resumed read of a file starts: `position`'s offset and line,
+/// or the start of a followed file that is not the one recorded
+/// (`recorded`: `Some` when following). Errors if the file is shorter than
+/// the position.
+fn resume_point(
+    stream: &str,
+    name: &str,
+    meta: &std::fs::Metadata,
+    position: &SourcePosition,
+    recorded: Option<Option<FileId>>,
+) -> Result<(u64, u64)> {
+    if let Some(Some(recorded)) = recorded
+        && file_id(meta) != Some(recorded)
+    {
+        eprintln!(
+            "vigil: warning: stream {stream}: {name} is another file than at the checkpoint \
+             (rotated meanwhile): reading it from its start; what the old file got after \
+             the checkpoint is not read"
+        );
+        return Ok((0, 0));
+    }
+    if meta.len() < position.offset {
+        return Err(Error::Connector(format!(
+            "stream {stream}: cannot resume {name} at byte {} of the checkpoint: the file has only \
+             {} bytes (truncated or replaced since)",
+            position.offset,
+            meta.len()
+        )));
+    }
+    Ok((position.offset, position.line))
 }
 
 /// Parses `bytes` (CSV with a header, or JSON lines, as `format` says) into
@@ -137,21 +278,55 @@ pub fn read_bytes(
         format,
         Input::new(bytes, "<pushed rows>", false),
         &mut driver,
+        None,
     )
 }
 
+/// Decodes `input`; `header` is the CSV header when a resumed read starts
+/// past it.
 fn read_format<R: Read>(
     format: Format,
     input: Input<'_, R>,
     driver: &mut Driver<'_>,
+    header: Option<CsvHeader>,
 ) -> Result<()> {
     let result = match format {
-        Format::Csv => read_csv(input, driver),
+        Format::Csv => read_csv(input, driver, header),
         Format::Jsonl => read_jsonl(input, driver),
     };
     // Close the dead-letter file even when reading failed.
     let closed = driver.close_dead_letter();
     result.and(closed)
+}
+
+/// A point in a decoder's input: just past a line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Mark {
+    /// Bytes of the current file before this point.
+    offset: u64,
+    /// The number of the line that ends here (0 before the first).
+    line: u64,
+    /// The followed file the offset is in.
+    file: Option<FileId>,
+}
+
+/// A line just read: its number, and the points before and after it.
+#[derive(Debug, Clone, Copy)]
+struct LineAt {
+    number: u64,
+    before: Mark,
+    after: Mark,
+}
+
+/// What reading a line gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// A line; `new_file` when it is the first of a file opened again.
+    Line { new_file: bool },
+    /// A followed file has nothing new for now.
+    Idle,
+    /// The end of the input.
+    End,
 }
 
 /// The input of a decoder: its physical lines, numbered from 1.
@@ -163,10 +338,15 @@ struct Input<'a, R> {
     live: bool,
     /// The number of the last line read.
     line: u64,
-    /// Counts the times a followed file was opened again; a change starts
-    /// a new file (numbered from 1 again).
-    reopened: Option<&'a Cell<u64>>,
+    /// Bytes of the current file handed out in lines, and where the last
+    /// line started.
+    offset: u64,
+    line_start: u64,
+    /// A followed file: how often it was opened again (a change starts a
+    /// new file, numbered from 1 again) and which file is open.
+    opened: Option<&'a Opened>,
     seen_reopened: u64,
+    file: Option<FileId>,
 }
 
 impl<'a, R: Read> Input<'a, R> {
@@ -176,38 +356,83 @@ impl<'a, R: Read> Input<'a, R> {
             name,
             live,
             line: 0,
-            reopened: None,
+            offset: 0,
+            line_start: 0,
+            opened: None,
             seen_reopened: 0,
+            file: None,
         }
     }
 
-    fn reopened(mut self, counter: &'a Cell<u64>) -> Self {
-        self.reopened = Some(counter);
+    fn following(mut self, opened: &'a Opened) -> Self {
+        self.opened = Some(opened);
+        self.seen_reopened = opened.count.get();
+        self.file = opened.file.get();
+        self
+    }
+
+    /// Counts lines and bytes from a resumed position: `input` starts at
+    /// byte `offset`, just after line `line`.
+    fn starting_at(mut self, offset: u64, line: u64) -> Self {
+        self.offset = offset;
+        self.line_start = offset;
+        self.line = line;
         self
     }
 
     /// Reads the next line, its terminator included, into `buf` (cleared
-    /// first). Returns `None` at the end of the input, else whether the
-    /// line is the first of a new file.
-    fn next_line(&mut self, buf: &mut Vec<u8>) -> Result<Option<bool>> {
+    /// first).
+    fn next_line(&mut self, buf: &mut Vec<u8>) -> Result<Next> {
         buf.clear();
-        let n = self
-            .reader
-            .read_until(b'\n', buf)
-            .map_err(|e| Error::io(format!("reading {}", self.name), e))?;
-        if n == 0 {
-            return Ok(None);
+        loop {
+            match self.reader.read_until(b'\n', buf) {
+                Ok(_) => break,
+                // A followed file waits between lines, never inside one;
+                // were it otherwise, the line would go on being read.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if buf.is_empty() {
+                        return Ok(Next::Idle);
+                    }
+                }
+                Err(e) => return Err(Error::io(format!("reading {}", self.name), e)),
+            }
+        }
+        if buf.is_empty() {
+            return Ok(Next::End);
         }
         // A followed file hands out whole lines only, so a reopening falls
         // between two lines: this one is the new file's first.
-        let reopened = self.reopened.map_or(0, Cell::get);
-        let new_file = reopened != self.seen_reopened;
-        self.seen_reopened = reopened;
-        if new_file {
-            self.line = 0;
-        }
+        let new_file = match self.opened {
+            Some(opened) if opened.count.get() != self.seen_reopened => {
+                self.seen_reopened = opened.count.get();
+                self.file = opened.file.get();
+                self.line = 0;
+                self.offset = 0;
+                true
+            }
+            _ => false,
+        };
         self.line += 1;
-        Ok(Some(new_file))
+        self.line_start = self.offset;
+        self.offset += buf.len() as u64;
+        Ok(Next::Line { new_file })
+    }
+
+    /// The line just read.
+    fn at(&self) -> LineAt {
+        LineAt {
+            number: self.line,
+            before: Mark {
+                offset: self.line_start,
+                line: self.line.saturating_sub(1),
+                file: self.file,
+            },
+            after: Mark {
+                offset: self.offset,
+                line: self.line,
+                file: self.file,
+            },
+        }
     }
 
     /// Whether live input has nothing more available right now, so the
@@ -429,8 +654,12 @@ const FOLLOW_READ_AHEAD: usize = 1 << 20;
 /// rotation by rename and create) or the file shrinks (truncation), what
 /// is left of the old file is handed out, a partial last line completed
 /// with a newline, and then the path is opened again and read from its
-/// start. Each reopening is said on stderr and counted in `reopened`, which
+/// start. Each reopening is said on stderr and counted in `opened`, which
 /// tells the decoder that a new file (and for CSV a new header) begins.
+///
+/// At its end, a read sleeps for [`POLL`] and then fails with
+/// `WouldBlock`, so that the decoder can tell that it waits (and emit an
+/// empty batch) between two polls.
 struct Follow<'a> {
     file: File,
     path: PathBuf,
@@ -443,7 +672,48 @@ struct Follow<'a> {
     /// Bytes read from the file so far.
     size: u64,
     stop: &'a AtomicBool,
-    reopened: &'a Cell<u64>,
+    opened: &'a Opened,
+}
+
+/// What a followed file tells its decoder.
+#[derive(Debug, Default)]
+struct Opened {
+    /// How many times the path was opened again.
+    count: Cell<u64>,
+    /// The file open now.
+    file: Cell<Option<FileId>>,
+}
+
+impl Opened {
+    fn new(file: Option<FileId>) -> Self {
+        Opened {
+            count: Cell::new(0),
+            file: Cell::new(file),
+        }
+    }
+}
+
+/// A file's identity: its device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+/// The identity of the file `meta` describes; `None` on systems without
+/// inodes (where only truncation is noticed).
+#[cfg(unix)]
+fn file_id(meta: &std::fs::Metadata) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    Some(FileId {
+        dev: meta.dev(),
+        ino: meta.ino(),
+    })
+}
+
+#[cfg(not(unix))]
+fn file_id(_: &std::fs::Metadata) -> Option<FileId> {
+    None
 }
 
 /// Why a followed file is opened again.
@@ -461,7 +731,8 @@ impl<'a> Follow<'a> {
         path: PathBuf,
         stream: &'a str,
         stop: &'a AtomicBool,
-        reopened: &'a Cell<u64>,
+        opened: &'a Opened,
+        offset: u64,
     ) -> Self {
         Follow {
             file,
@@ -470,9 +741,9 @@ impl<'a> Follow<'a> {
             buf: Vec::new(),
             start: 0,
             ready: 0,
-            size: 0,
+            size: offset,
             stop,
-            reopened,
+            opened,
         }
     }
 
@@ -524,7 +795,7 @@ impl<'a> Follow<'a> {
         let Ok(named) = std::fs::metadata(&self.path) else {
             return Ok(None);
         };
-        Ok((!same_file(&open, &named)).then_some(Rotation::Replaced))
+        Ok((file_id(&open) != file_id(&named)).then_some(Rotation::Replaced))
     }
 
     fn reopen(&mut self, rotation: Rotation) -> io::Result<()> {
@@ -533,7 +804,8 @@ impl<'a> Follow<'a> {
         self.start = 0;
         self.ready = 0;
         self.size = 0;
-        self.reopened.set(self.reopened.get() + 1);
+        self.opened.count.set(self.opened.count.get() + 1);
+        self.opened.file.set(file_id(&self.file.metadata()?));
         let what = match rotation {
             Rotation::Replaced => "rotated",
             Rotation::Truncated => "truncated",
@@ -545,19 +817,6 @@ impl<'a> Follow<'a> {
         );
         Ok(())
     }
-}
-
-/// Whether two metadata describe the same file (device and inode; on
-/// systems without inodes, only truncation is noticed).
-#[cfg(unix)]
-fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    a.dev() == b.dev() && a.ino() == b.ino()
-}
-
-#[cfg(not(unix))]
-fn same_file(_: &std::fs::Metadata, _: &std::fs::Metadata) -> bool {
-    true
 }
 
 impl Read for Follow<'_> {
@@ -584,20 +843,32 @@ impl Read for Follow<'_> {
             }
             if !self.fill()? {
                 std::thread::sleep(POLL);
+                if !self.stop.load(Ordering::Relaxed) {
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
             }
         }
     }
 }
 
-/// Sleeps for `wait`, waking early once `stop` is set.
-fn pause(wait: Duration, stop: &AtomicBool) {
+/// Sleeps for `wait`, waking early once `stop` is set. After each [`POLL`]
+/// of it that does not end it, calls `idle` (which emits an empty batch);
+/// returns `Ok(false)` as soon as `idle` does.
+pub(super) fn pause(
+    wait: Duration,
+    stop: &AtomicBool,
+    idle: &mut dyn FnMut() -> Result<bool>,
+) -> Result<bool> {
     let until = Instant::now() + wait;
     loop {
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() || stop.load(Ordering::Relaxed) {
-            return;
+            return Ok(true);
         }
         std::thread::sleep(left.min(POLL));
+        if Instant::now() < until && !idle()? {
+            return Ok(false);
+        }
     }
 }
 
@@ -660,11 +931,19 @@ impl DeadLetter {
         out.write_all(&text).map_err(|e| self.io_error(e))
     }
 
-    fn close(&mut self) -> Result<()> {
-        match self.out.take() {
-            Some(mut out) => out.flush().map_err(|e| self.io_error(e)),
+    /// Hands what was written to the file, so that it holds the bad rows
+    /// of every position stored so far.
+    fn flush(&mut self) -> Result<()> {
+        match self.out.as_mut() {
+            Some(out) => out.flush().map_err(|e| self.io_error(e)),
             None => Ok(()),
         }
+    }
+
+    fn close(&mut self) -> Result<()> {
+        let flushed = self.flush();
+        self.out = None;
+        flushed
     }
 
     fn io_error(&self, e: io::Error) -> Error {
@@ -686,6 +965,8 @@ struct Row<'r> {
     raw: &'r [u8],
     /// Whether the event time was written as an epoch number.
     epoch_time: bool,
+    /// The point just past its last line.
+    end: Mark,
 }
 
 /// A row the future guard holds back, copied out of the decoder's buffers.
@@ -712,8 +993,15 @@ impl HeldRow {
     }
 }
 
+/// A row the guard accepted that is not in a batch yet: one of a jump's
+/// rows, or the row a realtime pause is for.
+struct PendingRow {
+    vals: Vec<Val>,
+    text: Vec<u8>,
+}
+
 /// Shared row handling for both formats: batching, pacing, bad rows, the
-/// event-time guard.
+/// event-time guard, positions.
 struct Driver<'a> {
     stream: &'a str,
     stats: &'a SourceStats,
@@ -726,9 +1014,19 @@ struct Driver<'a> {
     guard: Option<FutureGuard>,
     /// Rows the guard holds back, in input order.
     held: Vec<HeldRow>,
+    /// Rows accepted and still to be batched, in input order: the row a
+    /// realtime pause waits to release, then the rest of a jump's rows.
+    waiting: Option<PendingRow>,
+    accepted: VecDeque<PendingRow>,
     unit_check: Option<UnitCheck>,
     /// The largest event time among the rows taken since the last flush.
     max_event_time: i64,
+    /// Whether the input can be read again from a position: a regular
+    /// file. Only then are positions stored.
+    replayable: bool,
+    /// The input is consumed up to here: every row before it is emitted,
+    /// bad, or kept by the driver (held, accepted).
+    mark: Mark,
 }
 
 impl<'a> Driver<'a> {
@@ -767,17 +1065,23 @@ impl<'a> Driver<'a> {
                 .map(|path| DeadLetter { path, out: None }),
             guard,
             held: Vec::new(),
+            waiting: None,
+            accepted: VecDeque::new(),
             unit_check,
             max_event_time: i64::MIN,
+            replayable: false,
+            mark: Mark::default(),
         })
     }
 
     /// Takes one parsed row. Returns `Ok(false)` once downstream is gone.
     fn row(&mut self, row: Row<'_>) -> Result<bool> {
-        if self.stats.stop.load(Ordering::Relaxed) {
+        if self.stopped() {
+            // The row is not taken: the position stays before it.
             self.flush()?;
             return Ok(false);
         }
+        self.mark = row.end;
         if let Err(reason) = self.batcher.check(row.vals) {
             self.bad(row.line, reason, row.raw)?;
             return Ok(true);
@@ -820,14 +1124,23 @@ impl<'a> Driver<'a> {
                         guard.raise(h.time);
                     }
                 }
-                for h in held {
-                    if !self.accept(&h.vals, &h.text)? {
-                        return Ok(false);
-                    }
-                }
-                Ok(true)
+                self.accepted.extend(held.into_iter().map(|h| PendingRow {
+                    vals: h.vals,
+                    text: h.text,
+                }));
+                self.accept_pending()
             }
         }
+    }
+
+    /// Whether the source was asked to stop.
+    fn stopped(&self) -> bool {
+        self.stats.stop.load(Ordering::Relaxed)
+    }
+
+    /// The input is consumed up to `mark`.
+    fn advance(&mut self, mark: Mark) {
+        self.mark = mark;
     }
 
     /// A guard's reason, naming the event-time column.
@@ -839,16 +1152,33 @@ impl<'a> Driver<'a> {
         format!("column {column}: {reason}")
     }
 
+    /// Batches the accepted rows still pending, in order.
+    fn accept_pending(&mut self) -> Result<bool> {
+        while let Some(row) = self.accepted.pop_front() {
+            if !self.accept(&row.vals, &row.text)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Adds a checked row to the pending batch, pacing it first.
     fn accept(&mut self, vals: &[Val], text: &[u8]) -> Result<bool> {
         if let Some(pacer) = &mut self.pacer
             && let Val::Int(t) = vals[pacer.column]
             && let Some(wait) = pacer.delay(t)
         {
-            if !self.flush()? {
+            // Until the pause ends the row is pending, and positions
+            // stored meanwhile keep it.
+            self.waiting = Some(PendingRow {
+                vals: vals.to_vec(),
+                text: text.to_vec(),
+            });
+            let go_on = self.flush()? && self.pause(wait)?;
+            self.waiting = None;
+            if !go_on {
                 return Ok(false);
             }
-            pause(wait, &self.stats.stop);
         }
         if let Some(Val::Int(t)) = self.batcher.event_time.map(|i| vals[i]) {
             self.max_event_time = self.max_event_time.max(t);
@@ -858,6 +1188,12 @@ impl<'a> Driver<'a> {
             return self.flush();
         }
         Ok(true)
+    }
+
+    /// Waits `wait`, emitting empty batches meanwhile.
+    fn pause(&mut self, wait: Duration) -> Result<bool> {
+        let stats = self.stats;
+        pause(wait, &stats.stop, &mut || self.idle())
     }
 
     /// Records the rows the guard held back as bad: they were outliers.
@@ -913,10 +1249,110 @@ impl<'a> Driver<'a> {
                     .rows
                     .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
                 self.stats.max_event_time.raise(self.max_event_time);
-                Ok((self.emit)(batch))
+                self.send(batch)
             }
             None => Ok(true),
         }
+    }
+
+    /// While waiting for input: emits the pending rows, or else an empty
+    /// batch.
+    fn idle(&mut self) -> Result<bool> {
+        if self.batcher.len > 0 {
+            return self.flush();
+        }
+        self.send(RecordBatch::new_empty(self.batcher.schema.clone()))
+    }
+
+    /// Stores the position after `batch`, then emits it.
+    fn send(&mut self, batch: RecordBatch) -> Result<bool> {
+        if let Some(dead) = &mut self.dead_letter {
+            dead.flush()?;
+        }
+        if self.replayable {
+            let position = self.position()?;
+            *self
+                .stats
+                .position
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(position);
+        }
+        Ok((self.emit)(batch))
+    }
+
+    /// Where the source stands now (see [`FileState`]).
+    fn position(&self) -> Result<SourcePosition> {
+        let saved = |row: &PendingRow| save_vals(&row.vals, &row.text);
+        let state = FileState {
+            file: self.mark.file,
+            guard: self.guard.as_ref().map(FutureGuard::state),
+            unit_check: self.unit_check.as_ref().map(UnitCheck::state),
+            max_event_time: self.stats.max_event_time.get(),
+            held: self.held.iter().map(SavedHeld::save).collect(),
+            accepted: self
+                .waiting
+                .iter()
+                .chain(&self.accepted)
+                .map(saved)
+                .collect(),
+        };
+        Ok(SourcePosition {
+            offset: self.mark.offset,
+            line: self.mark.line,
+            rows: self.stats.rows.load(Ordering::Relaxed),
+            bad_rows: self.stats.bad_rows.load(Ordering::Relaxed),
+            extra: serde_json::to_value(state).map_err(|e| {
+                Error::Connector(format!(
+                    "stream {}: cannot record its position: {e}",
+                    self.stream
+                ))
+            })?,
+        })
+    }
+
+    /// Takes up from `position`: the counters, the guard and unit check,
+    /// the rows kept. Returns the followed file recorded, if any.
+    fn restore(&mut self, position: &SourcePosition) -> Result<Option<FileId>> {
+        let state: FileState = match &position.extra {
+            Value::Null => FileState::default(),
+            extra => serde_json::from_value(extra.clone()).map_err(|e| {
+                Error::Connector(format!(
+                    "stream {}: the checkpoint's position is not one of a file source: {e}",
+                    self.stream
+                ))
+            })?,
+        };
+        self.stats.rows.store(position.rows, Ordering::Relaxed);
+        self.stats
+            .bad_rows
+            .store(position.bad_rows, Ordering::Relaxed);
+        if let Some(t) = state.max_event_time {
+            self.stats.max_event_time.raise(t);
+        }
+        if let (Some(guard), Some(saved)) = (&mut self.guard, state.guard) {
+            guard.restore(saved);
+        }
+        if let (Some(check), Some(saved)) = (&mut self.unit_check, state.unit_check) {
+            check.restore(saved);
+        }
+        let columns = self.batcher.kinds.len();
+        for saved in state.accepted {
+            let (vals, text) = load_vals(saved, columns, self.stream)?;
+            self.accepted.push_back(PendingRow { vals, text });
+        }
+        for saved in state.held {
+            let held = saved.load(columns, self.stream)?;
+            // Without a guard (max_future changed to 'none'), nothing is
+            // held: the row goes on.
+            match self.guard {
+                Some(_) => self.held.push(held),
+                None => self.accepted.push_back(PendingRow {
+                    vals: held.vals,
+                    text: held.text,
+                }),
+            }
+        }
+        Ok(state.file)
     }
 
     /// On live input, emits the pending rows before a read that may block.
@@ -933,6 +1369,140 @@ impl<'a> Driver<'a> {
             None => Ok(()),
         }
     }
+}
+
+/// The decoder state in a file source's position (its `extra`): what the
+/// rows after the position depend on.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct FileState {
+    /// A followed file: which file the offset is in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    file: Option<FileId>,
+    /// The `max_future` guard's reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    guard: Option<GuardState>,
+    /// The `ts_unit` check's samples, and whether it has decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    unit_check: Option<UnitState>,
+    /// The largest event time emitted, for progress displays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_event_time: Option<i64>,
+    /// Rows before the position that the guard holds back, undecided.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    held: Vec<SavedHeld>,
+    /// Rows before the position that were accepted but not yet emitted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    accepted: Vec<Vec<SavedVal>>,
+}
+
+/// A value of a row kept in a position.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum SavedVal {
+    Null,
+    Int(i64),
+    /// The bits of the float: JSON has no NaN or infinities.
+    Float(u64),
+    Bool(bool),
+    Text(String),
+}
+
+/// Bytes kept in a position: as text when they are UTF-8.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum SavedBytes {
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+impl SavedBytes {
+    fn save(bytes: &[u8]) -> Self {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => SavedBytes::Text(text.to_string()),
+            Err(_) => SavedBytes::Bytes(bytes.to_vec()),
+        }
+    }
+
+    fn load(self) -> Vec<u8> {
+        match self {
+            SavedBytes::Text(text) => text.into_bytes(),
+            SavedBytes::Bytes(bytes) => bytes,
+        }
+    }
+}
+
+/// A held row kept in a position.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct SavedHeld {
+    line: u64,
+    time: i64,
+    reason: String,
+    raw: SavedBytes,
+    vals: Vec<SavedVal>,
+}
+
+impl SavedHeld {
+    fn save(row: &HeldRow) -> Self {
+        SavedHeld {
+            line: row.line,
+            time: row.time,
+            reason: row.reason.clone(),
+            raw: SavedBytes::save(&row.raw),
+            vals: save_vals(&row.vals, &row.text),
+        }
+    }
+
+    fn load(self, columns: usize, stream: &str) -> Result<HeldRow> {
+        let (vals, text) = load_vals(self.vals, columns, stream)?;
+        Ok(HeldRow {
+            line: self.line,
+            time: self.time,
+            vals,
+            text,
+            raw: self.raw.load(),
+            reason: self.reason,
+        })
+    }
+}
+
+fn save_vals(vals: &[Val], text: &[u8]) -> Vec<SavedVal> {
+    vals.iter()
+        .map(|v| match *v {
+            Val::Null => SavedVal::Null,
+            Val::Int(i) => SavedVal::Int(i),
+            Val::Float(f) => SavedVal::Float(f.to_bits()),
+            Val::Bool(b) => SavedVal::Bool(b),
+            Val::Text(start, end) => {
+                SavedVal::Text(String::from_utf8_lossy(&text[start..end]).into_owned())
+            }
+        })
+        .collect()
+}
+
+/// A kept row's values, with the text their ranges index into.
+fn load_vals(saved: Vec<SavedVal>, columns: usize, stream: &str) -> Result<(Vec<Val>, Vec<u8>)> {
+    if saved.len() != columns {
+        return Err(Error::Connector(format!(
+            "stream {stream}: the checkpoint keeps rows of {} columns, the stream has {columns}",
+            saved.len()
+        )));
+    }
+    let mut text = Vec::new();
+    let vals = saved
+        .into_iter()
+        .map(|v| match v {
+            SavedVal::Null => Val::Null,
+            SavedVal::Int(i) => Val::Int(i),
+            SavedVal::Float(bits) => Val::Float(f64::from_bits(bits)),
+            SavedVal::Bool(b) => Val::Bool(b),
+            SavedVal::Text(s) => {
+                let start = text.len();
+                text.extend_from_slice(s.as_bytes());
+                Val::Text(start, text.len())
+            }
+        })
+        .collect();
+    Ok((vals, text))
 }
 
 /// A reader that remembers whether the last read returned less than was
@@ -1030,6 +1600,8 @@ struct CsvRecord {
     reader: csv_core::Reader,
     /// The first line of the record; 0 when no record is open.
     first_line: u64,
+    /// The point before the record's first line.
+    start: Mark,
     /// The raw lines of a record that spans lines (empty for one line).
     raw: Vec<u8>,
 }
@@ -1049,6 +1621,7 @@ impl CsvRecord {
             fields: Fields::default(),
             reader: csv_core::Reader::new(),
             first_line: 0,
+            start: Mark::default(),
             raw: Vec::new(),
         }
     }
@@ -1057,13 +1630,14 @@ impl CsvRecord {
         self.first_line != 0
     }
 
-    fn start(&mut self, line: u64) {
+    fn start(&mut self, at: &LineAt) {
         self.fields.clear();
         self.raw.clear();
         // A record abandoned as bad may have left the reader inside a
         // quoted field.
         self.reader.reset();
-        self.first_line = line;
+        self.first_line = at.number;
+        self.start = at.before;
     }
 
     fn close(&mut self) {
@@ -1210,57 +1784,130 @@ fn unclosed_reason(multiline: bool, at: &str) -> String {
     }
 }
 
+/// Where each declared column is in a CSV file's header.
+struct CsvHeader {
+    /// Each declared column's field index; `None` for a column the header
+    /// lacks.
+    columns: Vec<Option<usize>>,
+    /// The number of fields of the header.
+    len: usize,
+}
+
 /// The decoder state of one CSV input: its header and the record being
 /// read.
 struct CsvReader {
     multiline: bool,
     max_record_size: usize,
     unit: TsUnit,
-    /// Each declared column's field index, once the header is read.
-    columns: Option<Vec<Option<usize>>>,
-    header_len: usize,
+    /// The header, once it is read.
+    header: Option<CsvHeader>,
     record: CsvRecord,
     vals: Vec<Val>,
 }
 
-fn read_csv<R: Read>(mut input: Input<'_, R>, d: &mut Driver<'_>) -> Result<()> {
-    let mut csv = CsvReader {
-        multiline: d.decode.multiline,
-        max_record_size: d.decode.max_record_size,
-        unit: d.decode.ts_unit,
-        columns: None,
-        header_len: 0,
-        record: CsvRecord::new(),
-        vals: vec![Val::Null; d.batcher.kinds.len()],
-    };
+impl CsvReader {
+    fn new(d: &Driver<'_>, header: Option<CsvHeader>) -> Self {
+        CsvReader {
+            multiline: d.decode.multiline,
+            max_record_size: d.decode.max_record_size,
+            unit: d.decode.ts_unit,
+            header,
+            record: CsvRecord::new(),
+            vals: vec![Val::Null; d.batcher.kinds.len()],
+        }
+    }
+
+    /// Where the input is consumed up to once the line ending at `after`
+    /// is taken: before a record still open, else `after`.
+    fn consumed(&self, after: Mark) -> Mark {
+        if self.record.is_open() {
+            self.record.start
+        } else {
+            after
+        }
+    }
+}
+
+fn read_csv<R: Read>(
+    mut input: Input<'_, R>,
+    d: &mut Driver<'_>,
+    header: Option<CsvHeader>,
+) -> Result<()> {
+    let mut csv = CsvReader::new(d, header);
+    if !d.accept_pending()? {
+        return Ok(());
+    }
     let mut line = Vec::new();
-    while let Some(new_file) = input.next_line(&mut line)? {
+    loop {
+        let new_file = match input.next_line(&mut line)? {
+            Next::Line { new_file } => new_file,
+            Next::Idle if d.idle()? => continue,
+            Next::Idle => return Ok(()),
+            Next::End => break,
+        };
         if new_file {
             // A rotated file starts with its own header.
             csv.end_file(input.name, "at the end of the file", d)?;
-            csv.columns = None;
+            csv.header = None;
         }
-        if !csv.line(&line, input.line, input.name, d)? {
+        let at = input.at();
+        if !csv.line(&line, &at, input.name, d)? {
             return Ok(());
         }
+        d.advance(csv.consumed(at.after));
         if !d.flush_if_dry(&input)? {
             return Ok(());
         }
     }
+    if d.stopped() {
+        // Stopped, not ended: a record still open and held rows stay
+        // undecided.
+        return d.flush().map(drop);
+    }
     csv.end_file(input.name, "at the end of the input", d)?;
+    d.advance(input.at().after);
     d.finish()
+}
+
+/// Reads the header of a CSV file whose rows are read from byte `offset`
+/// on; `None` if the file has no header before it.
+fn read_csv_header<R: Read>(
+    mut input: Input<'_, R>,
+    d: &mut Driver<'_>,
+    offset: u64,
+) -> Result<Option<CsvHeader>> {
+    let mut csv = CsvReader::new(d, None);
+    let mut line = Vec::new();
+    while let Next::Line { .. } = input.next_line(&mut line)? {
+        let at = input.at();
+        if at.before.offset >= offset {
+            break;
+        }
+        csv.line(&line, &at, input.name, d)?;
+        if csv.header.is_some() {
+            if at.after.offset > offset {
+                return Err(Error::Connector(format!(
+                    "stream {}: cannot resume {} at byte {offset} of the checkpoint: the file's \
+                     header now ends at byte {} (the file was replaced since)",
+                    d.stream, input.name, at.after.offset
+                )));
+            }
+            return Ok(csv.header);
+        }
+    }
+    Ok(None)
 }
 
 impl CsvReader {
     /// Takes one physical line. Returns `Ok(false)` once downstream is gone.
-    fn line(&mut self, line: &[u8], number: u64, name: &str, d: &mut Driver<'_>) -> Result<bool> {
+    fn line(&mut self, line: &[u8], at: &LineAt, name: &str, d: &mut Driver<'_>) -> Result<bool> {
         let (content, terminator) = split_terminator(line);
         let continued = self.record.is_open();
         if !continued {
             if content.is_empty() {
                 return Ok(true); // a blank line
             }
-            self.record.start(number);
+            self.record.start(at);
         }
         if !self.record.feed(content, terminator) {
             if !self.multiline {
@@ -1282,41 +1929,41 @@ impl CsvReader {
             raw.extend_from_slice(line);
         }
         let raw_row = if spans { &raw[..] } else { line };
-        let keep_going = self.record_done(raw_row, name, d);
+        let keep_going = self.record_done(raw_row, at.after, name, d);
         self.record.raw = raw;
         keep_going
     }
 
     /// Handles a complete record: the header, or a row.
-    fn record_done(&mut self, raw: &[u8], name: &str, d: &mut Driver<'_>) -> Result<bool> {
+    /// `end` is the point just past the record.
+    fn record_done(
+        &mut self,
+        raw: &[u8],
+        end: Mark,
+        name: &str,
+        d: &mut Driver<'_>,
+    ) -> Result<bool> {
         let first = self.record.first_line;
         self.record.close();
-        let Some(columns) = &self.columns else {
+        let Some(header) = &self.header else {
             let schema = d.batcher.schema.clone();
             let event_time = d.batcher.event_time;
-            self.columns = Some(map_header(
-                &schema,
-                d.stream,
-                event_time,
-                &self.record.fields,
-                name,
-            )?);
-            self.header_len = self.record.fields.len();
+            let columns = map_header(&schema, d.stream, event_time, &self.record.fields, name)?;
+            self.header = Some(CsvHeader {
+                columns,
+                len: self.record.fields.len(),
+            });
             return Ok(true);
         };
         let fields = &self.record.fields;
-        if fields.len() != self.header_len {
-            let reason = format!(
-                "expected {} fields, found {}",
-                self.header_len,
-                fields.len()
-            );
+        if fields.len() != header.len {
+            let reason = format!("expected {} fields, found {}", header.len, fields.len());
             d.bad_record(first, reason, raw)?;
             return Ok(true);
         }
         let schema = &d.batcher.schema;
         let mut epoch_time = false;
-        for (i, (column, &kind)) in columns.iter().zip(&d.batcher.kinds).enumerate() {
+        for (i, (column, &kind)) in header.columns.iter().zip(&d.batcher.kinds).enumerate() {
             let Some(index) = *column else {
                 self.vals[i] = Val::Null;
                 continue;
@@ -1340,6 +1987,7 @@ impl CsvReader {
             text: &fields.text,
             raw,
             epoch_time,
+            end,
         })
     }
 
@@ -1354,7 +2002,7 @@ impl CsvReader {
     ) -> Result<bool> {
         let first = self.record.first_line;
         self.record.close();
-        if self.columns.is_none() {
+        if self.header.is_none() {
             return Err(Error::Connector(format!(
                 "stream {}: cannot read the header of {name}: {reason}",
                 d.stream
@@ -1533,8 +2181,17 @@ fn read_jsonl<R: Read>(mut input: Input<'_, R>, d: &mut Driver<'_>) -> Result<()
     let mut vals = vec![Val::Null; kinds.len()];
     let mut arena = String::new();
     let mut buf = Vec::new();
-    while input.next_line(&mut buf)?.is_some() {
-        let line = input.line;
+    if !d.accept_pending()? {
+        return Ok(());
+    }
+    loop {
+        match input.next_line(&mut buf)? {
+            Next::Line { .. } => {}
+            Next::Idle if d.idle()? => continue,
+            Next::Idle => return Ok(()),
+            Next::End => break,
+        }
+        let at = input.at();
         let text = buf.trim_ascii();
         if !text.is_empty() {
             let parsed = parse_json_row(
@@ -1548,14 +2205,15 @@ fn read_jsonl<R: Read>(mut input: Input<'_, R>, d: &mut Driver<'_>) -> Result<()
             );
             let keep_going = match parsed {
                 Ok(epoch_time) => d.row(Row {
-                    line,
+                    line: at.number,
                     vals: &vals,
                     text: arena.as_bytes(),
                     raw: text,
                     epoch_time,
+                    end: at.after,
                 })?,
                 Err(reason) => {
-                    d.bad(line, reason, text)?;
+                    d.bad(at.number, reason, text)?;
                     true
                 }
             };
@@ -1563,9 +2221,14 @@ fn read_jsonl<R: Read>(mut input: Input<'_, R>, d: &mut Driver<'_>) -> Result<()
                 return Ok(());
             }
         }
+        d.advance(at.after);
         if !d.flush_if_dry(&input)? {
             return Ok(());
         }
+    }
+    if d.stopped() {
+        // Stopped, not ended: held rows stay undecided.
+        return d.flush().map(drop);
     }
     d.finish()
 }
@@ -1671,7 +2334,12 @@ mod tests {
             true
         };
         let result = Driver::new(cfg, &stats, &mut emit).and_then(|mut d| {
-            read_format(cfg.format, Input::new(input, "test-input", live), &mut d)
+            read_format(
+                cfg.format,
+                Input::new(input, "test-input", live),
+                &mut d,
+                None,
+            )
         });
         Run {
             batches,
@@ -2334,6 +3002,7 @@ mod tests {
             cfg.format,
             Input::new(Cursor::new(text.into_bytes()), "t", false),
             &mut d,
+            None,
         )
         .unwrap();
         drop(d);
@@ -2582,7 +3251,10 @@ mod tests {
             let reader = {
                 let stats = stats.clone();
                 std::thread::spawn(move || {
-                    read_source(&cfg, &stats, &mut |b| tx.send(b.num_rows()).is_ok())
+                    read_source(&cfg, &stats, &mut |b| {
+                        // Empty batches (waiting) are tested elsewhere.
+                        b.num_rows() == 0 || tx.send(b.num_rows()).is_ok()
+                    })
                 })
             };
             let append = |text: &str| {
@@ -2635,6 +3307,9 @@ mod tests {
             let stats = stats.clone();
             std::thread::spawn(move || {
                 read_source(&cfg, &stats, &mut |b| {
+                    if b.num_rows() == 0 {
+                        return true;
+                    }
                     let ts = b
                         .column(0)
                         .as_any()
@@ -2697,6 +3372,7 @@ mod tests {
             cfg.format,
             Input::new(Cursor::new(text.into_bytes()), "t", false),
             &mut d,
+            None,
         )
         .unwrap();
         drop(d);
@@ -2724,6 +3400,7 @@ mod tests {
             cfg.format,
             Input::new(Cursor::new(text.as_bytes().to_vec()), "t", false),
             &mut d,
+            None,
         )
         .unwrap();
         drop(d);
@@ -2734,6 +3411,502 @@ mod tests {
         assert!(arrivals[1].1 >= Duration::from_millis(100), "{arrivals:?}");
         assert!(arrivals[2].1 >= Duration::from_millis(200), "{arrivals:?}");
         assert!(arrivals[2].1 < Duration::from_millis(1000), "{arrivals:?}");
+    }
+}
+
+/// Positions and resuming: a read resumed at any position a read stored
+/// gives exactly what the uninterrupted read gave after it.
+#[cfg(test)]
+mod resume_tests {
+    use std::sync::mpsc;
+
+    use datafusion::arrow::array::{Int64Array, TimestampMillisecondArray};
+    use datafusion::arrow::compute::concat_batches;
+    use datafusion::arrow::datatypes::{Field, Schema};
+
+    use super::*;
+
+    const DAY: i64 = 86_400_000;
+    const TEN_YEARS: i64 = 3650 * DAY;
+    const WEEK: i64 = 7 * DAY;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+            Field::new("host", DataType::Utf8, true),
+            Field::new("cpu", DataType::Float64, true),
+            Field::new("n", DataType::Int64, true),
+            Field::new("up", DataType::Boolean, true),
+        ]))
+    }
+
+    fn config(format: Format, path: &Path, dead: &Path, batch_size: usize) -> SourceConfig {
+        SourceConfig {
+            stream: "m".to_string(),
+            schema: schema(),
+            location: SourceLocation::File(path.to_path_buf()),
+            format,
+            replay: Replay::Fast,
+            event_time: Some(0),
+            batch_size,
+            dead_letter: Some(dead.to_path_buf()),
+            follow: false,
+            decode: Decoding {
+                multiline: format == Format::Csv,
+                ..Decoding::default()
+            },
+        }
+    }
+
+    /// A CSV file with every kind of bad row, records spanning lines, an
+    /// outlier and a jump in its second half, and no final newline.
+    fn csv_text() -> String {
+        let mut lines = vec![
+            "n,ts,host,cpu,up".to_string(),
+            "0,0,a,1,true".into(),
+            "1,1000,a,1,true".into(),
+            "2,2000,a,x,true".into(),
+            "3,3000,\"two\nlines\",1,true".into(),
+            "4,4000,a,1".into(),
+            String::new(),
+            "5,5000,\"bad\nrecord\",1".into(),
+        ];
+        for i in 6..13 {
+            lines.push(format!("{i},{},h{i},1,true", i * 1000));
+        }
+        lines.extend([
+            format!("13,{TEN_YEARS},a,1,true"),
+            "14,zz,a,1,true".into(),
+            "15,15000,a,1,true".into(),
+            "16,16000,a,1,true".into(),
+            format!("17,{WEEK},a,1,true"),
+            format!("18,{},a,inf,true", WEEK + 1000),
+            format!("19,{},a,1,true", WEEK + 2000),
+            format!("20,{},a,1,true", WEEK + 3000),
+            format!("21,{},a,1,\"t\nrue\"", WEEK + 4000),
+            format!("22,{},a,1,true", WEEK + 5000),
+            format!("23,{},a,1,true", WEEK + 6000),
+        ]);
+        lines.join("\n")
+    }
+
+    fn jsonl_text() -> String {
+        let mut lines = vec![
+            "{\"ts\":0,\"n\":0}".to_string(),
+            "{\"ts\":1000,\"n\":1}".into(),
+            "{\"ts\":2000,\"n\":\"x\"}".into(),
+            "not json".into(),
+            "{\"n\":3}".into(),
+            String::new(),
+            "{\"ts\":4000,\"n\":4,\"host\":\"h\"}".into(),
+        ];
+        for i in 5..11 {
+            lines.push(format!("{{\"ts\":{},\"n\":{i}}}", i * 1000));
+        }
+        lines.extend([
+            format!("{{\"ts\":{TEN_YEARS},\"n\":11}}"),
+            "{\"ts\":12000,\"n\":12}".into(),
+            format!("{{\"ts\":{WEEK},\"n\":13}}"),
+            format!("{{\"ts\":{},\"n\":14,\"cpu\":1.5}}", WEEK + 1),
+            format!("{{\"ts\":{},\"n\":15}}", WEEK + 2),
+            format!("{{\"ts\":{},\"n\":16}}", WEEK + 3),
+            "{\"ts\":true}".into(),
+            format!("{{\"ts\":{},\"n\":17}}", WEEK + 4),
+        ]);
+        lines.join("\n") + "\n"
+    }
+
+    /// One read: each batch with the position stored before it.
+    struct Read {
+        batches: Vec<(RecordBatch, SourcePosition)>,
+        stats: SourceStats,
+    }
+
+    fn read(cfg: &SourceConfig, start: Option<&SourcePosition>) -> Read {
+        let stats = SourceStats::default();
+        let mut batches = Vec::new();
+        read_source_from(cfg, &stats, start, &mut |b| {
+            let position = stats.position.lock().unwrap().clone();
+            batches.push((b, position.expect("a file source stores its position")));
+            true
+        })
+        .unwrap();
+        Read { batches, stats }
+    }
+
+    fn rows(batches: &[&RecordBatch]) -> RecordBatch {
+        concat_batches(&schema(), batches.iter().copied()).unwrap()
+    }
+
+    fn bad_rows(stats: &SourceStats) -> Vec<BadRow> {
+        stats.bad_samples.lock().unwrap().clone()
+    }
+
+    /// The dead-letter lines as bad rows.
+    fn dead_rows(text: &str) -> Vec<BadRow> {
+        text.lines()
+            .map(|l| {
+                let mut parts = l.splitn(3, '\t');
+                BadRow {
+                    line: parts.next().unwrap().parse().unwrap(),
+                    reason: parts.next().unwrap().to_string(),
+                }
+            })
+            .collect()
+    }
+
+    /// Reads `text` whole, then resumes at every position stored and checks
+    /// that the rows, counters, bad rows and dead letter add up to the
+    /// whole read. Returns the positions, for more checks.
+    fn resume_everywhere(format: Format, text: &str, batch_size: usize) -> Vec<SourcePosition> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in");
+        let dead = dir.path().join("dead");
+        std::fs::write(&path, text).unwrap();
+        let cfg = config(format, &path, &dead, batch_size);
+        let whole = read(&cfg, None);
+        assert!(whole.batches.len() > 4, "{}", whole.batches.len());
+        let all: Vec<&RecordBatch> = whole.batches.iter().map(|(b, _)| b).collect();
+        let expected = rows(&all);
+        let dead_text = std::fs::read_to_string(&dead).unwrap();
+        let dead_lines: Vec<&str> = dead_text.lines().collect();
+        let bad = dead_rows(&dead_text);
+        assert_eq!(
+            whole.stats.bad_rows.load(Ordering::Relaxed),
+            bad.len() as u64
+        );
+        for (k, (_, position)) in whole.batches.iter().enumerate() {
+            let context =
+                format!("{format:?}, batch size {batch_size}, after batch {k}: {position:?}");
+            // The dead letter as it was when the position was stored.
+            let done = position.bad_rows as usize;
+            let resumed_dead = dir.path().join(format!("dead{k}"));
+            let mut prefix = dead_lines[..done].join("\n");
+            if done > 0 {
+                prefix.push('\n');
+            }
+            std::fs::write(&resumed_dead, prefix).unwrap();
+            let resumed_cfg = SourceConfig {
+                dead_letter: Some(resumed_dead.clone()),
+                ..cfg.clone()
+            };
+            let resumed = read(&resumed_cfg, Some(position));
+            let mut parts = all[..=k].to_vec();
+            parts.extend(resumed.batches.iter().map(|(b, _)| b));
+            assert_eq!(rows(&parts), expected, "{context}");
+            let counter = |s: &SourceStats| {
+                (
+                    s.rows.load(Ordering::Relaxed),
+                    s.bad_rows.load(Ordering::Relaxed),
+                )
+            };
+            assert_eq!(counter(&resumed.stats), counter(&whole.stats), "{context}");
+            assert_eq!(
+                std::fs::read_to_string(&resumed_dead).unwrap(),
+                dead_text,
+                "{context}"
+            );
+            let later: Vec<BadRow> = bad[done..]
+                .iter()
+                .take(super::super::BAD_ROW_SAMPLES)
+                .cloned()
+                .collect();
+            assert_eq!(bad_rows(&resumed.stats), later, "{context}");
+            // The resumed read stores the same positions.
+            let tail: Vec<&SourcePosition> =
+                whole.batches[k + 1..].iter().map(|(_, p)| p).collect();
+            let again: Vec<&SourcePosition> = resumed.batches.iter().map(|(_, p)| p).collect();
+            assert_eq!(again, tail, "{context}");
+        }
+        whole.batches.into_iter().map(|(_, p)| p).collect()
+    }
+
+    fn kept(position: &SourcePosition, what: &str) -> usize {
+        position
+            .extra
+            .get(what)
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len)
+    }
+
+    #[test]
+    fn csv_resumes_at_every_batch() {
+        let mut inside_jump = false;
+        for batch_size in [2, 3] {
+            let positions = resume_everywhere(Format::Csv, &csv_text(), batch_size);
+            inside_jump |= positions.iter().any(|p| kept(p, "accepted") > 0);
+            let last = positions.last().unwrap();
+            assert_eq!(last.offset, csv_text().len() as u64);
+            assert_eq!(last.line, 29);
+            assert!(last.extra["guard"]["largest"].as_i64() == Some(WEEK + 6000));
+        }
+        // Some position falls inside the jump, with rows accepted and not
+        // yet emitted.
+        assert!(inside_jump);
+    }
+
+    #[test]
+    fn jsonl_resumes_at_every_batch() {
+        let mut inside_jump = false;
+        for batch_size in [2, 3] {
+            let positions = resume_everywhere(Format::Jsonl, &jsonl_text(), batch_size);
+            inside_jump |= positions.iter().any(|p| kept(p, "accepted") > 0);
+            assert_eq!(positions.last().unwrap().line, 21);
+        }
+        assert!(inside_jump);
+    }
+
+    #[test]
+    fn the_whole_reads_count_what_they_should() {
+        // The fixtures themselves: what the resumed reads are compared to.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in");
+        let dead = dir.path().join("dead");
+        std::fs::write(&path, csv_text()).unwrap();
+        let whole = read(&config(Format::Csv, &path, &dead, 2), None);
+        let lines: Vec<u64> = dead_rows(&std::fs::read_to_string(&dead).unwrap())
+            .iter()
+            .map(|b| b.line)
+            .collect();
+        // 2000,x; 4000 short; the bad record of lines 9-10; zz, then the
+        // outlier before it, once the next row shows it is one; the bad
+        // record of lines 26-27.
+        assert_eq!(lines, vec![4, 7, 9, 10, 19, 18, 26, 27]);
+        assert_eq!(whole.stats.rows.load(Ordering::Relaxed), 18);
+    }
+
+    #[test]
+    fn a_position_past_the_end_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.csv");
+        let dead = dir.path().join("dead");
+        std::fs::write(&path, "ts,host,cpu,n,up\n1,a,1,1,true\n").unwrap();
+        let cfg = config(Format::Csv, &path, &dead, 2);
+        let position = SourcePosition {
+            offset: 500,
+            line: 20,
+            ..SourcePosition::default()
+        };
+        let stats = SourceStats::default();
+        let err = read_source_from(&cfg, &stats, Some(&position), &mut |_| true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&path.display().to_string())
+                && err.contains("byte 500")
+                && err.contains("only 30 bytes"),
+            "{err}"
+        );
+        // stdin cannot resume at all.
+        let stdin = SourceConfig {
+            location: SourceLocation::Stdin,
+            ..cfg
+        };
+        let err = read_source_from(&stdin, &stats, Some(&position), &mut |_| true).unwrap_err();
+        assert!(err.to_string().contains("cannot be read again"), "{err}");
+    }
+
+    /// What a followed read sends: its rows' event times, or `None` for an
+    /// empty batch, with the position stored before.
+    type Sent = (Option<Vec<i64>>, SourcePosition);
+
+    fn follow(
+        cfg: SourceConfig,
+        start: Option<SourcePosition>,
+    ) -> (
+        Arc<SourceStats>,
+        mpsc::Receiver<Sent>,
+        std::thread::JoinHandle<Result<()>>,
+    ) {
+        let stats = Arc::new(SourceStats::default());
+        let (tx, rx) = mpsc::channel();
+        let reader = {
+            let stats = stats.clone();
+            std::thread::spawn(move || {
+                read_source_from(&cfg, &stats, start.as_ref(), &mut |b| {
+                    let ts = b
+                        .column(0)
+                        .as_any()
+                        .downcast_ref::<TimestampMillisecondArray>()
+                        .unwrap()
+                        .values()
+                        .to_vec();
+                    let position = stats.position.lock().unwrap().clone().unwrap();
+                    tx.send(((!ts.is_empty()).then_some(ts), position)).is_ok()
+                })
+            })
+        };
+        (stats, rx, reader)
+    }
+
+    /// Receives until `rows` rows came, then until an empty batch comes;
+    /// returns the rows and the empty batch's position.
+    fn until_idle(rx: &mpsc::Receiver<Sent>, rows: usize) -> (Vec<i64>, SourcePosition) {
+        let mut got = Vec::new();
+        loop {
+            let (ts, position) = rx.recv_timeout(Duration::from_secs(20)).expect("a batch");
+            match ts {
+                Some(ts) => got.extend(ts),
+                None if got.len() >= rows => return (got, position),
+                None => {}
+            }
+        }
+    }
+
+    #[test]
+    fn a_followed_file_resumes_where_it_waited() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.csv");
+        let dead = dir.path().join("dead");
+        // The last row is far ahead: the guard holds it while the file
+        // waits for more.
+        let text =
+            format!("ts,host,cpu,n,up\n1000,a,1,1,true\n2000,a,1,2,true\n{TEN_YEARS},a,1,3,true\n");
+        std::fs::write(&path, &text).unwrap();
+        let cfg = SourceConfig {
+            follow: true,
+            ..config(Format::Csv, &path, &dead, 100)
+        };
+        let (stats, rx, reader) = follow(cfg.clone(), None);
+        let (got, idle) = until_idle(&rx, 2);
+        assert_eq!(got, vec![1000, 2000]);
+        assert_eq!(idle.offset, text.len() as u64);
+        assert_eq!((idle.line, idle.rows, idle.bad_rows), (4, 2, 0));
+        assert_eq!(kept(&idle, "held"), 1, "{idle:?}");
+        // It keeps emitting empty batches while it waits.
+        let start = Instant::now();
+        for _ in 0..3 {
+            let (ts, position) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+            assert_eq!(ts, None);
+            assert_eq!(position, idle);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            start.elapsed()
+        );
+        stats.stop.store(true, Ordering::Relaxed);
+        reader.join().unwrap().unwrap();
+        assert_eq!(
+            stats.bad_rows.load(Ordering::Relaxed),
+            0,
+            "stopped, not ended"
+        );
+
+        // The file grows while nothing reads it; the resumed read takes the
+        // new rows only, and the held row turns out an outlier.
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(b"3000,a,1,4,true\n4000,a,1,5,true\n")
+            .unwrap();
+        let (stats, rx, reader) = follow(cfg.clone(), Some(idle));
+        let (got, idle) = until_idle(&rx, 2);
+        assert_eq!(got, vec![3000, 4000]);
+        assert_eq!(stats.rows.load(Ordering::Relaxed), 4);
+        assert_eq!(
+            bad_rows(&stats),
+            vec![BadRow {
+                line: 4,
+                reason: format!(
+                    "column ts: event time too far ahead: {} is more than 1 day after \
+                     1970-01-01T00:00:02, the largest event time so far (max_future)",
+                    super::super::timestamp::format_timestamp_ms(TEN_YEARS)
+                ),
+            }]
+        );
+        stats.stop.store(true, Ordering::Relaxed);
+        reader.join().unwrap().unwrap();
+
+        // Rotated while nothing read it: the new file is read from its
+        // start, its own header first.
+        std::fs::rename(&path, dir.path().join("in.csv.1")).unwrap();
+        std::fs::write(&path, "host,ts,cpu,n,up\nb,5000,1,6,true\nb,x,1,7,true\n").unwrap();
+        let (stats, rx, reader) = follow(cfg, Some(idle));
+        let (got, idle) = until_idle(&rx, 1);
+        assert_eq!(got, vec![5000]);
+        assert_eq!((idle.line, idle.rows, idle.bad_rows), (3, 5, 2));
+        assert_eq!(bad_rows(&stats)[0].line, 3);
+        stats.stop.store(true, Ordering::Relaxed);
+        reader.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_record_open_while_waiting_is_read_again_on_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.csv");
+        let dead = dir.path().join("dead");
+        let head = "ts,host,cpu,n,up\n1000,a,1,1,true\n";
+        std::fs::write(&path, format!("{head}2000,\"open\n")).unwrap();
+        let cfg = SourceConfig {
+            follow: true,
+            ..config(Format::Csv, &path, &dead, 100)
+        };
+        let (stats, rx, reader) = follow(cfg.clone(), None);
+        let (got, idle) = until_idle(&rx, 1);
+        assert_eq!(got, vec![1000]);
+        // Before the record's first line.
+        assert_eq!((idle.offset, idle.line), (head.len() as u64, 2));
+        stats.stop.store(true, Ordering::Relaxed);
+        reader.join().unwrap().unwrap();
+        assert_eq!(
+            stats.bad_rows.load(Ordering::Relaxed),
+            0,
+            "stopped, not ended"
+        );
+
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(b"field\",1,2,true\n3000,a,x,3,true\n")
+            .unwrap();
+        let (stats, rx, reader) = follow(cfg, Some(idle));
+        let (got, _) = until_idle(&rx, 1);
+        assert_eq!(got, vec![2000]);
+        wait_for_bad(&stats, 1);
+        assert_eq!(bad_rows(&stats)[0].line, 5);
+        stats.stop.store(true, Ordering::Relaxed);
+        reader.join().unwrap().unwrap();
+    }
+
+    fn wait_for_bad(stats: &SourceStats, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while stats.bad_rows.load(Ordering::Relaxed) < n {
+            assert!(Instant::now() < deadline, "waiting for {n} bad rows");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn a_realtime_pause_emits_empty_batches_and_keeps_its_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.jsonl");
+        let dead = dir.path().join("dead");
+        std::fs::write(&path, "{\"ts\":0,\"n\":1}\n{\"ts\":350,\"n\":2}\n").unwrap();
+        let cfg = SourceConfig {
+            replay: Replay::Realtime { speed: 1.0 },
+            ..config(Format::Jsonl, &path, &dead, 100)
+        };
+        let whole = read(&cfg, None);
+        let sizes: Vec<usize> = whole.batches.iter().map(|(b, _)| b.num_rows()).collect();
+        // The first row, empty batches during the 350 ms pause, the second.
+        assert!(sizes.len() >= 4, "{sizes:?}");
+        assert_eq!(sizes[0], 1);
+        assert_eq!(*sizes.last().unwrap(), 1);
+        assert!(
+            sizes[1..sizes.len() - 1].iter().all(|&n| n == 0),
+            "{sizes:?}"
+        );
+        // During the pause the second row is consumed and still to come.
+        let (_, pausing) = &whole.batches[1];
+        assert_eq!(pausing.line, 2);
+        assert_eq!(kept(pausing, "accepted"), 1);
+        let resumed = read(&cfg, Some(pausing));
+        let n: Vec<i64> = resumed
+            .batches
+            .iter()
+            .flat_map(|(b, _)| {
+                let n = b.column(3).as_any().downcast_ref::<Int64Array>().unwrap();
+                n.values().to_vec()
+            })
+            .collect();
+        assert_eq!(n, vec![2]);
     }
 }
 
@@ -2788,6 +3961,7 @@ mod properties {
                 cfg.format,
                 Input::new(Cursor::new(input), "p", false),
                 &mut d,
+                None,
             )
         });
         (result, kept, stats.bad_rows.load(Ordering::Relaxed))
