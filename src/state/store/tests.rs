@@ -510,3 +510,33 @@ fn query_fingerprints_are_pinned() {
     let shapes = [shape("WindowAggregate sum", DataType::Float64)];
     assert_eq!(fingerprint(&shapes), "1bdf86276ebbc186");
 }
+
+#[test]
+fn timestamps_lists_and_metadata_round_trip() {
+    use datafusion::arrow::array::{ListArray, TimestampMillisecondArray};
+    use datafusion::arrow::datatypes::{Int64Type, TimeUnit};
+    let list = ListArray::from_iter_primitive::<Int64Type, _, _>(vec![
+        Some(vec![Some(1), None]),
+        None,
+        Some(vec![]),
+    ]);
+    let fields = vec![
+        Field::new(
+            "start",
+            DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+            false,
+        )
+        .with_metadata([("unit".to_string(), "ms".to_string())].into()),
+        Field::new("history", list.data_type().clone(), true),
+    ];
+    let schema = Schema::new_with_metadata(fields, [("kind".to_string(), "x".to_string())].into());
+    let starts = TimestampMillisecondArray::from(vec![3, 1, 2]).with_timezone("UTC");
+    let batch =
+        RecordBatch::try_new(Arc::new(schema), vec![Arc::new(starts), Arc::new(list)]).unwrap();
+    let mut written = checkpoint(1, false);
+    written.operators[1].state.add("history", batch, vec![0]);
+    let root = tempfile::tempdir().unwrap();
+    let store = store(root.path(), 1);
+    store.write(&written).unwrap();
+    assert_same(&written, &store.read(1).unwrap());
+}
