@@ -745,3 +745,155 @@ fn run_prints_show_and_drops_alerts_before_they_start() {
     assert!(!stderr.contains("vigil: query 2"), "{stderr}");
     assert!(stdout.contains("hot,a,firing"), "{stdout}");
 }
+
+/// A checkpoint written through the library, as the runtime writes one,
+/// for `vigil checkpoints` to show.
+fn write_checkpoint(root: &Path) {
+    use datafusion::arrow::array::{Float64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::arrow::record_batch::RecordBatch;
+    use std::sync::Arc;
+    use vigil::connectors::SourcePosition;
+    use vigil::state::OperatorState;
+    use vigil::state::store::*;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("host", DataType::Utf8, true),
+        Field::new("sum", DataType::Float64, true),
+    ]));
+    let hosts = StringArray::from(vec!["a", "b", "a", "c"]);
+    let sums = Float64Array::from(vec![1.0, 2.0, 3.0, 4.0]);
+    let batch = RecordBatch::try_new(schema, vec![Arc::new(hosts), Arc::new(sums)]).unwrap();
+    let mut state = OperatorState::new();
+    state.add("panes", batch, vec![0]);
+    state.add_scalars("meta", &[("watermark", Some(25_000))]);
+    let shapes = [OperatorShape::of("1", "WindowAggregate sum(cpu)", &state)];
+    let checkpoint = Checkpoint {
+        id: 3,
+        time_ms: 1_700_000_000_007,
+        query: "cpu alert".into(),
+        fingerprint: fingerprint(&shapes),
+        savepoint: false,
+        operators: vec![OperatorEntry {
+            id: "1".into(),
+            describe: "WindowAggregate sum(cpu)".into(),
+            state,
+        }],
+        sources: vec![
+            SourceEntry {
+                stream: "m".into(),
+                position: Some(SourcePosition {
+                    offset: 120,
+                    line: 5,
+                    rows: 4,
+                    ..Default::default()
+                }),
+            },
+            SourceEntry {
+                stream: "events".into(),
+                position: None,
+            },
+        ],
+        sinks: vec![SinkEntry {
+            name: "out".into(),
+            commit: Some(serde_json::json!({"bytes": 42})),
+        }],
+    };
+    let store = QueryStore::open(root, "cpu alert", 2).unwrap();
+    store.write(&checkpoint).unwrap();
+}
+
+#[test]
+fn checkpoints_lists_and_inspects_a_directory() {
+    let dir = setup(&[]);
+    let root = dir.path().join("chk");
+    write_checkpoint(&root);
+    let out = vigil(dir.path(), &["checkpoints", "chk"], None);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(lines[0].starts_with("QUERY"), "{stdout}");
+    let fields: Vec<&str> = lines[1].split("  ").filter(|f| !f.is_empty()).collect();
+    assert_eq!(fields[0].trim(), "cpu alert", "{stdout}");
+    assert_eq!(fields[1].trim(), "3", "{stdout}");
+    assert_eq!(fields[2].trim(), "2023-11-14T22:13:20.007Z", "{stdout}");
+    assert_eq!(fields[3].trim(), "checkpoint", "{stdout}");
+    assert!(
+        fields[4].ends_with("KiB") || fields[4].ends_with(" B"),
+        "{stdout}"
+    );
+    assert_eq!(
+        fields[5].trim(),
+        "m=120/5 events=not replayable",
+        "{stdout}"
+    );
+
+    let out = vigil(
+        dir.path(),
+        &[
+            "checkpoints",
+            "chk",
+            "--query",
+            "cpu alert",
+            "--inspect",
+            "3",
+        ],
+        None,
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.starts_with("query cpu alert, checkpoint 3 (checkpoint)\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("operator 1: WindowAggregate sum(cpu)\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("  state: "), "{stdout}");
+    assert!(
+        stdout.contains(" 5 rows, tables: panes, meta\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("  table panes: 4 rows, ")
+            && stdout.contains("keyed by (host), 3 keys in "),
+        "{stdout}"
+    );
+    assert!(stdout.contains("  table meta: 1 row, "), "{stdout}");
+    assert!(stdout.contains(", not keyed\n"), "{stdout}");
+    assert!(
+        stdout.contains("source m: offset 120, line 5, 4 rows, 0 bad rows\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("source events: not replayable\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("sink out: {\"bytes\":42}\n"), "{stdout}");
+}
+
+#[test]
+fn checkpoints_errors_are_one_line_with_exit_code_1() {
+    let dir = setup(&[]);
+    write_checkpoint(&dir.path().join("chk"));
+    for (args, message) in [
+        (
+            &["checkpoints", "missing"][..],
+            "error: checkpoint directory missing does not exist\n",
+        ),
+        (
+            &["checkpoints", "chk", "--inspect", "9"][..],
+            "error: query 'cpu alert' has no checkpoint 9 in chk\n",
+        ),
+        (
+            &["checkpoints", "chk", "--query", "q9"][..],
+            "error: no checkpoints of query 'q9' in chk (queries: cpu alert)\n",
+        ),
+    ] {
+        let out = vigil(dir.path(), args, None);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(text(&out.stderr), message, "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}

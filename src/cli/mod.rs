@@ -1,6 +1,7 @@
 //! The `vigil` command line.
 
 mod check;
+mod checkpoints;
 mod output;
 mod progress;
 mod serve;
@@ -48,6 +49,8 @@ enum Command {
     /// The interactive shell: type statements, see results as windows fire
     /// (the default without a command).
     Repl,
+    /// List the checkpoints of a checkpoint directory, or inspect one.
+    Checkpoints(checkpoints::CheckpointsArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -174,6 +177,7 @@ pub fn main() -> ExitCode {
             }
         }
         Some(Command::Check(args)) => return check(args),
+        Some(Command::Checkpoints(args)) => checkpoints::run(args),
         Some(Command::Serve(args)) => {
             let outcome = runtime.block_on(serve::serve(args));
             // A query's blocking tasks may still be winding down.

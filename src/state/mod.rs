@@ -19,6 +19,8 @@
 //! - a fresh operator's snapshot has every table, empty, with its schema, so
 //!   the restore can tell a changed state schema before reading anything.
 
+pub mod store;
+
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt16Array};
