@@ -49,7 +49,11 @@ pub fn key_groups(batch: &RecordBatch, key_columns: &[usize]) -> Result<Vec<u16>
         .map(|&i| batch.column(i).clone())
         .collect();
     let mut hashes = vec![0u64; rows];
-    create_hashes(&arrays, &RandomState::with_seed(KEY_GROUP_SEED), &mut hashes)?;
+    create_hashes(
+        &arrays,
+        &RandomState::with_seed(KEY_GROUP_SEED),
+        &mut hashes,
+    )?;
     Ok(hashes
         .iter()
         .map(|h| (h % u64::from(KEY_GROUPS)) as u16)
@@ -124,9 +128,9 @@ impl OperatorState {
     /// Scalar `column` of the one-row table `name`; `None` for NULL.
     pub fn scalar(&self, name: &str, column: &str) -> Result<Option<i64>> {
         let table = self.table(name)?;
-        let array = table.column_by_name(column).ok_or_else(|| {
-            Error::Plan(format!("state table '{name}' has no column '{column}'"))
-        })?;
+        let array = table
+            .column_by_name(column)
+            .ok_or_else(|| Error::Plan(format!("state table '{name}' has no column '{column}'")))?;
         if table.num_rows() != 1 || array.data_type() != &DataType::Int64 {
             return Err(Error::Plan(format!(
                 "state table '{name}' column '{column}' is not one 64-bit integer"
@@ -163,8 +167,7 @@ mod tests {
             .map(|i| Some(format!("h{i}")))
             .chain([None])
             .collect();
-        let batch =
-            RecordBatch::try_new(schema, vec![Arc::new(StringArray::from(hosts))]).unwrap();
+        let batch = RecordBatch::try_new(schema, vec![Arc::new(StringArray::from(hosts))]).unwrap();
         let first = key_groups(&batch, &[0]).unwrap();
         assert_eq!(first, key_groups(&batch, &[0]).unwrap());
         assert!(first.iter().all(|g| *g < KEY_GROUPS));
