@@ -9,6 +9,7 @@
 
 pub mod live;
 mod merge;
+pub mod wal;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
