@@ -44,9 +44,11 @@ pub trait Sink: Send {
     /// At a checkpoint barrier: makes everything written so far durable and
     /// returns what the checkpoint must record so that a restore comes back
     /// to exactly this point (see [`Sink::restore`]). `None`, the default,
-    /// for a sink that cannot go back (stdout, a webhook): it is
-    /// at-least-once, and rows written after the checkpoint may be written
-    /// again after a restore.
+    /// for a sink that cannot go back (stdout): it is at-least-once, and
+    /// rows written after the checkpoint may be written again after a
+    /// restore. A webhook cannot go back either, but commits the number
+    /// of batches it sent, so that those it sends again carry the same
+    /// idempotency keys (see [`webhook`](super::webhook)).
     fn checkpoint(&mut self) -> Result<Option<SinkCommit>> {
         Ok(None)
     }
