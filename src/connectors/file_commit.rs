@@ -71,7 +71,13 @@ struct FileState {
     format: Option<Value>,
     /// An fsync that failed: every later checkpoint fails with it.
     failed: Option<String>,
+    /// What the writers keep together outside the file, read at each
+    /// commit (see [`CommittedFile::set_shared_state`]).
+    shared: Option<SharedState>,
 }
+
+/// Reads the state writers keep together, for a commit.
+type SharedState = Box<dyn Fn() -> Value + Send>;
 
 impl CommittedFile {
     /// Opens `path` for appending, creating it and the directories above
@@ -99,6 +105,7 @@ impl CommittedFile {
                 restored: None,
                 format: None,
                 failed: None,
+                shared: None,
             }),
             committed: Condvar::new(),
         }))
@@ -122,6 +129,15 @@ impl CommittedFile {
     /// [`FileWriter::send_with_state`]).
     pub fn set_format(&self, format: Option<Value>) {
         self.lock().format = format;
+    }
+
+    /// Has every commit record, under `"shared"`, what `read` returns
+    /// then: state the writers keep together outside the file (rows held
+    /// back in memory). `read` runs under this file's lock while every
+    /// live writer waits in [`FileWriter::checkpoint`], so it sees that
+    /// state as of the commit; it must not write to this file.
+    pub fn set_shared_state(&self, read: impl Fn() -> Value + Send + 'static) {
+        self.lock().shared = Some(Box::new(read));
     }
 
     /// Appends `bytes` outside any writer: for an output that never takes
@@ -182,6 +198,9 @@ impl CommittedFile {
         });
         if let Some(format) = &state.format {
             commit["format"] = format.clone();
+        }
+        if let Some(read) = &state.shared {
+            commit["shared"] = read();
         }
         for checkpoint in state.done + 1..=reached {
             state.commits.insert(checkpoint, commit.clone());
