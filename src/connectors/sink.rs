@@ -8,6 +8,19 @@
 //! (`1.5`, `2.0`). JSONL writes one object per row with every column present
 //! (NULL as `null`). Output is flushed after every batch so results appear
 //! as they fire.
+//!
+//! # Checkpoints
+//!
+//! File sinks are exactly-once, by truncating to the committed length on
+//! restore: [`Sink::checkpoint`] fsyncs the file and commits
+//! `{"path": ..., "length": <bytes durable>, "format": {...}}` (the format's
+//! state, for CSV `{"header_written": ...}`); [`Sink::restore`] cuts the
+//! file back to `length`, brings the format's state back and appends after
+//! it. A file is therefore not truncated when it is opened but when it is
+//! first written (or checkpointed, or finished) without a restore before.
+//! Queries sharing a file commit together; see
+//! [`file_commit`](super::file_commit) for how and for the details. Stdout
+//! is at-least-once: it commits nothing.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};

@@ -1111,12 +1111,11 @@ mod tests {
         );
     }
 
+    /// Each request's idempotency key and body, in arrival order.
+    type Seen = Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
     /// A local receiver recording each request's idempotency key and body.
-    fn receiver() -> (
-        String,
-        Arc<std::sync::Mutex<Vec<(String, String)>>>,
-        tokio::runtime::Runtime,
-    ) {
+    fn receiver() -> (String, Seen, tokio::runtime::Runtime) {
         use axum::extract::State;
         use axum::http::HeaderMap;
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -1128,14 +1127,12 @@ mod tests {
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
         let url = format!("http://{}/hook", listener.local_addr().unwrap());
-        let received: Arc<std::sync::Mutex<Vec<(String, String)>>> = Arc::default();
+        let received: Seen = Arc::default();
         let app = axum::Router::new()
             .route(
                 "/hook",
                 axum::routing::post(
-                    |State(seen): State<Arc<std::sync::Mutex<Vec<(String, String)>>>>,
-                     headers: HeaderMap,
-                     body: String| async move {
+                    |State(seen): State<Seen>, headers: HeaderMap, body: String| async move {
                         let key = headers
                             .get("idempotency-key")
                             .map(|k| k.to_str().unwrap().to_string())
