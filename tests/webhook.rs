@@ -20,6 +20,7 @@ struct Received {
     path: String,
     content_type: Option<String>,
     authorization: Option<String>,
+    idempotency_key: Option<String>,
     body: String,
     answered: u16,
 }
@@ -91,6 +92,7 @@ async fn hook(
         path: uri.path().to_string(),
         content_type: header("content-type"),
         authorization: header("authorization"),
+        idempotency_key: header("idempotency-key"),
         body: String::from_utf8_lossy(&body).into_owned(),
         answered: status,
     });
@@ -380,4 +382,69 @@ fn alert_state_changes_are_delivered_to_a_webhook() {
             alert(json!("b"), "1970-01-01T00:00:06", "b at 92.25"),
         ]
     );
+}
+
+#[test]
+fn every_post_carries_an_idempotency_key_stable_for_the_same_rows() {
+    // One alert change per request: batches of one row.
+    let script = |url: &str| {
+        format!(
+            "{}\nCREATE SINK pager WITH (connector = 'webhook', url = '{url}');\n\
+             CREATE ALERT hot AS SELECT ts, host, cpu FROM m \
+             ALERT BY host WHEN cpu > 90 MESSAGE '{{host}} at {{cpu}}';\n\
+             INSERT INTO pager SELECT alert, host, state, event_time, message FROM hot;",
+            stream(1)
+        )
+    };
+    let keyed = |received: Vec<Received>| -> Vec<(String, String)> {
+        let mut keyed: Vec<(String, String)> = received
+            .into_iter()
+            .map(|r| {
+                let key = r.idempotency_key.expect("an Idempotency-Key header");
+                assert!(
+                    key.len() == 32 && key.chars().all(|c| c.is_ascii_hexdigit()),
+                    "{key}"
+                );
+                (r.body, key)
+            })
+            .collect();
+        keyed.sort();
+        keyed
+    };
+    let first = Receiver::start(&[]);
+    let (_dir, out) = run(&script(&first.url()));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let first = keyed(first.received());
+    assert_eq!(first.len(), 3, "{first:?}");
+    let mut keys: Vec<&String> = first.iter().map(|(_, k)| k).collect();
+    keys.dedup();
+    assert_eq!(keys.len(), 3, "different rows, different keys: {first:?}");
+
+    // Computed again (another run, another receiver): the same keys.
+    let second = Receiver::start(&[]);
+    let (_dir, out) = run(&script(&second.url()));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(keyed(second.received()), first);
+
+    // A plain query's batches are keyed too, and a retried batch keeps its key.
+    let server = Receiver::start(&[503]);
+    let sql = format!(
+        "{}\nCREATE SINK pager WITH (connector = 'webhook', url = '{}', \
+         backoff = '10 milliseconds');\n\
+         INSERT INTO pager SELECT ts, host, cpu FROM m WHERE cpu > 90;",
+        stream(2),
+        server.url()
+    );
+    let (_dir, out) = run(&sql);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let received = server.received();
+    let keys: Vec<String> = received
+        .iter()
+        .map(|r| r.idempotency_key.clone().expect("a key"))
+        .collect();
+    assert_eq!(keys[0], keys[1], "the retry: {received:?}");
+    let mut distinct = keys[1..].to_vec();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), keys.len() - 1, "{received:?}");
 }

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::connectors::{OutputFormat, Sink, SinkTarget, make_labelled_sink, make_sink, open_sink};
+use crate::connectors::{Destination, OutputFormat, Sink, SinkTarget, make_sink_to, open_sink};
 use crate::engine::{Engine, Outcome, PreparedQuery, drop_routed_alerts, script_dir};
 use crate::error::{Error, Result};
 use crate::plan::listing::{Listing, QUERY_COLUMNS, listing_text};
@@ -395,18 +395,15 @@ impl Outputs {
             (Some(config), None) => return open_sink(config, &query.graph.schema),
             (None, _) => (self.format, self.default.clone()),
         };
-        let out: Box<dyn Write + Send> =
+        let out: Box<dyn Destination> =
             match turns.iter_mut().find(|t| Some(&t.0) == target.as_ref()) {
                 Some((_, turns, next)) => {
                     *next += 1;
                     Box::new(turns.writer(*next - 1))
                 }
-                None => Box::new(out),
+                None => out.destination(),
             };
-        Ok(match label {
-            Some(label) => make_labelled_sink(format, label, out),
-            None => make_sink(format, out),
-        })
+        Ok(make_sink_to(format, label, out))
     }
 }
 

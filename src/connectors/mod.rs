@@ -9,6 +9,7 @@
 
 pub mod builtin;
 pub mod demo;
+pub mod file_commit;
 mod guard;
 pub mod host;
 pub mod options;
@@ -25,7 +26,9 @@ use std::time::Duration;
 use datafusion::arrow::datatypes::SchemaRef;
 
 pub use options::parse_output_format;
-pub use sink::{Sink, SinkCommit, make_labelled_sink, make_sink, open_sink};
+pub use sink::{
+    Destination, Sink, SinkCommit, make_labelled_sink, make_sink, make_sink_to, open_sink,
+};
 pub use source::{read_bytes, read_source, read_source_from};
 pub use timestamp::TsUnit;
 

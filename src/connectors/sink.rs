@@ -8,10 +8,22 @@
 //! (`1.5`, `2.0`). JSONL writes one object per row with every column present
 //! (NULL as `null`). Output is flushed after every batch so results appear
 //! as they fire.
+//!
+//! # Checkpoints
+//!
+//! File sinks are exactly-once, by truncating to the committed length on
+//! restore: [`Sink::checkpoint`] fsyncs the file and commits
+//! `{"path": ..., "length": <bytes durable>, "format": {...}}` (the format's
+//! state, for CSV `{"header_written": ...}`); [`Sink::restore`] cuts the
+//! file back to `length`, brings the format's state back and appends after
+//! it. A file is therefore not truncated when it is opened but when it is
+//! first written (or checkpointed, or finished) without a restore before.
+//! Queries sharing a file commit together; see
+//! [`file_commit`](super::file_commit) for how and for the details. Stdout
+//! is at-least-once: it commits nothing.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -24,6 +36,9 @@ use datafusion::arrow::json::writer::{JsonFormat, LineDelimited};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 
+use serde_json::Value;
+
+use super::file_commit::{CommittedFile, FileWriter};
 use super::timestamp::write_timestamp_ms;
 use super::webhook::WebhookSink;
 use super::{OutputFormat, SinkConfig, SinkTarget};
@@ -42,9 +57,11 @@ pub trait Sink: Send {
     /// At a checkpoint barrier: makes everything written so far durable and
     /// returns what the checkpoint must record so that a restore comes back
     /// to exactly this point (see [`Sink::restore`]). `None`, the default,
-    /// for a sink that cannot go back (stdout, a webhook): it is
-    /// at-least-once, and rows written after the checkpoint may be written
-    /// again after a restore.
+    /// for a sink that cannot go back (stdout): it is at-least-once, and
+    /// rows written after the checkpoint may be written again after a
+    /// restore. A webhook cannot go back either, but commits the number
+    /// of batches it sent, so that those it sends again carry the same
+    /// idempotency keys (see [`webhook`](super::webhook)).
     fn checkpoint(&mut self) -> Result<Option<SinkCommit>> {
         Ok(None)
     }
@@ -63,7 +80,7 @@ pub type SinkCommit = serde_json::Value;
 
 /// Creates a sink writing `format` to `out`.
 pub fn make_sink(format: OutputFormat, out: Box<dyn Write + Send>) -> Box<dyn Sink> {
-    build_sink(format, None, out)
+    make_sink_to(format, None, Box::new(WriterDestination(out)))
 }
 
 /// Creates a sink like [`make_sink`] that marks every row with the query
@@ -76,37 +93,127 @@ pub fn make_labelled_sink(
     query: &str,
     out: Box<dyn Write + Send>,
 ) -> Box<dyn Sink> {
-    build_sink(format, Some(query), out)
+    make_sink_to(format, Some(query), Box::new(WriterDestination(out)))
 }
 
-fn build_sink(
+/// Creates a sink writing `format` to `out`, its rows marked with `label`
+/// as [`make_labelled_sink`] does when there is one. It checkpoints and
+/// restores when `out` does.
+pub fn make_sink_to(
     format: OutputFormat,
     label: Option<&str>,
-    out: Box<dyn Write + Send>,
+    out: Box<dyn Destination>,
 ) -> Box<dyn Sink> {
-    let out = Output {
+    Box::new(FormatSink {
+        format: make_format(format, label),
         out,
         buf: Vec::new(),
-    };
-    let label = label.map(str::to_string);
-    match format {
-        OutputFormat::Table => Box::new(TableSink { out, label }),
-        OutputFormat::Csv => Box::new(CsvSink {
-            out,
-            label,
-            header_written: false,
-        }),
-        OutputFormat::Jsonl => Box::new(JsonlSink { out, label }),
+    })
+}
+
+/// Where a sink's rendered bytes go.
+pub trait Destination: Send {
+    /// Writes one rendered batch whole and flushes it.
+    fn send(&mut self, bytes: &[u8]) -> Result<()>;
+
+    /// The writer is done; see [`Sink::finish`].
+    fn finish(&mut self) -> Result<()>;
+
+    /// See [`Sink::checkpoint`]; `None`, the default, for a destination
+    /// that cannot go back.
+    fn checkpoint(&mut self) -> Result<Option<SinkCommit>> {
+        Ok(None)
+    }
+
+    /// See [`Sink::restore`].
+    fn restore(&mut self, _commit: &SinkCommit) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A plain writer (stdout, a pipe): written and flushed, never rewound.
+struct WriterDestination(Box<dyn Write + Send>);
+
+impl Destination for WriterDestination {
+    fn send(&mut self, bytes: &[u8]) -> Result<()> {
+        self.0
+            .write_all(bytes)
+            .and_then(|()| self.0.flush())
+            .map_err(|e| Error::io("writing results", e))
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.0.flush().map_err(|e| Error::io("writing results", e))
+    }
+}
+
+impl Destination for FileWriter {
+    fn send(&mut self, bytes: &[u8]) -> Result<()> {
+        FileWriter::send(self, bytes)
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        FileWriter::finish(self)
+    }
+
+    fn checkpoint(&mut self) -> Result<Option<SinkCommit>> {
+        FileWriter::checkpoint(self).map(Some)
+    }
+
+    fn restore(&mut self, commit: &SinkCommit) -> Result<()> {
+        FileWriter::restore(self, commit).map(|_| ())
+    }
+}
+
+/// A format's renderer and a destination of its own.
+struct FormatSink {
+    format: Box<dyn Format>,
+    out: Box<dyn Destination>,
+    /// Reused for every batch.
+    buf: Vec<u8>,
+}
+
+impl Sink for FormatSink {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        self.buf.clear();
+        self.format.render(batch, &mut self.buf)?;
+        self.out.send(&self.buf)
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.out.finish()
+    }
+
+    fn checkpoint(&mut self) -> Result<Option<SinkCommit>> {
+        // The format's state cannot change before the commit is known:
+        // this writer writes nothing until checkpoint returns.
+        let state = self.format.state();
+        Ok(self.out.checkpoint()?.map(|mut commit| {
+            if let Some(state) = state {
+                commit["format"] = state;
+            }
+            commit
+        }))
+    }
+
+    fn restore(&mut self, commit: &SinkCommit) -> Result<()> {
+        self.out.restore(commit)?;
+        self.format.restore(commit.get("format"))
     }
 }
 
 /// Opens the destination of a `CREATE SINK` for a query whose result rows
 /// have `schema`, and returns a sink for its format: a webhook gets its
-/// own delivery thread, stdout is shared as is, and a file is created (or
-/// truncated) by the first query that opens it. A query opening a file
-/// that another query of this process still writes shares that writer
-/// instead; it must write the same columns (names, in order) in the same
-/// format, or this is an error naming the sink and both sets of columns.
+/// own delivery thread, stdout is shared as is, and a file is opened by
+/// the first query that opens it (and emptied when first written, unless
+/// a restore comes first: see [`file_commit`](super::file_commit)). A
+/// query opening a file that another query of this process still writes
+/// shares that writer instead; it must write the same columns (names, in
+/// order) in the same format, or this is an error naming the sink and both
+/// sets of columns.
 pub fn open_sink(config: &SinkConfig, schema: &SchemaRef) -> Result<Box<dyn Sink>> {
     let out: Box<dyn Write + Send> = match &config.target {
         SinkTarget::Webhook(webhook) => {
@@ -122,29 +229,66 @@ pub fn open_sink(config: &SinkConfig, schema: &SchemaRef) -> Result<Box<dyn Sink
 /// die with the last query writing to them.
 static OPEN_FILES: Mutex<BTreeMap<PathBuf, Weak<SharedFile>>> = Mutex::new(BTreeMap::new());
 
-/// One file that several queries write to.
+/// One file that several queries write to, in one format: a CSV header is
+/// written once, by whichever query writes first.
 struct SharedFile {
     /// The sink that opened it, for messages.
     sink: String,
     format: OutputFormat,
     /// The column names every writer must have.
     columns: Vec<String>,
-    writer: Mutex<Box<dyn Sink>>,
+    file: Arc<CommittedFile>,
+    renderer: Mutex<Renderer>,
+}
+
+/// The shared format and its reusable buffer.
+struct Renderer {
+    format: Box<dyn Format>,
+    buf: Vec<u8>,
 }
 
 /// One query's handle on a [`SharedFile`].
-struct SharedFileSink(Arc<SharedFile>);
+struct SharedFileSink {
+    shared: Arc<SharedFile>,
+    out: FileWriter,
+}
 
 impl Sink for SharedFileSink {
     fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        // The lock is held for the whole batch: its rows are one write.
-        let mut writer = self.0.writer.lock().unwrap_or_else(|e| e.into_inner());
-        writer.write(batch)
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        // The lock is held for the whole batch: its rows are one write,
+        // and the format state recorded is the one after them.
+        let mut renderer = self
+            .shared
+            .renderer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let Renderer { format, buf } = &mut *renderer;
+        buf.clear();
+        format.render(batch, buf)?;
+        self.out.send_with_state(buf, format.state())
     }
 
     fn finish(&mut self) -> Result<()> {
-        let mut writer = self.0.writer.lock().unwrap_or_else(|e| e.into_inner());
-        writer.finish()
+        self.out.finish()
+    }
+
+    fn checkpoint(&mut self) -> Result<Option<SinkCommit>> {
+        self.out.checkpoint().map(Some)
+    }
+
+    fn restore(&mut self, commit: &SinkCommit) -> Result<()> {
+        if self.out.restore(commit)? {
+            let mut renderer = self
+                .shared
+                .renderer
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            renderer.format.restore(commit.get("format"))?;
+        }
+        Ok(())
     }
 }
 
@@ -153,40 +297,37 @@ fn open_shared_file(config: &SinkConfig, path: &Path, schema: &SchemaRef) -> Res
     let columns = column_names(schema);
     let mut open = OPEN_FILES.lock().unwrap_or_else(|e| e.into_inner());
     open.retain(|_, file| file.strong_count() > 0);
-    if let Some(file) = open.get(&key).and_then(Weak::upgrade) {
-        if file.format != config.format {
+    if let Some(shared) = open.get(&key).and_then(Weak::upgrade) {
+        if shared.format != config.format {
             return Err(Error::Plan(format!(
                 "sink '{}' writes {} as {}, but sink '{}' already writes it as {}",
                 config.name,
                 path.display(),
                 format_name(config.format),
-                file.sink,
-                format_name(file.format)
+                shared.sink,
+                format_name(shared.format)
             )));
         }
-        check_same_columns(&config.name, path, &file.columns, &columns)?;
-        return Ok(Box::new(SharedFileSink(file)));
+        check_same_columns(&config.name, path, &shared.columns, &columns)?;
+        let out = shared.file.writer();
+        return Ok(Box::new(SharedFileSink { shared, out }));
     }
-    let writer = make_sink(config.format, Box::new(create_file(path)?));
-    let file = Arc::new(SharedFile {
+    let file = CommittedFile::open(path)?;
+    let format = make_format(config.format, None);
+    file.set_format(format.state());
+    let shared = Arc::new(SharedFile {
         sink: config.name.clone(),
         format: config.format,
         columns,
-        writer: Mutex::new(writer),
+        renderer: Mutex::new(Renderer {
+            format,
+            buf: Vec::new(),
+        }),
+        file,
     });
-    open.insert(key, Arc::downgrade(&file));
-    Ok(Box::new(SharedFileSink(file)))
-}
-
-/// Creates (or truncates) `path` and the directories above it.
-fn create_file(path: &Path) -> Result<BufWriter<File>> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Error::Connector(format!("cannot create {}: {e}", dir.display())))?;
-    }
-    let file = File::create(path)
-        .map_err(|e| Error::Connector(format!("cannot create {}: {e}", path.display())))?;
-    Ok(BufWriter::new(file))
+    open.insert(key, Arc::downgrade(&shared));
+    let out = shared.file.writer();
+    Ok(Box::new(SharedFileSink { shared, out }))
 }
 
 /// The column names of `schema`, in order.
@@ -244,103 +385,100 @@ fn labelled(batch: &RecordBatch, label: Option<&str>) -> Result<RecordBatch> {
     }
 }
 
-/// The destination plus a reusable buffer that each batch is rendered into
-/// before it is written in one piece.
-struct Output {
-    out: Box<dyn Write + Send>,
-    buf: Vec<u8>,
-}
+/// Renders batches in one output format.
+trait Format: Send {
+    /// Appends `batch` (not empty) to `buf`.
+    fn render(&mut self, batch: &RecordBatch, buf: &mut Vec<u8>) -> Result<()>;
 
-impl Output {
-    /// Writes and clears the buffer, then flushes.
-    fn send(&mut self) -> Result<()> {
-        let result = self
-            .out
-            .write_all(&self.buf)
-            .and_then(|()| self.out.flush());
-        self.buf.clear();
-        result.map_err(|e| Error::io("writing results", e))
+    /// What a restore must bring back for the output to go on identically;
+    /// `None` when nothing.
+    fn state(&self) -> Option<Value> {
+        None
     }
 
-    fn flush(&mut self) -> Result<()> {
-        self.out
-            .flush()
-            .map_err(|e| Error::io("writing results", e))
+    /// Brings back what [`state`](Format::state) returned (`None`: the
+    /// commit had none).
+    fn restore(&mut self, _state: Option<&Value>) -> Result<()> {
+        Ok(())
     }
 }
 
-struct TableSink {
-    out: Output,
+fn make_format(format: OutputFormat, label: Option<&str>) -> Box<dyn Format> {
+    let label = label.map(str::to_string);
+    match format {
+        OutputFormat::Table => Box::new(TableFormat { label }),
+        OutputFormat::Csv => Box::new(CsvFormat {
+            label,
+            header_written: false,
+        }),
+        OutputFormat::Jsonl => Box::new(JsonlFormat { label }),
+    }
+}
+
+struct TableFormat {
     /// The query's name, written above each of its tables.
     label: Option<String>,
 }
 
-impl Sink for TableSink {
-    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        if batch.num_rows() == 0 {
-            return Ok(());
-        }
+impl Format for TableFormat {
+    fn render(&mut self, batch: &RecordBatch, buf: &mut Vec<u8>) -> Result<()> {
         let batch = timestamps_as_text(batch)?;
         let table = pretty_format_batches(&[batch])?;
         if let Some(label) = &self.label {
-            writeln!(self.out.buf, "-- {label}").expect("writing to a Vec cannot fail");
+            writeln!(buf, "-- {label}").expect("writing to a Vec cannot fail");
         }
-        writeln!(self.out.buf, "{table}").expect("writing to a Vec cannot fail");
-        self.out.send()
-    }
-
-    fn finish(&mut self) -> Result<()> {
-        self.out.flush()
+        writeln!(buf, "{table}").expect("writing to a Vec cannot fail");
+        Ok(())
     }
 }
 
-struct CsvSink {
-    out: Output,
+struct CsvFormat {
     /// The query's name, written as a leading `query` column.
     label: Option<String>,
     header_written: bool,
 }
 
-impl Sink for CsvSink {
-    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        if batch.num_rows() == 0 {
-            return Ok(());
-        }
+impl Format for CsvFormat {
+    fn render(&mut self, batch: &RecordBatch, buf: &mut Vec<u8>) -> Result<()> {
         let batch = timestamps_as_text(&labelled(batch, self.label.as_deref())?)?;
-        let buf = std::mem::take(&mut self.out.buf);
         let mut writer = datafusion::arrow::csv::WriterBuilder::new()
             .with_header(!self.header_written)
-            .build(buf);
+            .build(std::mem::take(buf));
         writer.write(&batch)?;
-        self.out.buf = writer.into_inner();
+        *buf = writer.into_inner();
         self.header_written = true;
-        self.out.send()
+        Ok(())
     }
 
-    fn finish(&mut self) -> Result<()> {
-        self.out.flush()
+    fn state(&self) -> Option<Value> {
+        Some(serde_json::json!({ "header_written": self.header_written }))
+    }
+
+    fn restore(&mut self, state: Option<&Value>) -> Result<()> {
+        self.header_written = state
+            .and_then(|s| s.get("header_written"))
+            .and_then(Value::as_bool)
+            .ok_or_else(|| {
+                Error::Connector(format!(
+                    "cannot restore a CSV sink: the checkpoint does not say whether the header \
+                     was written ({})",
+                    state.unwrap_or(&Value::Null)
+                ))
+            })?;
+        Ok(())
     }
 }
 
-struct JsonlSink {
-    out: Output,
+struct JsonlFormat {
     /// The query's name, written as a leading `query` field.
     label: Option<String>,
 }
 
-impl Sink for JsonlSink {
-    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        if batch.num_rows() == 0 {
-            return Ok(());
-        }
+impl Format for JsonlFormat {
+    fn render(&mut self, batch: &RecordBatch, buf: &mut Vec<u8>) -> Result<()> {
         let batch = labelled(batch, self.label.as_deref())?;
-        let buf = std::mem::take(&mut self.out.buf);
-        self.out.buf = write_json_rows::<LineDelimited>(&batch, buf)?;
-        self.out.send()
-    }
-
-    fn finish(&mut self) -> Result<()> {
-        self.out.flush()
+        *buf = write_json_rows::<LineDelimited>(&batch, std::mem::take(buf))?;
+        Ok(())
     }
 }
 
@@ -620,7 +758,8 @@ mod tests {
         };
         let schema = sample().schema();
         let mut sink = open_sink(&config, &schema).unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
+        // Not truncated yet: a restore may come.
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "old contents\n");
         sink.write(&sample().slice(0, 1)).unwrap();
         // Flushed per batch: visible before finish.
         assert_eq!(
@@ -636,6 +775,10 @@ mod tests {
         };
         open_sink(&nested, &schema).unwrap().finish().unwrap();
         assert!(dir.path().join("new/dir/out.csv").exists());
+        // A run that wrote no rows leaves the file empty, as it truncates.
+        std::fs::write(&path, "old contents\n").unwrap();
+        open_sink(&config, &schema).unwrap().finish().unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
 
         std::fs::write(dir.path().join("file"), "").unwrap();
         let bad = SinkConfig {
@@ -680,9 +823,9 @@ mod tests {
         );
         drop((first, second));
         // Once no query writes it, the next one starts the file afresh.
-        let third = open_sink(&file_sink("out", &path, OutputFormat::Csv), &schema).unwrap();
+        let mut third = open_sink(&file_sink("out", &path, OutputFormat::Csv), &schema).unwrap();
+        third.finish().unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
-        drop(third);
     }
 
     #[test]
@@ -741,5 +884,180 @@ mod tests {
             shared.text(),
             "-- q1\n+------+\n| host |\n+------+\n| a    |\n+------+\n"
         );
+    }
+
+    /// Rows of `sample` fed one batch at a time, with a checkpoint after
+    /// the second and the fourth batch.
+    fn feed() -> Vec<RecordBatch> {
+        let s = sample();
+        vec![
+            s.slice(0, 1),
+            s.slice(1, 2),
+            s.slice(0, 0),
+            s.clone(),
+            s.slice(2, 1),
+        ]
+    }
+
+    /// Writes `feed()` to `path` uninterrupted; returns the file.
+    fn uninterrupted(config: &SinkConfig) -> Vec<u8> {
+        let schema = sample().schema();
+        let mut sink = open_sink(config, &schema).unwrap();
+        for batch in feed() {
+            sink.write(&batch).unwrap();
+        }
+        sink.finish().unwrap();
+        drop(sink);
+        let SinkTarget::File(path) = &config.target else {
+            unreachable!()
+        };
+        std::fs::read(path).unwrap()
+    }
+
+    #[test]
+    fn a_restored_file_sink_writes_the_same_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let schema = sample().schema();
+        for format in [OutputFormat::Csv, OutputFormat::Jsonl, OutputFormat::Table] {
+            for crash_after in 1..=3 {
+                let path = dir.path().join(format!("{}.out", format_name(format)));
+                let config = file_sink("out", &path, format);
+                let expected = uninterrupted(&config);
+
+                // Checkpoint after batches 2 and 4; crash after `crash_after`
+                // more batches, restore the last checkpoint and go on.
+                let mut sink = open_sink(&config, &schema).unwrap();
+                let batches = feed();
+                let mut commit = None;
+                let mut from = 0;
+                for (i, batch) in batches.iter().enumerate() {
+                    sink.write(batch).unwrap();
+                    if i == 1 || i == 3 {
+                        commit = sink.checkpoint().unwrap();
+                        from = i + 1;
+                    }
+                    if i + 1 == from.max(2) + crash_after - 1 {
+                        break;
+                    }
+                }
+                let commit = commit.expect("a file sink commits");
+                assert_eq!(commit["path"], path.display().to_string());
+                drop(sink);
+
+                let mut sink = open_sink(&config, &schema).unwrap();
+                sink.restore(&commit).unwrap();
+                for batch in &batches[from..] {
+                    sink.write(batch).unwrap();
+                }
+                sink.finish().unwrap();
+                drop(sink);
+                assert_eq!(
+                    String::from_utf8(std::fs::read(&path).unwrap()).unwrap(),
+                    String::from_utf8(expected).unwrap(),
+                    "{} crash after {crash_after}",
+                    format_name(format)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_restore_before_the_first_row_keeps_the_header_to_come() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.csv");
+        let config = file_sink("out", &path, OutputFormat::Csv);
+        let schema = sample().schema();
+        let mut sink = open_sink(&config, &schema).unwrap();
+        let commit = sink.checkpoint().unwrap().unwrap();
+        assert_eq!(commit["length"], 0);
+        assert_eq!(commit["format"]["header_written"], false);
+        sink.write(&sample()).unwrap();
+        drop(sink);
+        let mut sink = open_sink(&config, &schema).unwrap();
+        sink.restore(&commit).unwrap();
+        sink.write(&sample().slice(0, 1)).unwrap();
+        sink.finish().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "window_start,host,avg_cpu,n,hot\n1970-01-01T00:00:10,a,1.5,0,true\n"
+        );
+    }
+
+    #[test]
+    fn restoring_a_file_shorter_than_its_commit_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        let config = file_sink("out", &path, OutputFormat::Jsonl);
+        let schema = sample().schema();
+        let mut sink = open_sink(&config, &schema).unwrap();
+        sink.write(&sample()).unwrap();
+        let commit = sink.checkpoint().unwrap().unwrap();
+        drop(sink);
+        std::fs::write(&path, "{}\n").unwrap();
+        let mut sink = open_sink(&config, &schema).unwrap();
+        let err = sink.restore(&commit).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!(
+                "cannot restore {}: it holds 3 bytes",
+                path.display()
+            )),
+            "{err}"
+        );
+        // A commit without a length is refused, not guessed at.
+        let err = sink
+            .restore(&serde_json::json!({"path": path.display().to_string()}))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("the commit has no length"), "{err}");
+    }
+
+    #[test]
+    fn two_queries_on_one_file_commit_what_each_wrote_before_its_barrier() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.csv");
+        let config = file_sink("out", &path, OutputFormat::Csv);
+        let schema = sample().schema();
+        let mut first = open_sink(&config, &schema).unwrap();
+        let mut second = open_sink(&file_sink("again", &path, OutputFormat::Csv), &schema).unwrap();
+        let row = |i: usize| sample().slice(i, 1);
+        let ahead = std::thread::spawn(move || {
+            first.write(&row(0)).unwrap();
+            let commit = first.checkpoint().unwrap().unwrap();
+            // Its barrier passed: this row is after the checkpoint.
+            first.write(&row(1)).unwrap();
+            (first, commit)
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        second.write(&row(2)).unwrap();
+        let commit = second.checkpoint().unwrap().unwrap();
+        let (first, first_commit) = ahead.join().unwrap();
+        assert_eq!(commit, first_commit);
+        second.write(&row(0)).unwrap();
+        drop((first, second));
+
+        let mut first = open_sink(&config, &schema).unwrap();
+        let mut second = open_sink(&file_sink("again", &path, OutputFormat::Csv), &schema).unwrap();
+        first.restore(&commit).unwrap();
+        first.write(&row(1)).unwrap();
+        // The co-writer restores the same commit: no second cut.
+        second.restore(&commit).unwrap();
+        second.write(&row(0)).unwrap();
+        first.finish().unwrap();
+        second.finish().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "window_start,host,avg_cpu,n,hot\n\
+             1970-01-01T00:00:10,a,1.5,0,true\n\
+             ,,,2,true\n\
+             1970-01-01T00:00:10.250,\"b,\"\"c\"\"\",2.0,1,false\n\
+             1970-01-01T00:00:10,a,1.5,0,true\n"
+        );
+    }
+
+    #[test]
+    fn stdout_sinks_do_not_commit() {
+        let mut sink = make_sink(OutputFormat::Csv, Box::new(Shared::default()));
+        sink.write(&sample()).unwrap();
+        assert_eq!(sink.checkpoint().unwrap(), None);
     }
 }

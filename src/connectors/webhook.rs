@@ -14,6 +14,7 @@
 //!  {"window_start":"1970-01-01T00:00:10","host":"b","max_cpu":null}]
 //! ```
 //!
+//! Every request carries an `Idempotency-Key` header (see below).
 //! Options `header_<name> = 'value'` add request headers; an underscore in
 //! `<name>` becomes a hyphen, as header names use hyphens and SQL
 //! identifiers cannot (`header_x_api_key` sends `x-api-key`).
@@ -29,6 +30,34 @@
 //! queued batch has been delivered or given up on, then prints one summary
 //! line on stderr, `vigil: sink NAME: delivered=D failed=F retried=R` (D and
 //! F count batches, R the requests sent again).
+//!
+//! # Idempotency keys
+//!
+//! Delivery is at-least-once: a retry after a lost answer, or a restore
+//! from a checkpoint (which sends again what came after it), can deliver a
+//! batch twice. Each POST's `Idempotency-Key` (32 hex digits, an XXH3-128
+//! hash) lets the receiver drop the repeats, as it is the same for the
+//! same delivery and differs between different ones:
+//!
+//! - A batch of alert rows (it has the columns `alert`, `state` and
+//!   `event_time`, as rows from a `CREATE ALERT` do) is keyed by what
+//!   identifies each state change: for every row, its alert name, state,
+//!   event time and the other columns (the alert's key, and the values
+//!   that fixed it), leaving out `since`, `severity` and `message`, which
+//!   follow from the change. The same change gets the same key in any run
+//!   and from any sink, however many times it is computed again.
+//! - Any other batch is keyed by the sink's name, its number among the
+//!   sink's non-empty batches (1, 2, ...) and its body. The number is what
+//!   the sink's checkpoint records, and a restore sets it back, so the
+//!   batches sent again after a restore come with the numbers, and the
+//!   keys, they had the first time; the body in the key keeps two
+//!   different batches from sharing a key even in runs that restore from
+//!   nothing. A run started afresh over the same input sends the same
+//!   keys too: for a receiver, it is the same delivery.
+//!
+//! [`Sink::checkpoint`] waits until the delivery thread has dealt with
+//! every batch written before it (delivered or given up), so that a
+//! restore never loses a batch that was still queued.
 //!
 //! # Retries
 //!
@@ -47,12 +76,13 @@ use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use datafusion::arrow::json::writer::JsonArray;
+use datafusion::arrow::datatypes::Schema;
+use datafusion::arrow::json::writer::{JsonArray, LineDelimited};
 use datafusion::arrow::record_batch::RecordBatch;
 use ureq::http::{HeaderName, HeaderValue};
 
 use super::options::Options;
-use super::sink::{Sink, write_json_rows};
+use super::sink::{Sink, SinkCommit, write_json_rows};
 use super::{OutputFormat, SinkConfig, SinkTarget};
 use crate::error::{Error, Result};
 
@@ -94,7 +124,13 @@ const WEBHOOK_KEYS: &[&str] = &[
 
 /// Headers the HTTP client sets itself from the body and the URL; one set by
 /// hand would contradict them.
-const RESERVED_HEADERS: &[&str] = &["host", "content-length", "transfer-encoding", "connection"];
+const RESERVED_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "idempotency-key",
+];
 
 /// Where and how a webhook sink delivers, from `CREATE SINK ... WITH
 /// (connector = 'webhook', ...)`.
@@ -352,8 +388,11 @@ impl Client {
     }
 
     /// Sends one request and classifies the result.
-    fn post(&self, body: &[u8]) -> Attempt {
-        let mut request = self.agent.post(&self.config.url);
+    fn post(&self, body: &[u8], key: &str) -> Attempt {
+        let mut request = self
+            .agent
+            .post(&self.config.url)
+            .header("idempotency-key", key);
         if !self.custom_content_type {
             request = request.header("content-type", "application/json");
         }
@@ -403,6 +442,60 @@ impl Client {
 struct Batch {
     body: Vec<u8>,
     rows: usize,
+    /// Its `Idempotency-Key`.
+    key: String,
+}
+
+/// What the delivery thread is given, in order.
+enum Delivery {
+    Batch(Batch),
+    /// Answered once every batch before it is dealt with.
+    Flush(SyncSender<()>),
+}
+
+/// Columns that make a row an alert's state change.
+const ALERT_IDENTITY: &[&str] = &["alert", "state", "event_time"];
+
+/// Columns of an alert row that follow from the change, left out of its key.
+const ALERT_DERIVED: &[&str] = &["since", "severity", "message"];
+
+/// The columns of `schema` that identify an alert row's state change, or
+/// `None` when its rows are not alert rows.
+fn alert_identity(schema: &Schema) -> Option<Vec<usize>> {
+    let has = |name: &str| schema.fields().iter().any(|f| f.name() == name);
+    if !ALERT_IDENTITY.iter().all(|c| has(c)) {
+        return None;
+    }
+    let columns = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| !ALERT_DERIVED.contains(&f.name().as_str()))
+        .map(|(i, _)| i)
+        .collect();
+    Some(columns)
+}
+
+/// The `Idempotency-Key` of a batch: see the [module docs](self). `number`
+/// is the batch's among the sink's; `body` its rendered rows.
+fn idempotency_key(sink: &str, number: u64, batch: &RecordBatch, body: &[u8]) -> Result<String> {
+    let mut input = Vec::new();
+    match alert_identity(&batch.schema()) {
+        Some(columns) => {
+            // Rendered like the body (one JSON object a line), so that
+            // equal values always give equal bytes.
+            input.extend_from_slice(b"alert\n");
+            input = write_json_rows::<LineDelimited>(&batch.project(&columns)?, input)?;
+        }
+        None => {
+            input.extend_from_slice(b"batch\n");
+            input.extend_from_slice(&(sink.len() as u64).to_le_bytes());
+            input.extend_from_slice(sink.as_bytes());
+            input.extend_from_slice(&number.to_le_bytes());
+            input.extend_from_slice(body);
+        }
+    }
+    Ok(format!("{:032x}", twox_hash::XxHash3_128::oneshot(&input)))
 }
 
 /// What a webhook sink's delivery thread counted.
@@ -417,14 +510,21 @@ pub struct DeliveryStats {
 }
 
 /// Delivers every batch from `queue`, in order, until the queue closes.
-fn run_delivery(name: &str, config: &WebhookConfig, queue: Receiver<Batch>) -> DeliveryStats {
+fn run_delivery(name: &str, config: &WebhookConfig, queue: Receiver<Delivery>) -> DeliveryStats {
     let client = Client::new(config);
     let mut stats = DeliveryStats::default();
-    for batch in queue {
+    for delivery in queue {
+        let batch = match delivery {
+            Delivery::Batch(batch) => batch,
+            Delivery::Flush(done) => {
+                let _ = done.send(());
+                continue;
+            }
+        };
         let outcome = deliver(
             config.retries,
             config.backoff,
-            || client.post(&batch.body),
+            || client.post(&batch.body, &batch.key),
             std::thread::sleep,
         );
         stats.retried += u64::from(outcome.attempts - 1);
@@ -451,8 +551,11 @@ fn run_delivery(name: &str, config: &WebhookConfig, queue: Receiver<Batch>) -> D
 pub struct WebhookSink {
     name: String,
     /// Closed (`None`) by `finish`, which ends the delivery thread.
-    queue: Option<SyncSender<Batch>>,
+    queue: Option<SyncSender<Delivery>>,
     worker: Option<JoinHandle<DeliveryStats>>,
+    /// Non-empty batches written (restored by a restore), numbering them
+    /// for their idempotency keys.
+    batches: u64,
 }
 
 impl WebhookSink {
@@ -470,7 +573,19 @@ impl WebhookSink {
             name: name.to_string(),
             queue: Some(tx),
             worker: Some(worker),
+            batches: 0,
         })
+    }
+
+    /// The queue, or the error for a sink written after `finish`.
+    fn queue(&self) -> Result<&SyncSender<Delivery>> {
+        self.queue.as_ref().ok_or_else(|| {
+            Error::Connector(format!("sink {}: written after it was finished", self.name))
+        })
+    }
+
+    fn thread_failed(&self) -> Error {
+        Error::Connector(format!("sink {}: the delivery thread failed", self.name))
     }
 
     /// Closes the queue and waits for the delivery thread to finish it;
@@ -491,20 +606,41 @@ impl Sink for WebhookSink {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        let Some(queue) = &self.queue else {
-            return Err(Error::Connector(format!(
-                "sink {}: written after it was finished",
-                self.name
-            )));
-        };
+        let queue = self.queue()?;
         let body = write_json_rows::<JsonArray>(batch, Vec::new())?;
+        let key = idempotency_key(&self.name, self.batches + 1, batch, &body)?;
         let batch = Batch {
             body,
             rows: batch.num_rows(),
+            key,
         };
-        queue.send(batch).map_err(|_| {
-            Error::Connector(format!("sink {}: the delivery thread failed", self.name))
-        })
+        queue
+            .send(Delivery::Batch(batch))
+            .map_err(|_| self.thread_failed())?;
+        self.batches += 1;
+        Ok(())
+    }
+
+    fn checkpoint(&mut self) -> Result<Option<SinkCommit>> {
+        let (done, flushed) = mpsc::sync_channel(1);
+        self.queue()?
+            .send(Delivery::Flush(done))
+            .map_err(|_| self.thread_failed())?;
+        flushed.recv().map_err(|_| self.thread_failed())?;
+        Ok(Some(serde_json::json!({ "batches": self.batches })))
+    }
+
+    fn restore(&mut self, commit: &SinkCommit) -> Result<()> {
+        self.batches = commit
+            .get("batches")
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| {
+                Error::Connector(format!(
+                    "sink {}: cannot restore from {commit}: it has no batch count",
+                    self.name
+                ))
+            })?;
+        Ok(())
     }
 
     fn finish(&mut self) -> Result<()> {
@@ -918,9 +1054,140 @@ mod tests {
         );
         let client = Client::new(&config);
         assert_eq!(
-            client.post(b"[]"),
+            client.post(b"[]", "k"),
             Attempt::Transient("no answer within 300ms".into())
         );
         drop(listener);
+    }
+
+    fn alert_rows(message: &str, at: i64) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("alert", DataType::Utf8, false),
+            Field::new("host", DataType::Utf8, true),
+            Field::new("state", DataType::Utf8, false),
+            Field::new(
+                "event_time",
+                DataType::Timestamp(TimeUnit::Millisecond, None),
+                false,
+            ),
+            Field::new("message", DataType::Utf8, true),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from(vec!["hot"])),
+                Arc::new(StringArray::from(vec![Some("a")])),
+                Arc::new(StringArray::from(vec!["firing"])),
+                Arc::new(TimestampMillisecondArray::from(vec![at])),
+                Arc::new(StringArray::from(vec![message])),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn idempotency_keys() {
+        let key = |sink: &str, number: u64, batch: &RecordBatch| {
+            let body = write_json_rows::<JsonArray>(batch, Vec::new()).unwrap();
+            idempotency_key(sink, number, batch, &body).unwrap()
+        };
+        let first = key("pager", 1, &batch());
+        assert_eq!(first.len(), 32);
+        assert!(first.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(first, key("pager", 1, &batch()), "stable");
+        assert_ne!(first, key("pager", 2, &batch()), "another batch number");
+        assert_ne!(first, key("other", 1, &batch()), "another sink");
+        assert_ne!(first, key("pager", 1, &batch().slice(0, 1)), "other rows");
+
+        // An alert's change is keyed by what it is, wherever it is sent.
+        let alert = key("pager", 1, &alert_rows("a at 91.5", 1000));
+        assert_eq!(alert, key("other", 7, &alert_rows("a at 91.5", 1000)));
+        assert_eq!(alert, key("pager", 1, &alert_rows("reworded", 1000)));
+        assert_ne!(alert, key("pager", 1, &alert_rows("a at 91.5", 2000)));
+        assert_eq!(alert_identity(&batch().schema()), None);
+        assert_eq!(
+            alert_identity(&alert_rows("", 0).schema()),
+            Some(vec![0, 1, 2, 3])
+        );
+    }
+
+    /// Each request's idempotency key and body, in arrival order.
+    type Seen = Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
+    /// A local receiver recording each request's idempotency key and body.
+    fn receiver() -> (String, Seen, tokio::runtime::Runtime) {
+        use axum::extract::State;
+        use axum::http::HeaderMap;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let received: Seen = Arc::default();
+        let app = axum::Router::new()
+            .route(
+                "/hook",
+                axum::routing::post(
+                    |State(seen): State<Seen>, headers: HeaderMap, body: String| async move {
+                        let key = headers
+                            .get("idempotency-key")
+                            .map(|k| k.to_str().unwrap().to_string())
+                            .unwrap_or_default();
+                        seen.lock().unwrap().push((key, body));
+                    },
+                ),
+            )
+            .with_state(received.clone());
+        runtime.spawn(async move { axum::serve(listener, app).await });
+        (url, received, runtime)
+    }
+
+    #[test]
+    fn a_restore_sends_the_batches_after_the_checkpoint_with_their_keys() {
+        let (url, received, _runtime) = receiver();
+        let config = WebhookConfig {
+            url,
+            retries: 0,
+            backoff: Duration::from_millis(1),
+            timeout: Duration::from_secs(5),
+            headers: vec![],
+        };
+        let rows = [
+            batch().slice(0, 1),
+            batch().slice(1, 1),
+            batch().slice(0, 1),
+        ];
+        let mut sink = WebhookSink::open("pager", &config).unwrap();
+        sink.write(&rows[0]).unwrap();
+        let commit = sink.checkpoint().unwrap().unwrap();
+        // Delivered before the checkpoint returned.
+        assert_eq!(received.lock().unwrap().len(), 1);
+        assert_eq!(commit, serde_json::json!({"batches": 1}));
+        sink.write(&rows[1]).unwrap();
+        sink.write(&rows[2]).unwrap();
+        sink.close().unwrap();
+
+        let mut sink = WebhookSink::open("pager", &config).unwrap();
+        sink.restore(&commit).unwrap();
+        sink.write(&rows[1]).unwrap();
+        sink.write(&rows[2]).unwrap();
+        sink.close().unwrap();
+        let received = received.lock().unwrap().clone();
+        let keys: Vec<&str> = received.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys.len(), 5);
+        assert_eq!(keys[1..3], keys[3..5], "sent again with the same keys");
+        // Rows 0 and 2 are equal, yet their batches are not the same delivery.
+        assert_eq!(received[0].1, received[2].1);
+        assert_ne!(keys[0], keys[2]);
+        assert_ne!(keys[0], keys[1]);
+        let err = sink
+            .restore(&serde_json::json!({}))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("has no batch count"), "{err}");
     }
 }

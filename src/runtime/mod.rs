@@ -9,6 +9,7 @@
 
 pub mod live;
 mod merge;
+pub mod wal;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

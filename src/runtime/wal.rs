@@ -1,0 +1,1054 @@
+//! A write-ahead log for rows pushed into a stream: a push is acknowledged
+//! once its rows are on disk, so a checkpoint can record a log position
+//! and a restore can replay what came after it.
+//!
+//! # Files
+//!
+//! One log per push stream, in `DIR/<stream>/`, the stream's name made
+//! safe for a file name (letters, digits, `_`, `-` kept; every other byte
+//! as `%XX`):
+//!
+//! - `schema.arrow`: the stream's schema, as an Arrow IPC stream with no
+//!   batches.
+//! - `segment-<first seq>.log` (the sequence number in 20 digits, so names
+//!   sort in log order): records, one after another. A record is a 20-byte
+//!   header, all little-endian: payload length (u32), sequence number
+//!   (u64), CRC-32 of those 12 bytes (u32), CRC-32 of the payload (u32);
+//!   then the payload, one batch as an Arrow IPC stream. Sequence numbers
+//!   start at 1 and go up by one across segments and restarts.
+//!
+//! A new segment is started when a record would take the current one past
+//! [`WalOptions::segment_bytes`]; [`Wal::truncate_through`] deletes whole
+//! segments, never the last one.
+//!
+//! # Recovery
+//!
+//! [`Wal::open`] reads every record. A crash while appending can leave the
+//! end of the last segment torn: a partial header or payload, a payload
+//! whose checksum fails with nothing after it, or zero bytes where a header
+//! should be. That tail is cut off, with a warning on stderr; those records
+//! were never acknowledged. Anything bad before the tail (a bad header or
+//! checksum with records after it, a sequence number out of order, a bad
+//! earlier segment) is damage, not a torn write: an error naming the file
+//! and the offset.
+//!
+//! A log whose schema differs from the stream's (the stream was declared
+//! again with other columns) is not replayed: its folder is renamed aside
+//! to `<stream>.replaced-<N>` (the first free N), kept for inspection, and
+//! a new log starts. Its sequence numbers go on from the old log's last, so
+//! a position recorded against the old log never skips records of the new.
+//!
+//! # Group commit
+//!
+//! Appends are queued to one writer thread, which takes everything queued
+//! (at most [`GROUP_RECORDS`] records or [`GROUP_BYTES`] bytes at a time),
+//! writes it and fsyncs once. An append arriving while an fsync is in
+//! flight is in the next group, so it waits at most for the fsync in
+//! flight and its own (more only when over a thousand records queue up at
+//! once).
+
+use std::collections::VecDeque;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::ipc::reader::StreamReader;
+use datafusion::arrow::ipc::writer::StreamWriter;
+use datafusion::arrow::record_batch::RecordBatch;
+use tokio::sync::oneshot;
+
+use crate::error::{Error, Result};
+
+/// Most records one fsync covers.
+pub const GROUP_RECORDS: usize = 1024;
+
+/// Most payload bytes one fsync covers (a single larger record still goes
+/// alone).
+pub const GROUP_BYTES: u64 = 16 << 20;
+
+/// What a full log tells the pusher to wait before trying again: space
+/// comes back when a checkpoint lets [`Wal::truncate_through`] run.
+pub const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Bytes of a record's header.
+const HEADER: usize = 20;
+
+const SCHEMA_FILE: &str = "schema.arrow";
+
+/// Limits of a [`Wal`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalOptions {
+    /// Most bytes the log may hold; an append past it is refused with
+    /// [`Error::Overloaded`].
+    pub max_bytes: u64,
+    /// The size at which a new segment is started.
+    pub segment_bytes: u64,
+}
+
+impl Default for WalOptions {
+    fn default() -> Self {
+        WalOptions {
+            max_bytes: 1 << 30,
+            segment_bytes: 64 << 20,
+        }
+    }
+}
+
+/// The write-ahead log of one push stream; see the [module docs](self).
+pub struct Wal {
+    shared: Arc<Shared>,
+    queue: Option<mpsc::Sender<Append>>,
+    writer: Option<JoinHandle<()>>,
+}
+
+/// What the appenders, the writer thread and readers share.
+struct Shared {
+    dir: PathBuf,
+    schema: SchemaRef,
+    options: WalOptions,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// Durable segments, oldest first; never empty.
+    segments: Vec<Segment>,
+    /// The last durable record.
+    last_seq: u64,
+    /// Bytes on disk, all segments.
+    bytes: u64,
+    /// Bytes of queued records not yet written.
+    reserved: u64,
+    /// Why the log stopped taking appends (a write or fsync failed).
+    failed: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Segment {
+    path: PathBuf,
+    first_seq: u64,
+    /// The segment's records are `first_seq..=last_seq`; `first_seq - 1`
+    /// when it has none.
+    last_seq: u64,
+    /// Durable bytes: a reader reads no further.
+    bytes: u64,
+}
+
+/// One queued append.
+struct Append {
+    record: Vec<u8>,
+    reply: oneshot::Sender<Result<u64>>,
+}
+
+impl Wal {
+    /// Opens (or creates) the log of `stream` under `dir`, recovering it
+    /// (see the module docs).
+    pub fn open(dir: &Path, stream: &str, schema: SchemaRef, options: WalOptions) -> Result<Wal> {
+        let folder = dir.join(safe_name(stream));
+        let mut next_seq = 1;
+        if folder.exists() && !same_schema(&folder, &schema)? {
+            next_seq = scan_log(&folder)?.1 + 1;
+            set_aside(&folder)?;
+        }
+        fs::create_dir_all(&folder)
+            .map_err(|e| Error::io(format!("cannot create {}", folder.display()), e))?;
+        if !folder.join(SCHEMA_FILE).exists() {
+            write_schema(&folder, &schema)?;
+        }
+        let (mut segments, last_seq) = scan_log(&folder)?;
+        if segments.is_empty() {
+            let path = segment_path(&folder, next_seq);
+            create_segment(&path)?;
+            segments.push(Segment {
+                path,
+                first_seq: next_seq,
+                last_seq: next_seq - 1,
+                bytes: 0,
+            });
+        }
+        let last_seq = last_seq.max(next_seq - 1);
+        let bytes = segments.iter().map(|s| s.bytes).sum();
+        let shared = Arc::new(Shared {
+            dir: folder,
+            schema,
+            options,
+            state: Mutex::new(State {
+                segments,
+                last_seq,
+                bytes,
+                reserved: 0,
+                failed: None,
+            }),
+        });
+        let (queue, requests) = mpsc::channel();
+        let worker = shared.clone();
+        let writer = std::thread::Builder::new()
+            .name(format!("wal-{stream}"))
+            .spawn(move || write_loop(&worker, requests))
+            .map_err(|e| Error::io("cannot start the write-ahead log writer", e))?;
+        Ok(Wal {
+            shared,
+            queue: Some(queue),
+            writer: Some(writer),
+        })
+    }
+
+    /// Appends `batch` and returns its sequence number once it is on disk.
+    /// A log that would grow past [`WalOptions::max_bytes`] refuses it with
+    /// [`Error::Overloaded`] and writes nothing.
+    pub async fn append(&self, batch: &RecordBatch) -> Result<u64> {
+        if batch.schema().fields() != self.shared.schema.fields() {
+            return Err(Error::Plan(format!(
+                "write-ahead log {}: the batch's columns are not the stream's",
+                self.shared.dir.display()
+            )));
+        }
+        let record = encode_batch(batch)?;
+        self.reserve(record.len() as u64 + HEADER as u64)?;
+        let (reply, answer) = oneshot::channel();
+        let queued = self
+            .queue
+            .as_ref()
+            .is_some_and(|q| q.send(Append { record, reply }).is_ok());
+        if !queued {
+            return Err(self.writer_gone());
+        }
+        answer.await.unwrap_or_else(|_| Err(self.writer_gone()))
+    }
+
+    fn writer_gone(&self) -> Error {
+        Error::Connector(format!(
+            "write-ahead log {}: the writer thread has stopped",
+            self.shared.dir.display()
+        ))
+    }
+
+    /// Counts `size` bytes against the bound before the record is queued.
+    fn reserve(&self, size: u64) -> Result<()> {
+        let mut state = self.shared.lock();
+        if let Some(failed) = &state.failed {
+            return Err(Error::Connector(failed.clone()));
+        }
+        let max = self.shared.options.max_bytes;
+        if size > max {
+            return Err(Error::Plan(format!(
+                "write-ahead log {}: a batch of {size} bytes is larger than the log may hold \
+                 ({max} bytes)",
+                self.shared.dir.display()
+            )));
+        }
+        if state.bytes + state.reserved + size > max {
+            return Err(Error::Overloaded {
+                message: format!(
+                    "write-ahead log {} is full ({} of {max} bytes); it shrinks after the next \
+                     checkpoint",
+                    self.shared.dir.display(),
+                    state.bytes + state.reserved
+                ),
+                retry_after: RETRY_AFTER,
+            });
+        }
+        state.reserved += size;
+        Ok(())
+    }
+
+    /// The sequence number of the last record on disk (0 for none yet).
+    pub fn last_seq(&self) -> u64 {
+        self.shared.lock().last_seq
+    }
+
+    /// Bytes the log holds on disk.
+    pub fn bytes(&self) -> u64 {
+        self.shared.lock().bytes
+    }
+
+    /// The records after `after`, in order.
+    pub fn replay(&self, after: u64) -> Result<Vec<(u64, RecordBatch)>> {
+        let segments: Vec<Segment> = self
+            .shared
+            .lock()
+            .segments
+            .iter()
+            .filter(|s| s.last_seq > after)
+            .cloned()
+            .collect();
+        let mut out = Vec::new();
+        for segment in segments {
+            let data = read_prefix(&segment.path, segment.bytes)?;
+            let scan = scan_records(&segment.path, &data, segment.first_seq, false)?;
+            for (seq, range) in scan.records {
+                if seq > after {
+                    out.push((
+                        seq,
+                        decode_batch(&segment.path, range.0, &data[range.0 + HEADER..range.1])?,
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes the segments whose records all have sequence numbers up to
+    /// `seq` (the last segment stays, as appends go there).
+    pub fn truncate_through(&self, seq: u64) -> Result<()> {
+        let mut state = self.shared.lock();
+        while state.segments.len() > 1 && state.segments[0].last_seq <= seq {
+            let segment = state.segments.remove(0);
+            state.bytes -= segment.bytes;
+            match fs::remove_file(&segment.path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    let context = format!("cannot delete {}", segment.path.display());
+                    state.segments.insert(0, segment.clone());
+                    state.bytes += segment.bytes;
+                    return Err(Error::io(context, e));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Wal {
+    fn drop(&mut self) {
+        // The writer finishes what is queued, then ends.
+        drop(self.queue.take());
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The writer thread: takes a group of queued appends, writes and fsyncs
+/// it, answers every append of it, and again, until the log is dropped.
+fn write_loop(shared: &Shared, requests: mpsc::Receiver<Append>) {
+    let mut active = None;
+    while let Ok(first) = requests.recv() {
+        let mut group = VecDeque::from([first]);
+        let mut bytes = group[0].record.len() as u64;
+        while group.len() < GROUP_RECORDS && bytes < GROUP_BYTES {
+            match requests.try_recv() {
+                Ok(next) => {
+                    bytes += next.record.len() as u64;
+                    group.push_back(next);
+                }
+                Err(_) => break,
+            }
+        }
+        let answers = write_group(shared, &mut active, &group);
+        for (append, answer) in group.into_iter().zip(answers) {
+            let _ = append.reply.send(answer);
+        }
+    }
+}
+
+/// Writes `group` after the last durable record and fsyncs it; returns
+/// one answer per append. `active` is the open last segment.
+fn write_group(
+    shared: &Shared,
+    active: &mut Option<File>,
+    group: &VecDeque<Append>,
+) -> Vec<Result<u64>> {
+    let size: u64 = group.iter().map(|a| (a.record.len() + HEADER) as u64).sum();
+    let (mut segments, mut seq, failed) = {
+        let state = shared.lock();
+        (state.segments.clone(), state.last_seq, state.failed.clone())
+    };
+    let result = match failed {
+        Some(failed) => Err(failed),
+        None => append_records(shared, active, &mut segments, &mut seq, group)
+            .map_err(|e| e.to_string()),
+    };
+    let mut state = shared.lock();
+    state.reserved -= size;
+    match result {
+        Ok(()) => {
+            // Segments deleted meanwhile stay deleted.
+            let oldest = state.segments[0].first_seq;
+            segments.retain(|s| s.first_seq >= oldest);
+            state.bytes = segments.iter().map(|s| s.bytes).sum();
+            state.segments = segments;
+            let first = state.last_seq + 1;
+            state.last_seq = seq;
+            (first..=seq).map(Ok).collect()
+        }
+        Err(why) => {
+            state.failed.get_or_insert(why.clone());
+            group
+                .iter()
+                .map(|_| Err(Error::Connector(why.clone())))
+                .collect()
+        }
+    }
+}
+
+/// Writes the records of `group`, rolling segments as needed, and fsyncs
+/// every file written. On failure the segments written are cut back to
+/// their durable length, best effort.
+fn append_records(
+    shared: &Shared,
+    active: &mut Option<File>,
+    segments: &mut Vec<Segment>,
+    seq: &mut u64,
+    group: &VecDeque<Append>,
+) -> Result<()> {
+    let durable: Vec<(PathBuf, u64)> = segments.iter().map(|s| (s.path.clone(), s.bytes)).collect();
+    let result = (|| {
+        for append in group {
+            let size = (append.record.len() + HEADER) as u64;
+            let last = segments.last().expect("a log has a segment");
+            if last.bytes > 0 && last.bytes + size > shared.options.segment_bytes {
+                if let Some(file) = active.take() {
+                    sync(&file, &last.path)?;
+                }
+                let path = segment_path(&shared.dir, *seq + 1);
+                create_segment(&path)?;
+                segments.push(Segment {
+                    path,
+                    first_seq: *seq + 1,
+                    last_seq: *seq,
+                    bytes: 0,
+                });
+            }
+            let segment = segments.last_mut().expect("a log has a segment");
+            if active.is_none() {
+                *active = Some(open_append(&segment.path)?);
+            }
+            let file = active.as_mut().expect("just opened");
+            *seq += 1;
+            file.write_all(&record_header(*seq, &append.record))
+                .and_then(|()| file.write_all(&append.record))
+                .map_err(|e| Error::io(format!("writing {}", segment.path.display()), e))?;
+            segment.bytes += size;
+            segment.last_seq = *seq;
+        }
+        match (active.as_ref(), segments.last()) {
+            (Some(file), Some(segment)) => sync(file, &segment.path),
+            _ => Ok(()),
+        }
+    })();
+    if result.is_err() {
+        *active = None;
+        for segment in segments.iter() {
+            match durable.iter().find(|(path, _)| *path == segment.path) {
+                Some((path, bytes)) => {
+                    if let Ok(file) = OpenOptions::new().write(true).open(path) {
+                        let _ = file.set_len(*bytes);
+                    }
+                }
+                None => {
+                    let _ = fs::remove_file(&segment.path);
+                }
+            }
+        }
+    }
+    result
+}
+
+fn sync(file: &File, path: &Path) -> Result<()> {
+    file.sync_data()
+        .map_err(|e| Error::io(format!("cannot sync {}", path.display()), e))
+}
+
+fn open_append(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))
+}
+
+/// Creates an empty segment and makes its name durable.
+fn create_segment(path: &Path) -> Result<()> {
+    File::create(path).map_err(|e| Error::io(format!("cannot create {}", path.display()), e))?;
+    sync_dir(path.parent().expect("a segment is in a folder"))
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(format!("cannot sync {}", dir.display()), e))
+}
+
+fn record_header(seq: u64, payload: &[u8]) -> [u8; HEADER] {
+    let mut header = [0u8; HEADER];
+    header[0..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    header[4..12].copy_from_slice(&seq.to_le_bytes());
+    let header_crc = crc32fast::hash(&header[0..12]);
+    header[12..16].copy_from_slice(&header_crc.to_le_bytes());
+    header[16..20].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    header
+}
+
+fn encode_batch(batch: &RecordBatch) -> Result<Vec<u8>> {
+    let mut writer = StreamWriter::try_new(Vec::new(), &batch.schema())?;
+    writer.write(batch)?;
+    writer.finish()?;
+    let record = writer.into_inner()?;
+    if record.len() > u32::MAX as usize {
+        return Err(Error::Plan(format!(
+            "a batch of {} bytes is too large for the write-ahead log",
+            record.len()
+        )));
+    }
+    Ok(record)
+}
+
+fn decode_batch(path: &Path, offset: usize, payload: &[u8]) -> Result<RecordBatch> {
+    let bad = |why: String| {
+        Error::Connector(format!(
+            "write-ahead log {} at offset {offset}: {why}",
+            path.display()
+        ))
+    };
+    let mut reader =
+        StreamReader::try_new(payload, None).map_err(|e| bad(format!("bad batch: {e}")))?;
+    match reader.next() {
+        Some(batch) => batch.map_err(|e| bad(format!("bad batch: {e}"))),
+        None => Err(bad("the record holds no batch".into())),
+    }
+}
+
+/// `name` with every byte but letters, digits, `_` and `-` as `%XX`.
+fn safe_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for byte in name.bytes() {
+        if byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-' {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    if out.is_empty() {
+        out.push_str("%00");
+    }
+    out
+}
+
+fn segment_path(dir: &Path, first_seq: u64) -> PathBuf {
+    dir.join(format!("segment-{first_seq:020}.log"))
+}
+
+fn write_schema(folder: &Path, schema: &SchemaRef) -> Result<()> {
+    let mut writer = StreamWriter::try_new(Vec::new(), schema)?;
+    writer.finish()?;
+    let bytes = writer.into_inner()?;
+    let temp = folder.join(format!("{SCHEMA_FILE}.new"));
+    let path = folder.join(SCHEMA_FILE);
+    File::create(&temp)
+        .and_then(|mut f| f.write_all(&bytes).and_then(|()| f.sync_all()))
+        .and_then(|()| fs::rename(&temp, &path))
+        .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+    sync_dir(folder)
+}
+
+/// Whether the log in `folder` holds rows of `schema` (a log without a
+/// schema file holds none yet, so it does).
+fn same_schema(folder: &Path, schema: &SchemaRef) -> Result<bool> {
+    let path = folder.join(SCHEMA_FILE);
+    let file = match File::open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+        Err(e) => return Err(Error::io(format!("cannot read {}", path.display()), e)),
+    };
+    let reader = StreamReader::try_new(std::io::BufReader::new(file), None).map_err(|e| {
+        Error::Connector(format!(
+            "write-ahead log {}: bad schema: {e}",
+            path.display()
+        ))
+    })?;
+    Ok(reader.schema().fields() == schema.fields())
+}
+
+/// Renames `folder` to `<folder>.replaced-<N>`, the first free N.
+fn set_aside(folder: &Path) -> Result<()> {
+    let name = folder
+        .file_name()
+        .expect("a log folder has a name")
+        .to_string_lossy();
+    let target = (1..)
+        .map(|n| folder.with_file_name(format!("{name}.replaced-{n}")))
+        .find(|p| !p.exists())
+        .expect("a free name");
+    fs::rename(folder, &target).map_err(|e| {
+        Error::io(
+            format!(
+                "cannot move {} aside to {}",
+                folder.display(),
+                target.display()
+            ),
+            e,
+        )
+    })?;
+    eprintln!(
+        "vigil: the stream's columns changed: its old write-ahead log was moved to {}",
+        target.display()
+    );
+    Ok(())
+}
+
+fn read_prefix(path: &Path, bytes: u64) -> Result<Vec<u8>> {
+    let mut data = Vec::with_capacity(bytes as usize);
+    File::open(path)
+        .and_then(|f| f.take(bytes).read_to_end(&mut data))
+        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+    Ok(data)
+}
+
+/// What reading one segment found.
+struct Scan {
+    /// Each record's sequence number and byte range (header included).
+    records: Vec<(u64, (usize, usize))>,
+    /// Where the good records end.
+    end: usize,
+}
+
+/// Reads the records of a segment whose first record is `first_seq`. With
+/// `last`, a torn tail ends the scan; otherwise (and for damage before the
+/// tail) a bad record is an error naming `path` and its offset.
+fn scan_records(path: &Path, data: &[u8], first_seq: u64, last: bool) -> Result<Scan> {
+    let bad = |offset: usize, why: &str| {
+        Error::Connector(format!(
+            "write-ahead log {} is damaged at offset {offset}: {why}",
+            path.display()
+        ))
+    };
+    let mut records = Vec::new();
+    let mut at = 0;
+    while at < data.len() {
+        let rest = &data[at..];
+        let torn = |why: &str| if last { Ok(()) } else { Err(bad(at, why)) };
+        if rest.len() < HEADER {
+            torn("a partial record header")?;
+            break;
+        }
+        let header = &rest[..HEADER];
+        let stored_crc = u32::from_le_bytes(header[12..16].try_into().expect("4 bytes"));
+        if crc32fast::hash(&header[0..12]) != stored_crc {
+            // Zeros to the end: space the crash allocated, never written.
+            if rest.iter().all(|&b| b == 0) {
+                torn("")?;
+                break;
+            }
+            return Err(bad(at, "bad record header checksum"));
+        }
+        let length = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) as usize;
+        let seq = u64::from_le_bytes(header[4..12].try_into().expect("8 bytes"));
+        let expected = first_seq + records.len() as u64;
+        if seq != expected {
+            return Err(bad(
+                at,
+                &format!("sequence number {seq} where {expected} was expected"),
+            ));
+        }
+        let end = at + HEADER + length;
+        if end > data.len() {
+            torn("a partial record")?;
+            break;
+        }
+        let payload_crc = u32::from_le_bytes(header[16..20].try_into().expect("4 bytes"));
+        if crc32fast::hash(&data[at + HEADER..end]) != payload_crc {
+            if end == data.len() {
+                torn("bad record checksum")?;
+                break;
+            }
+            return Err(bad(at, "bad record checksum"));
+        }
+        records.push((seq, (at, end)));
+        at = end;
+    }
+    let end = records.last().map_or(0, |r| r.1.1);
+    Ok(Scan { records, end })
+}
+
+/// Reads the segments of the log in `folder`, cutting a torn tail off the
+/// last one; returns them and the last sequence number (0 if none).
+fn scan_log(folder: &Path) -> Result<(Vec<Segment>, u64)> {
+    let mut paths = Vec::new();
+    let entries = fs::read_dir(folder)
+        .map_err(|e| Error::io(format!("cannot read {}", folder.display()), e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(format!("cannot read {}", folder.display()), e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(first) = name
+            .strip_prefix("segment-")
+            .and_then(|n| n.strip_suffix(".log"))
+        {
+            let first: u64 = first.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                Error::Connector(format!(
+                    "write-ahead log {}: unexpected file {name}",
+                    folder.display()
+                ))
+            })?;
+            paths.push((first, entry.path()));
+        }
+    }
+    paths.sort();
+    let mut segments = Vec::new();
+    let mut last_seq = 0;
+    let count = paths.len();
+    for (i, (first_seq, path)) in paths.into_iter().enumerate() {
+        if i > 0 && first_seq != last_seq + 1 {
+            return Err(Error::Connector(format!(
+                "write-ahead log {}: starts at record {first_seq}, but the segment before \
+                 ends at {last_seq}",
+                path.display()
+            )));
+        }
+        let data =
+            fs::read(&path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        let is_last = i + 1 == count;
+        let scan = scan_records(&path, &data, first_seq, is_last)?;
+        if scan.end < data.len() {
+            cut_tail(&path, scan.end, data.len())?;
+        }
+        last_seq = first_seq + scan.records.len() as u64 - 1;
+        segments.push(Segment {
+            path,
+            first_seq,
+            last_seq,
+            bytes: scan.end as u64,
+        });
+    }
+    Ok((segments, last_seq))
+}
+
+fn cut_tail(path: &Path, end: usize, length: usize) -> Result<()> {
+    OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_len(end as u64).and_then(|()| f.sync_all()))
+        .map_err(|e| Error::io(format!("cannot cut the torn end off {}", path.display()), e))?;
+    eprintln!(
+        "vigil: write-ahead log {}: cut off a torn record at offset {end} ({} bytes, never \
+         acknowledged)",
+        path.display(),
+        length - end
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("n", DataType::Int64, false),
+            Field::new("host", DataType::Utf8, true),
+        ]))
+    }
+
+    fn batch(n: i64) -> RecordBatch {
+        RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(Int64Array::from(vec![n, n + 1])),
+                Arc::new(StringArray::from(vec![Some(format!("h{n}")), None])),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn first_value(batch: &RecordBatch) -> i64 {
+        batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap()
+            .value(0)
+    }
+
+    fn open(dir: &Path, options: WalOptions) -> Wal {
+        Wal::open(dir, "cpu/metrics", schema(), options).unwrap()
+    }
+
+    fn block<T>(future: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(future)
+    }
+
+    fn append_all(wal: &Wal, values: impl IntoIterator<Item = i64>) -> Vec<u64> {
+        block(async {
+            let mut seqs = Vec::new();
+            for n in values {
+                seqs.push(wal.append(&batch(n)).await.unwrap());
+            }
+            seqs
+        })
+    }
+
+    /// The records after `after` as (seq, first value).
+    fn replayed(wal: &Wal, after: u64) -> Vec<(u64, i64)> {
+        wal.replay(after)
+            .unwrap()
+            .iter()
+            .map(|(seq, b)| (*seq, first_value(b)))
+            .collect()
+    }
+
+    /// The only segment of the log, or the last.
+    fn last_segment(dir: &Path) -> PathBuf {
+        let folder = dir.join("cpu%2Fmetrics");
+        let mut segments: Vec<PathBuf> = fs::read_dir(folder)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .collect();
+        segments.sort();
+        segments.pop().unwrap()
+    }
+
+    #[test]
+    fn appends_replay_across_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = open(dir.path(), WalOptions::default());
+        assert_eq!(wal.last_seq(), 0);
+        assert_eq!(append_all(&wal, [10, 20, 30]), [1, 2, 3]);
+        assert_eq!(replayed(&wal, 1), [(2, 20), (3, 30)]);
+        let bytes = wal.bytes();
+        drop(wal);
+
+        let wal = open(dir.path(), WalOptions::default());
+        assert_eq!((wal.last_seq(), wal.bytes()), (3, bytes));
+        assert_eq!(replayed(&wal, 0), [(1, 10), (2, 20), (3, 30)]);
+        assert_eq!(append_all(&wal, [40]), [4]);
+        assert_eq!(wal.replay(0).unwrap()[3].1, batch(40));
+        assert!(replayed(&wal, 4).is_empty());
+    }
+
+    #[test]
+    fn a_torn_tail_is_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = open(dir.path(), WalOptions::default());
+        append_all(&wal, [1, 2, 3]);
+        drop(wal);
+        let path = last_segment(dir.path());
+        let length = fs::metadata(&path).unwrap().len();
+        for cut in [3, 50] {
+            let file = OpenOptions::new().write(true).open(&path).unwrap();
+            file.set_len(length - cut).unwrap();
+            drop(file);
+            let wal = open(dir.path(), WalOptions::default());
+            assert_eq!(replayed(&wal, 0), [(1, 1), (2, 2)]);
+            assert_eq!(append_all(&wal, [3]), [3], "the cut record's number again");
+            drop(wal);
+        }
+        // Zeros where the next header should be: allocated, never written.
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(&[0; 100]).unwrap();
+        drop(file);
+        let wal = open(dir.path(), WalOptions::default());
+        assert_eq!(replayed(&wal, 0), [(1, 1), (2, 2), (3, 3)]);
+    }
+
+    fn flip(path: &Path, offset: u64) {
+        let mut data = fs::read(path).unwrap();
+        data[offset as usize] ^= 0x40;
+        fs::write(path, data).unwrap();
+    }
+
+    #[test]
+    fn a_bad_last_record_is_cut_off_and_a_bad_earlier_one_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = open(dir.path(), WalOptions::default());
+        append_all(&wal, [1, 2, 3]);
+        let record = wal.bytes() / 3;
+        drop(wal);
+        let path = last_segment(dir.path());
+        flip(&path, 3 * record - 5);
+        let wal = open(dir.path(), WalOptions::default());
+        assert_eq!(replayed(&wal, 0), [(1, 1), (2, 2)]);
+        drop(wal);
+
+        // The payload of the first of two records.
+        flip(&path, HEADER as u64 + 10);
+        let err = Wal::open(dir.path(), "cpu/metrics", schema(), WalOptions::default())
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            err,
+            format!(
+                "write-ahead log {} is damaged at offset 0: bad record checksum",
+                path.display()
+            )
+        );
+        // A header, the second record's.
+        flip(&path, HEADER as u64 + 10);
+        flip(&path, record + 5);
+        let err = Wal::open(dir.path(), "cpu/metrics", schema(), WalOptions::default())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.ends_with(&format!("at offset {record}: bad record header checksum")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn concurrent_appends_share_fsyncs_and_get_unique_numbers() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = Arc::new(open(dir.path(), WalOptions::default()));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .build()
+            .unwrap();
+        let seqs = runtime.block_on(async {
+            let tasks: Vec<_> = (0..8)
+                .map(|task| {
+                    let wal = wal.clone();
+                    tokio::spawn(async move {
+                        let mut seqs = Vec::new();
+                        for i in 0..200 {
+                            let value = task * 1000 + i;
+                            seqs.push((wal.append(&batch(value)).await.unwrap(), value));
+                        }
+                        seqs
+                    })
+                })
+                .collect();
+            let mut all = Vec::new();
+            for task in tasks {
+                let seqs = task.await.unwrap();
+                // Each task's own appends come back in increasing order.
+                assert!(seqs.windows(2).all(|w| w[0].0 < w[1].0));
+                all.extend(seqs);
+            }
+            all
+        });
+        let mut seqs = seqs;
+        seqs.sort();
+        assert_eq!(
+            seqs.iter().map(|s| s.0).collect::<Vec<_>>(),
+            (1..=1600).collect::<Vec<_>>()
+        );
+        assert_eq!(wal.last_seq(), 1600);
+        let replay = replayed(&wal, 0);
+        assert_eq!(
+            replay,
+            seqs.iter().map(|&(s, v)| (s, v)).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn truncation_deletes_whole_old_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = WalOptions {
+            max_bytes: 1 << 30,
+            segment_bytes: 1000,
+        };
+        let wal = open(dir.path(), options);
+        append_all(&wal, 1..=20);
+        let folder = dir.path().join("cpu%2Fmetrics");
+        let segments = |folder: &Path| {
+            fs::read_dir(folder)
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .path()
+                        .extension()
+                        .is_some_and(|x| x == "log")
+                })
+                .count()
+        };
+        let before = segments(&folder);
+        assert!(before > 3, "{before} segments");
+        let bytes = wal.bytes();
+        wal.truncate_through(10).unwrap();
+        assert!(segments(&folder) < before);
+        assert!(wal.bytes() < bytes);
+        // Only whole segments go: everything after 10 is still there, and
+        // maybe some records before it.
+        let replay = replayed(&wal, 0);
+        assert!(
+            replay[0].0 <= 11 && replay.last().unwrap().0 == 20,
+            "{replay:?}"
+        );
+        assert_eq!(
+            replayed(&wal, 10),
+            (11..=20).map(|n| (n, n as i64)).collect::<Vec<_>>()
+        );
+        // Through the end: the last segment stays, for the appends to come.
+        wal.truncate_through(20).unwrap();
+        assert_eq!(segments(&folder), 1);
+        assert_eq!(append_all(&wal, [21]), [21]);
+        drop(wal);
+        let wal = open(dir.path(), options);
+        assert_eq!(wal.last_seq(), 21);
+        assert_eq!(replayed(&wal, 20), [(21, 21)]);
+    }
+
+    #[test]
+    fn a_full_log_refuses_appends_until_truncated() {
+        let dir = tempfile::tempdir().unwrap();
+        let probe = open(&dir.path().join("probe"), WalOptions::default());
+        append_all(&probe, [1]);
+        let record = probe.bytes();
+        let options = WalOptions {
+            max_bytes: 3 * record + record / 2,
+            segment_bytes: record,
+        };
+        let wal = open(dir.path(), options);
+        append_all(&wal, [1, 2, 3]);
+        let err = block(wal.append(&batch(4))).unwrap_err();
+        let Error::Overloaded {
+            message,
+            retry_after,
+        } = err
+        else {
+            panic!("not overloaded: {err}")
+        };
+        assert!(message.contains("is full"), "{message}");
+        assert_eq!(retry_after, RETRY_AFTER);
+        assert_eq!((wal.last_seq(), wal.bytes()), (3, 3 * record));
+        wal.truncate_through(2).unwrap();
+        assert_eq!(append_all(&wal, [4]), [4]);
+        assert_eq!(replayed(&wal, 2), [(3, 3), (4, 4)]);
+    }
+
+    #[test]
+    fn a_stream_with_other_columns_starts_a_new_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = open(dir.path(), WalOptions::default());
+        append_all(&wal, [1, 2]);
+        drop(wal);
+        let other = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+        let wal = Wal::open(dir.path(), "cpu/metrics", other, WalOptions::default()).unwrap();
+        assert_eq!(wal.last_seq(), 2, "numbers go on");
+        assert!(wal.replay(0).unwrap().is_empty());
+        assert!(
+            dir.path()
+                .join("cpu%2Fmetrics.replaced-1/schema.arrow")
+                .exists()
+        );
+        let err = block(wal.append(&batch(3))).unwrap_err().to_string();
+        assert!(err.contains("not the stream's"), "{err}");
+    }
+
+    #[test]
+    fn stream_names_are_made_safe() {
+        assert_eq!(safe_name("cpu_1-x"), "cpu_1-x");
+        assert_eq!(safe_name("../a b"), "%2E%2E%2Fa%20b");
+        assert_eq!(safe_name(""), "%00");
+    }
+}
