@@ -194,9 +194,9 @@ mod tests {
             alpha: 0.5,
             value: None,
         };
-        restored.merge_batch(&[state.clone()]).unwrap();
+        restored.merge_batch(std::slice::from_ref(&state)).unwrap();
         let more: ArrayRef = Arc::new(Float64Array::from(vec![0.1, 7.3]));
-        acc.update_batch(&[more.clone()]).unwrap();
+        acc.update_batch(std::slice::from_ref(&more)).unwrap();
         restored.update_batch(&[more]).unwrap();
         assert_eq!(restored.evaluate().unwrap(), acc.evaluate().unwrap());
         assert!(restored.merge_batch(&[state]).is_err());
