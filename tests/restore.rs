@@ -196,3 +196,268 @@ fn a_stateless_query_passes_barriers_and_restores_as_is() {
         &[("m.csv", METRICS)],
     );
 }
+
+// --- aggregating operators (opsa)
+
+/// Two keys (one of them NULL on some rows), NULL values, out-of-order
+/// rows, and rows that arrive after their window fired: with a delay of
+/// one second, 4000 comes after the watermark passed 10000 and 14000 after
+/// it passed 20000; 5000 comes after 15000.
+const LATE_METRICS: &str = "ts,host,dc,cpu
+1000,a,x,1.0
+2000,b,y,5.0
+1500,,x,2.25
+2500,a,y,
+11000,a,x,3.0
+4000,a,x,2.0
+12500,,y,7.0
+16000,b,x,
+5000,b,y,4.0
+21000,a,x,6.0
+14000,a,x,2.5
+22000,b,y,0.1
+31000,b,x,9.5
+32000,,x,0.3";
+
+fn late_stream(lateness: &str) -> String {
+    let with = match lateness {
+        "" => String::new(),
+        l => format!(", allowed_lateness = '{l}'"),
+    };
+    format!(
+        "CREATE STREAM m (ts TIMESTAMP, host TEXT, dc TEXT, cpu DOUBLE, \
+         WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) WITH (path = 'm.csv'{with});\n"
+    )
+}
+
+fn restores_over_late_metrics(lateness: &str, query: &str) {
+    assert_restores(
+        &format!("{}{query}", late_stream(lateness)),
+        &[("m.csv", LATE_METRICS)],
+    );
+}
+
+const BASIC_AGGREGATES: &str = "count(*) AS n, count(cpu) AS n_cpu, sum(cpu) AS total, \
+     avg(cpu) AS mean, min(cpu) AS lo, max(cpu) AS hi, count(DISTINCT host) AS hosts";
+
+#[test]
+fn a_tumbling_window_restores_with_every_basic_aggregate() {
+    restores_over_late_metrics(
+        "",
+        &format!(
+            "SELECT window_start, window_end, host, {BASIC_AGGREGATES}
+             FROM TUMBLE(m, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end, host;"
+        ),
+    );
+}
+
+#[test]
+fn a_tumbling_window_restores_with_several_keys_and_null_keys() {
+    restores_over_late_metrics(
+        "",
+        "SELECT window_start, dc, host, count(*) AS n, sum(cpu) AS total
+         FROM TUMBLE(m, ts, INTERVAL '10' SECOND) GROUP BY window_start, dc, host;",
+    );
+}
+
+#[test]
+fn a_window_without_keys_restores() {
+    restores_over_late_metrics(
+        "",
+        "SELECT window_end, count(*) AS n, avg(cpu) AS mean
+         FROM TUMBLE(m, ts, INTERVAL '10' SECOND) GROUP BY window_end;",
+    );
+}
+
+#[test]
+fn a_hopping_window_restores_panes_shared_by_windows() {
+    restores_over_late_metrics(
+        "",
+        &format!(
+            "SELECT window_start, window_end, host, {BASIC_AGGREGATES}
+             FROM HOP(m, ts, INTERVAL '5' SECOND, INTERVAL '15' SECOND)
+             GROUP BY window_start, window_end, host;"
+        ),
+    );
+}
+
+#[test]
+fn quantiles_and_vigil_aggregates_restore_in_windows() {
+    let quantiles = "median(cpu) AS med, percentile_cont(cpu, 0.9) AS p90, \
+         approx_percentile_cont(cpu, 0.5) AS ap50, approx_percentile(cpu, 0.9) AS sk90, \
+         mad(cpu) AS spread, stddev(cpu) AS sd";
+    restores_over_late_metrics(
+        "",
+        &format!(
+            "SELECT window_start, host, {quantiles}, ewma(cpu, 0.3) AS smooth
+             FROM TUMBLE(m, ts, INTERVAL '10' SECOND) GROUP BY window_start, host;"
+        ),
+    );
+    restores_over_late_metrics(
+        "",
+        &format!(
+            "SELECT window_start, host, {quantiles}
+             FROM HOP(m, ts, INTERVAL '5' SECOND, INTERVAL '10' SECOND)
+             GROUP BY window_start, host;"
+        ),
+    );
+    restores_over_late_metrics(
+        "",
+        &format!(
+            "SELECT window_start, window_end, host, {quantiles}
+             FROM SESSION(m, ts, INTERVAL '3' SECOND) GROUP BY window_start, window_end, host;"
+        ),
+    );
+}
+
+#[test]
+fn session_windows_restore_open_and_merging_sessions() {
+    restores_over_late_metrics(
+        "",
+        &format!(
+            "SELECT window_start, window_end, host, {BASIC_AGGREGATES}
+             FROM SESSION(m, ts, INTERVAL '3' SECOND) GROUP BY window_start, window_end, host;"
+        ),
+    );
+    restores_over_late_metrics(
+        "",
+        "SELECT window_start, window_end, count(*) AS n, sum(cpu) AS total
+         FROM SESSION(m, ts, INTERVAL '2' SECOND) GROUP BY window_start, window_end;",
+    );
+}
+
+#[test]
+fn cascading_windows_restore() {
+    restores_over_late_metrics(
+        "",
+        "SELECT window_end, count(*) AS hosts, sum(n) AS rows_in, max(total) AS top
+         FROM (
+           SELECT window_start, window_end, host, count(*) AS n, sum(cpu) AS total
+           FROM HOP(m, ts, INTERVAL '5' SECOND, INTERVAL '10' SECOND)
+           GROUP BY window_start, window_end, host
+         )
+         GROUP BY window_start, window_end;",
+    );
+    restores_over_late_metrics(
+        "",
+        "CREATE VIEW per_host AS
+           SELECT window_start, window_end, host, avg(cpu) AS mean
+           FROM TUMBLE(m, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end, host;
+         SELECT window_start, count(*) AS hosts, max(mean) AS top
+         FROM per_host GROUP BY window_start, window_end;",
+    );
+}
+
+#[test]
+fn allowed_lateness_restores_windows_that_fire_again() {
+    let query = |window: &str| {
+        format!(
+            "SELECT window_start, window_end, host, count(*) AS n, sum(cpu) AS total, \
+             median(cpu) AS med FROM {window} GROUP BY window_start, window_end, host;"
+        )
+    };
+    for window in [
+        "TUMBLE(m, ts, INTERVAL '10' SECOND)",
+        "HOP(m, ts, INTERVAL '5' SECOND, INTERVAL '10' SECOND)",
+        "SESSION(m, ts, INTERVAL '3' SECOND)",
+    ] {
+        restores_over_late_metrics("5 seconds", &query(window));
+    }
+}
+
+#[test]
+fn emit_changes_restores_what_each_key_last_emitted() {
+    restores_over_late_metrics(
+        "",
+        "SELECT host, count(*) AS n, sum(cpu) AS total, max(cpu) AS hi, median(cpu) AS med,
+                count(DISTINCT dc) AS dcs
+         FROM m GROUP BY host EMIT CHANGES;",
+    );
+    restores_over_late_metrics(
+        "",
+        "SELECT dc, host, max(cpu) AS hi, mad(cpu) AS spread, approx_percentile(cpu, 0.5) AS sk50
+         FROM m GROUP BY dc, host EMIT CHANGES;",
+    );
+    restores_over_late_metrics(
+        "",
+        "SELECT count(*) AS n, min(cpu) AS lo FROM m EMIT CHANGES;",
+    );
+    restores_over_late_metrics(
+        "5 seconds",
+        "SELECT window_start, host, count(*) AS n, max(cpu) AS hi
+         FROM TUMBLE(m, ts, INTERVAL '10' SECOND) GROUP BY window_start, host EMIT CHANGES;",
+    );
+}
+
+#[test]
+fn emit_every_restores_windows_without_ticks() {
+    restores_over_late_metrics(
+        "",
+        "SELECT window_start, host, sum(cpu) AS total
+         FROM HOP(m, ts, INTERVAL '5' SECOND, INTERVAL '10' SECOND)
+         GROUP BY window_start, host EMIT EVERY INTERVAL '1' HOUR;",
+    );
+}
+
+/// Early results come on processing-time ticks, which the harness does not
+/// send: here the query is cut after every batch, restored, and both the
+/// original and the copy are ticked, then fed the rest, then ticked again.
+#[test]
+fn emit_every_restores_which_windows_changed_since_the_last_tick() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("m.csv"), LATE_METRICS).expect("writes");
+    let script = format!(
+        "{}SELECT window_start, host, sum(cpu) AS total, count(*) AS n
+         FROM HOP(m, ts, INTERVAL '5' SECOND, INTERVAL '10' SECOND)
+         GROUP BY window_start, host EMIT EVERY INTERVAL '1' HOUR;",
+        late_stream("")
+    );
+    let mode = ExecutionMode::MicroBatch;
+    let input = read_input(&plan(&script, dir.path(), mode), mode);
+    let ticked = |chains: &mut Vec<Chain>, from: usize| -> Vec<String> {
+        let mut rows = tick(chains);
+        for message in messages(&input[from..]) {
+            rows.extend(feed(chains, message));
+            rows.extend(tick(chains));
+        }
+        rows
+    };
+    for cut in 0..=input.len() {
+        let taken = Taken::default();
+        let mut first = chains(plan(&script, dir.path(), mode), &taken);
+        for batch in &input[..cut] {
+            feed(&mut first, Message::Batch(batch.clone()));
+        }
+        feed(&mut first, Message::Barrier(1));
+        let mut restored = chains(plan(&script, dir.path(), mode), &Taken::default());
+        for (stage, op, state) in std::mem::take(&mut *taken.lock().unwrap()) {
+            if let Some(state) = state {
+                restored[stage].restore(op, state).expect("restores");
+            }
+        }
+        let carried_on = ticked(&mut first, cut);
+        assert!(carried_on.iter().any(|r| r.starts_with("Early")));
+        assert_eq!(ticked(&mut restored, cut), carried_on, "cut at batch {cut}");
+    }
+}
+
+/// Ticks every chain, each one's output going through the chains after it.
+fn tick(chains: &mut [Chain]) -> Vec<String> {
+    let mut rows = Vec::new();
+    for i in 0..chains.len() {
+        let mut current = chains[i].tick().expect("ticks");
+        for chain in chains[i + 1..].iter_mut() {
+            let mut next = Vec::new();
+            for m in current {
+                next.extend(chain.process(m).expect("processes"));
+            }
+            current = next;
+        }
+        rows.extend(current.iter().flat_map(rows_of));
+    }
+    rows
+}
+
+fn rows_of(message: &Message) -> Vec<String> {
+    rows(message)
+}

@@ -4,19 +4,24 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, AsArray, UInt32Array};
-use datafusion::arrow::compute::take;
-use datafusion::arrow::datatypes::{SchemaRef, TimestampMillisecondType};
+use datafusion::arrow::array::{
+    ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array, new_empty_array,
+};
+use datafusion::arrow::compute::{concat_batches, take};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimestampMillisecondType};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
-use datafusion::logical_expr::Accumulator;
+use datafusion::logical_expr::{Accumulator, EmitTo};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::aggregates::group_values::{GroupValues, new_group_values};
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 
-use super::aggregate::{self, AggregateInputs, AggregateSpec, evaluate_all};
+use super::aggregate::{
+    self, AggregateInputs, AggregateSpec, checked_table, evaluate_all, int64s, sorted_by,
+};
 use super::{Message, Operator, RowKind};
 use crate::error::Result;
+use crate::state::OperatorState;
 
 /// The planner's description of a changelog aggregate.
 #[derive(Debug, Clone)]
@@ -257,6 +262,48 @@ impl Operator for ChangelogAggregateOp {
         self.output(&groups, &changed, out)
     }
 
+    /// Table `groups`: per window and group, its keys, accumulator states
+    /// and the values it last emitted, which a change is compared with;
+    /// keyed by the grouping keys other than the window.
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        let fields = self.group_fields()?;
+        let mut parts = vec![RecordBatch::new_empty(Arc::new(Schema::new(
+            fields.clone(),
+        )))];
+        let ends: Vec<i64> = self.states.keys().copied().collect();
+        for end in ends {
+            let keyed = self.states.get_mut(&end).expect("listed above");
+            parts.push(keyed.snapshot(&self.spec, &fields, end)?);
+        }
+        let groups = concat_batches(&parts[0].schema(), &parts)?;
+        let window = self.spec.window_end.map(|(column, _)| column);
+        let key_columns = (0..self.spec.group_schema.fields().len())
+            .filter(|&c| Some(c) != window)
+            .map(|c| GROUP_COLUMNS + c)
+            .collect();
+        let mut state = OperatorState::new();
+        state.add("groups", groups, key_columns);
+        Ok(Some(state))
+    }
+
+    fn restore(&mut self, state: OperatorState) -> Result<()> {
+        let table = checked_table(&state, "groups", &self.group_fields()?)?;
+        let table = sorted_by(&table, &[0, 1])?;
+        let ends = int64s(&table, 0)?.clone();
+        let mut row = 0;
+        while row < table.num_rows() {
+            let end = ends.value(row);
+            let run = (row..table.num_rows())
+                .take_while(|&r| ends.value(r) == end)
+                .count();
+            let mut keyed = self.new_keyed()?;
+            keyed.restore(&self.spec, &table.slice(row, run))?;
+            self.states.insert(end, keyed);
+            row += run;
+        }
+        Ok(())
+    }
+
     fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
         if self.spec.window_end.is_some() {
             let lateness = self.spec.lateness_ms;
@@ -266,4 +313,153 @@ impl Operator for ChangelogAggregateOp {
         out.push(Message::Watermark(watermark));
         Ok(())
     }
+}
+
+/// Leading columns of the `groups` state table, before the grouping,
+/// state and emitted columns: the window end (`i64::MAX` without a window)
+/// and the group id.
+const GROUP_COLUMNS: usize = 2;
+
+impl ChangelogAggregateOp {
+    /// Columns of the `groups` table: window end, group id, the grouping
+    /// columns, every aggregate's state, whether the group has emitted, and
+    /// the values it emitted last.
+    fn group_fields(&self) -> Result<Vec<Field>> {
+        let mut fields = vec![
+            Field::new("window_end", DataType::Int64, true),
+            Field::new("group", DataType::Int64, true),
+        ];
+        fields.extend(aggregate::nullable_fields(&self.spec.group_schema));
+        fields.extend(aggregate::state_fields(&self.spec.aggregates)?);
+        fields.push(Field::new("emitted", DataType::Boolean, true));
+        let values = self.spec.schema.fields().len() - self.spec.aggregates.len();
+        for (i, field) in self.spec.schema.fields().iter().skip(values).enumerate() {
+            let name = format!("{i}:emitted {}", field.name());
+            fields.push(Field::new(name, field.data_type().clone(), true));
+        }
+        Ok(fields)
+    }
+}
+
+impl Keyed {
+    /// The groups as rows of the `groups` table. `Accumulator::state` may
+    /// empty an accumulator, so each is rebuilt by merging its state into
+    /// a fresh one.
+    fn snapshot(
+        &mut self,
+        spec: &ChangelogAggregateSpec,
+        fields: &[Field],
+        end: i64,
+    ) -> Result<RecordBatch> {
+        let groups = self.accumulators.len();
+        let widths = aggregate::state_widths(&spec.aggregates)?;
+        let state_columns: usize = widths.iter().sum();
+        let mut states: Vec<Vec<ScalarValue>> = vec![Vec::with_capacity(groups); state_columns];
+        for accumulators in self.accumulators.iter_mut() {
+            let mut column = 0;
+            for (accumulator, aggregate) in accumulators.iter_mut().zip(&spec.aggregates) {
+                let state = accumulator.state()?;
+                let arrays: Vec<ArrayRef> = state
+                    .iter()
+                    .map(|v| v.to_array())
+                    .collect::<datafusion::error::Result<_>>()?;
+                let mut fresh = aggregate.function.create_accumulator()?;
+                fresh.merge_batch(&arrays)?;
+                *accumulator = fresh;
+                for value in state {
+                    states[column].push(value);
+                    column += 1;
+                }
+            }
+        }
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(vec![end; groups])),
+            Arc::new(Int64Array::from_iter_values(0..groups as i64)),
+        ];
+        columns.extend(self.key_columns(spec, groups)?);
+        let first_state = columns.len();
+        for (i, values) in states.into_iter().enumerate() {
+            columns.push(scalars_to_array(values, &fields[first_state + i])?);
+        }
+        let emitted = self.emitted.iter().map(|e| Some(e.is_some()));
+        columns.push(Arc::new(BooleanArray::from_iter(emitted)));
+        for agg in 0..spec.aggregates.len() {
+            let field = &fields[columns.len()];
+            let values: Vec<ScalarValue> = self
+                .emitted
+                .iter()
+                .map(|e| match e {
+                    Some(values) => Ok(values[agg].clone()),
+                    None => ScalarValue::try_from(field.data_type()),
+                })
+                .collect::<datafusion::error::Result<_>>()?;
+            columns.push(scalars_to_array(values, field)?);
+        }
+        aggregate::state_batch(fields.to_vec(), columns)
+    }
+
+    /// The grouping columns of the groups, in group-id order, leaving the
+    /// groups as they were.
+    fn key_columns(
+        &mut self,
+        spec: &ChangelogAggregateSpec,
+        groups: usize,
+    ) -> Result<Vec<ArrayRef>> {
+        let Some(values) = &mut self.keys else {
+            return Ok(Vec::new());
+        };
+        let keys = values.emit(EmitTo::All)?;
+        let mut fresh = new_group_values(spec.group_schema.clone(), &GroupOrdering::None)?;
+        fresh.intern(&keys, &mut self.ids)?;
+        *values = fresh;
+        debug_assert_eq!(values.len(), groups);
+        Ok(keys)
+    }
+
+    /// Takes back the groups of one window from rows of the `groups` table,
+    /// sorted by group id.
+    fn restore(&mut self, spec: &ChangelogAggregateSpec, table: &RecordBatch) -> Result<()> {
+        let rows = table.num_rows();
+        let group_count = spec.group_schema.fields().len();
+        let widths = aggregate::state_widths(&spec.aggregates)?;
+        let states_at = GROUP_COLUMNS + group_count;
+        let emitted_at = states_at + widths.iter().sum::<usize>();
+        if let Some(values) = &mut self.keys {
+            values.intern(&table.columns()[GROUP_COLUMNS..states_at], &mut self.ids)?;
+        }
+        let emitted = aggregate::booleans(table, emitted_at)?;
+        for row in 0..rows {
+            let mut column = states_at;
+            let mut accumulators = Vec::with_capacity(spec.aggregates.len());
+            for (aggregate, width) in spec.aggregates.iter().zip(&widths) {
+                let state: Vec<ArrayRef> = (column..column + width)
+                    .map(|c| table.column(c).slice(row, 1))
+                    .collect();
+                let mut accumulator = aggregate.function.create_accumulator()?;
+                accumulator.merge_batch(&state)?;
+                accumulators.push(accumulator);
+                column += width;
+            }
+            self.accumulators.push(accumulators);
+            self.emitted.push(match emitted.value(row) {
+                true => Some(
+                    (0..spec.aggregates.len())
+                        .map(|agg| {
+                            ScalarValue::try_from_array(table.column(emitted_at + 1 + agg), row)
+                        })
+                        .collect::<datafusion::error::Result<_>>()?,
+                ),
+                false => None,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// `values` as one column of `field`'s type.
+fn scalars_to_array(values: Vec<ScalarValue>, field: &Field) -> Result<ArrayRef> {
+    if values.is_empty() {
+        return Ok(new_empty_array(field.data_type()));
+    }
+    Ok(ScalarValue::iter_to_array(values)?)
 }

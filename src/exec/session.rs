@@ -5,17 +5,21 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use datafusion::arrow::array::{
-    ArrayRef, AsArray, BooleanArray, TimestampMillisecondArray, UInt32Array,
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, TimestampMillisecondArray, UInt32Array,
+    new_empty_array,
 };
 use datafusion::arrow::compute::{concat, filter, take};
-use datafusion::arrow::datatypes::{SchemaRef, TimestampMillisecondType};
+use datafusion::arrow::datatypes::{DataType, Field, SchemaRef, TimestampMillisecondType};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{RowConverter, SortField};
 
-use super::aggregate::{self, AggregateInputs, AggregateSpec, evaluate_all};
-use super::window_aggregate::{GroupSlot, Groups};
+use super::aggregate::{
+    self, AggregateInputs, AggregateSpec, checked_table, evaluate_all, time_scalar,
+};
+use super::window_aggregate::{Frozen, GroupSlot, Groups};
 use super::{LateRows, Message, Operator, QueryStats, RowKind, send_late};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::state::OperatorState;
 
 /// Gives each row its own session `[t, t + gap)` in `window_start` and
 /// `window_end`, and drops rows that are late: `t + gap + allowed lateness
@@ -62,6 +66,19 @@ impl Operator for SessionAssignOp {
             "session(gap {} ms) on column {}",
             self.gap_ms, self.time_column
         )
+    }
+
+    /// Table `meta`: the largest event time seen, which the lateness of
+    /// later rows is judged by.
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        let mut state = OperatorState::new();
+        state.add_scalars("meta", &[("max_seen", time_scalar(self.max_seen))]);
+        Ok(Some(state))
+    }
+
+    fn restore(&mut self, state: OperatorState) -> Result<()> {
+        self.max_seen = state.scalar("meta", "max_seen")?.unwrap_or(i64::MIN);
+        Ok(())
     }
 
     fn on_batch(&mut self, batch: RecordBatch, out: &mut Vec<Message>) -> Result<()> {
@@ -399,6 +416,34 @@ impl Operator for SessionAggregateOp {
         Ok(())
     }
 
+    /// Tables: `sessions` (per open session its id, bounds, whether it
+    /// was emitted and changed since, its key and accumulator states;
+    /// keyed by the session key) and `meta` (the next session id and the
+    /// watermark).
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        let mut state = OperatorState::new();
+        let keys = self.spec.key_schema.fields().len();
+        let sessions = self.session_table()?;
+        let key_columns = (SESSION_COLUMNS..SESSION_COLUMNS + keys).collect();
+        state.add("sessions", sessions, key_columns);
+        state.add_scalars(
+            "meta",
+            &[
+                ("next_id", Some(self.next_id as i64)),
+                ("watermark", time_scalar(self.watermark)),
+            ],
+        );
+        Ok(Some(state))
+    }
+
+    fn restore(&mut self, state: OperatorState) -> Result<()> {
+        let table = checked_table(&state, "sessions", &self.session_fields()?)?;
+        self.restore_sessions(&table)?;
+        self.next_id = state.scalar("meta", "next_id")?.unwrap_or(0) as u64;
+        self.watermark = state.scalar("meta", "watermark")?.unwrap_or(i64::MIN);
+        Ok(())
+    }
+
     fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
         self.watermark = self.watermark.max(watermark);
         let lateness = self.spec.lateness_ms;
@@ -483,5 +528,113 @@ impl SessionAggregateOp {
                 s.start <= t && t < s.end
             })
             .expect("a placed row lies in an open session")
+    }
+}
+
+/// Leading columns of the `sessions` state table, before the key and
+/// state columns: id, start, end, emitted, dirty.
+const SESSION_COLUMNS: usize = 5;
+
+impl SessionAggregateOp {
+    /// Columns of the `sessions` table.
+    fn session_fields(&self) -> Result<Vec<Field>> {
+        let mut fields = vec![
+            Field::new("session", DataType::Int64, true),
+            Field::new("start", DataType::Int64, true),
+            Field::new("end", DataType::Int64, true),
+            Field::new("emitted", DataType::Boolean, true),
+            Field::new("dirty", DataType::Boolean, true),
+        ];
+        fields.extend(aggregate::nullable_fields(&self.spec.key_schema));
+        fields.extend(aggregate::state_fields(&self.spec.aggregates)?);
+        Ok(fields)
+    }
+
+    /// Every open session as a row, in id order; each session's
+    /// accumulators are drained and merged back.
+    fn session_table(&mut self) -> Result<RecordBatch> {
+        let fields = self.session_fields()?;
+        let mut ids: Vec<u64> = self.sessions.keys().copied().collect();
+        ids.sort_unstable();
+        let mut states: Vec<Vec<ArrayRef>> = Vec::with_capacity(ids.len());
+        for id in &ids {
+            let fresh = Groups::new(None, &self.spec.aggregates)?;
+            let session = self.sessions.get_mut(id).expect("listed above");
+            let frozen = session.groups.snapshot(fresh)?;
+            if frozen.rows() != 1 {
+                return Err(Error::Plan(format!(
+                    "session {id} holds {} groups, not one",
+                    frozen.rows()
+                )));
+            }
+            states.push(frozen.columns());
+        }
+        let sessions: Vec<&Session> = ids.iter().map(|id| &self.sessions[id]).collect();
+        let ints = |f: &dyn Fn(&Session) -> i64| -> ArrayRef {
+            Arc::new(Int64Array::from_iter_values(sessions.iter().map(|s| f(s))))
+        };
+        let flags = |f: &dyn Fn(&Session) -> bool| -> ArrayRef {
+            Arc::new(BooleanArray::from_iter(sessions.iter().map(|s| Some(f(s)))))
+        };
+        let mut columns = vec![
+            Arc::new(Int64Array::from_iter_values(
+                ids.iter().map(|&id| id as i64),
+            )) as ArrayRef,
+            ints(&|s| s.start),
+            ints(&|s| s.end),
+            flags(&|s| s.emitted),
+            flags(&|s| s.dirty),
+        ];
+        let parser = self.converter.parser();
+        let keys = self
+            .converter
+            .convert_rows(sessions.iter().map(|s| parser.parse(&s.key)))?;
+        columns.extend(keys);
+        let state_columns = fields.len() - columns.len();
+        for column in 0..state_columns {
+            let parts: Vec<&dyn Array> = states.iter().map(|s| s[column].as_ref()).collect();
+            columns.push(match parts.is_empty() {
+                true => new_empty_array(fields[columns.len()].data_type()),
+                false => concat(&parts)?,
+            });
+        }
+        aggregate::state_batch(fields, columns)
+    }
+
+    /// Reopens the sessions of a `sessions` table.
+    fn restore_sessions(&mut self, table: &RecordBatch) -> Result<()> {
+        let table = aggregate::sorted_by(table, &[0])?;
+        let keys = self.spec.key_schema.fields().len();
+        let widths = aggregate::state_widths(&self.spec.aggregates)?;
+        let ids = aggregate::int64s(&table, 0)?;
+        let starts = aggregate::int64s(&table, 1)?;
+        let ends = aggregate::int64s(&table, 2)?;
+        let emitted = aggregate::booleans(&table, 3)?;
+        let dirty = aggregate::booleans(&table, 4)?;
+        let key_columns = &table.columns()[SESSION_COLUMNS..SESSION_COLUMNS + keys];
+        let key_rows = self.converter.convert_columns(key_columns)?;
+        let states = &table.columns()[SESSION_COLUMNS + keys..];
+        for row in 0..table.num_rows() {
+            let id = ids.value(row) as u64;
+            let key: Box<[u8]> = match keys {
+                0 => Box::new([]),
+                _ => key_rows.row(row).data().into(),
+            };
+            let state: Vec<ArrayRef> = states.iter().map(|c| c.slice(row, 1)).collect();
+            let mut groups = Groups::new(None, &self.spec.aggregates)?;
+            groups.merge(&Frozen::from_columns(Vec::new(), &state, &widths, 1))?;
+            let session = Session {
+                key: key.clone(),
+                start: starts.value(row),
+                end: ends.value(row),
+                groups,
+                emitted: emitted.value(row),
+                dirty: dirty.value(row),
+            };
+            self.by_key.entry(key).or_default().push(id);
+            self.by_end.insert((session.end, id));
+            self.sessions.insert(id, session);
+        }
+        Ok(())
     }
 }

@@ -10,6 +10,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use super::{LateRows, Message, Operator, QueryStats, send_late};
 use crate::error::Result;
 use crate::plan::WindowSpec;
+use crate::state::OperatorState;
 
 /// Adds `window_start` and `window_end` to each row and drops late rows.
 ///
@@ -118,6 +119,28 @@ impl Operator for WindowAssignOp {
             panes,
         };
         self.emit(&batch, segment, out)
+    }
+
+    /// Table `meta`: the largest event time seen, which decides which
+    /// rows are late, and the windows closed at the last watermark sent,
+    /// which decides where a batch is cut.
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        let seen = |v: i64| (v != i64::MIN).then_some(v);
+        let mut state = OperatorState::new();
+        state.add_scalars(
+            "meta",
+            &[
+                ("max_seen", seen(self.max_seen)),
+                ("closed", seen(self.closed)),
+            ],
+        );
+        Ok(Some(state))
+    }
+
+    fn restore(&mut self, state: OperatorState) -> Result<()> {
+        self.max_seen = state.scalar("meta", "max_seen")?.unwrap_or(i64::MIN);
+        self.closed = state.scalar("meta", "closed")?.unwrap_or(i64::MIN);
+        Ok(())
     }
 
     fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {

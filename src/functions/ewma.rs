@@ -115,7 +115,19 @@ impl Accumulator for EwmaAccumulator {
         Ok(vec![ScalarValue::Float64(self.value)])
     }
 
-    fn merge_batch(&mut self, _states: &[ArrayRef]) -> Result<()> {
+    /// Takes the one partial average there is into an accumulator that
+    /// has none: how a checkpointed window gets its state back. Merging two
+    /// averages is refused, as their order is lost.
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
+        let mut values = states[0].as_primitive::<Float64Type>().iter().flatten();
+        match (self.value, values.next(), values.next()) {
+            (_, None, _) => return Ok(()),
+            (None, Some(value), None) => {
+                self.value = Some(value);
+                return Ok(());
+            }
+            _ => {}
+        }
         exec_err!(
             "ewma depends on row order and cannot merge partial results (HOP windows); use it over a key's history: OVER (PARTITION BY key ORDER BY window_end)"
         )
@@ -167,6 +179,29 @@ mod tests {
         let more: ArrayRef = Arc::new(Float64Array::from(vec![40.0]));
         acc.update_batch(&[more]).unwrap();
         assert_eq!(acc.evaluate().unwrap(), ScalarValue::Float64(Some(27.5)));
+    }
+
+    #[test]
+    fn one_state_restores_and_two_are_refused() {
+        let mut acc = EwmaAccumulator {
+            alpha: 0.5,
+            value: None,
+        };
+        acc.update_batch(&[Arc::new(Float64Array::from(vec![10.0, 20.0]))])
+            .unwrap();
+        let state = acc.state().unwrap()[0].to_array().unwrap();
+        let mut restored = EwmaAccumulator {
+            alpha: 0.5,
+            value: None,
+        };
+        restored.merge_batch(std::slice::from_ref(&state)).unwrap();
+        let more: ArrayRef = Arc::new(Float64Array::from(vec![0.1, 7.3]));
+        acc.update_batch(std::slice::from_ref(&more)).unwrap();
+        restored.update_batch(&[more]).unwrap();
+        assert_eq!(restored.evaluate().unwrap(), acc.evaluate().unwrap());
+        assert!(restored.merge_batch(&[state]).is_err());
+        let nothing: ArrayRef = Arc::new(Float64Array::from(vec![None::<f64>]));
+        assert!(restored.merge_batch(&[nothing]).is_ok());
     }
 
     #[test]
