@@ -10,6 +10,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use super::{LateRows, Message, Operator, QueryStats, send_late};
 use crate::error::Result;
 use crate::plan::WindowSpec;
+use crate::state::OperatorState;
 
 /// Adds `window_start` and `window_end` to each row and drops late rows.
 ///
@@ -123,6 +124,25 @@ impl Operator for WindowAssignOp {
     fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
         self.closed = self.closed.max(self.spec.closed_windows(watermark));
         out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        let mut state = OperatorState::new();
+        let seen = |v: i64| (v != i64::MIN).then_some(v);
+        state.add_scalars(
+            "meta",
+            &[
+                ("max_seen", seen(self.max_seen)),
+                ("closed", seen(self.closed)),
+            ],
+        );
+        Ok(Some(state))
+    }
+
+    fn restore(&mut self, state: OperatorState) -> Result<()> {
+        self.max_seen = state.scalar("meta", "max_seen")?.unwrap_or(i64::MIN);
+        self.closed = state.scalar("meta", "closed")?.unwrap_or(i64::MIN);
         Ok(())
     }
 }
