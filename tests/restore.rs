@@ -197,6 +197,299 @@ fn a_stateless_query_passes_barriers_and_restores_as_is() {
     );
 }
 
+// --- other stateful operators (opsb)
+
+/// Rows of two hosts for alerts: `a` holds above 90 from 1 s, stays
+/// between the thresholds at 4 s, drops below 50 at 6 s and holds again
+/// from 8 s; `b` holds from 2 s and resolves at 11 s. Some rows come out of
+/// order, inside the watermark's delay.
+const ALERT_ROWS: &str = "ts,host,cpu
+1000,a,95
+2000,b,95
+3000,a,96
+2500,b,97
+4000,a,70
+5000,b,96
+6000,a,40
+8000,a,92
+7000,b,97
+9000,a,93
+10500,a,99
+11000,b,10
+12000,a,20
+15000,b,99";
+
+const ALERT_STREAM: &str = "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) WITH (path = 'm.csv');\n";
+
+#[test]
+fn an_alert_with_for_and_hysteresis_restores_mid_episode() {
+    assert_restores(
+        &format!(
+            "{ALERT_STREAM}CREATE ALERT hot AS SELECT ts, host, cpu FROM m
+             ALERT BY host WHEN cpu > 90 FOR INTERVAL '2' SECOND RESOLVE WHEN cpu < 50;"
+        ),
+        &[("m.csv", ALERT_ROWS)],
+    );
+}
+
+#[test]
+fn an_alert_with_resolve_message_restores() {
+    assert_restores(
+        &format!(
+            "{ALERT_STREAM}CREATE ALERT hot AS SELECT ts, host, cpu FROM m
+             ALERT BY host WHEN cpu > 90 RESOLVE WHEN cpu < 50 SEVERITY 'critical'
+             RESOLVE MESSAGE '{{host}} {{state}}: down to {{cpu:.1}}, high since {{since}}'
+             MESSAGE '{{host}} {{state}}: {{cpu:.1}}';"
+        ),
+        &[("m.csv", ALERT_ROWS)],
+    );
+}
+
+#[test]
+fn an_alert_without_keys_restores() {
+    assert_restores(
+        &format!(
+            "{ALERT_STREAM}CREATE ALERT hot AS SELECT ts, cpu FROM m
+             ALERT WHEN cpu > 90 RESOLVE WHEN cpu < 50;"
+        ),
+        &[("m.csv", ALERT_ROWS)],
+    );
+}
+
+#[test]
+fn a_deadman_alert_restores_its_silent_keys() {
+    assert_restores(
+        "CREATE STREAM m (ts TIMESTAMP, host TEXT, WATERMARK FOR ts AS ts) WITH (path = 'm.csv');
+         CREATE ALERT quiet AS SELECT ts, host FROM m
+         ALERT BY host WHEN ABSENT FOR INTERVAL '10' SECOND SEVERITY 'warning'
+           MESSAGE 'no data from {host} since {since}';",
+        &[(
+            "m.csv",
+            "ts,host\n0,a\n0,b\n5000,a\n5000,b\n12000,a\n30000,b\n40000,a\n41000,b\n60000,b",
+        )],
+    );
+}
+
+const PROCS: &str = "ts,parent,child
+1000,sshd,bash
+2000,apache,php
+3000,sshd,scp
+5000,sshd,bash
+9000,apache,php
+13000,sshd,nc
+14000,apache,sh
+15000,sshd,nc
+17000,apache,sh
+18000,cron,ls
+19000,cron,ls";
+
+#[test]
+fn an_invariant_restores_while_training_and_after() {
+    for mode in ["OFFLINE", "ONLINE"] {
+        assert_restores(
+            &format!(
+                "CREATE STREAM procs (ts TIMESTAMP, parent TEXT, child TEXT, WATERMARK FOR ts AS ts)
+                 WITH (path = 'procs.csv');
+                 CREATE INVARIANT children AS SELECT ts, parent, child FROM procs
+                   LEARN SET OF child BY parent TRAIN FOR INTERVAL '10' SECOND MODE {mode};
+                 SELECT ts, parent, child, violation, learned FROM children;"
+            ),
+            &[("procs.csv", PROCS)],
+        );
+    }
+}
+
+#[test]
+fn a_range_invariant_restores_with_and_without_keys() {
+    assert_restores(
+        &format!(
+            "{STREAM}CREATE INVARIANT usual AS SELECT ts, host, cpu FROM m
+               LEARN RANGE OF cpu BY host TRAIN FOR 2 WINDOWS MODE ONLINE;
+             SELECT ts, host, cpu, violation, learned FROM usual;"
+        ),
+        &[("m.csv", METRICS)],
+    );
+    // Without keys: one range for the whole stream.
+    assert_restores(
+        &format!(
+            "{STREAM}CREATE INVARIANT usual AS SELECT ts, cpu FROM m
+               LEARN RANGE OF cpu TRAIN FOR 3 WINDOWS MODE OFFLINE;
+             SELECT ts, cpu, violation, learned FROM usual;"
+        ),
+        &[("m.csv", METRICS)],
+    );
+}
+
+/// Per-host 5 s averages, the input of the window functions below.
+const PER_HOST: &str = "CREATE VIEW per_host AS
+  SELECT window_end, host, avg(cpu) AS v, max(cpu) AS peak
+  FROM TUMBLE(m, ts, INTERVAL '5' SECOND) GROUP BY window_end, host;\n";
+
+#[test]
+fn over_lag_and_moving_averages_restore() {
+    assert_restores(
+        &format!(
+            "{STREAM}{PER_HOST}SELECT window_end, host, v,
+               lag(v) OVER (PARTITION BY host ORDER BY window_end) AS prev,
+               lag(v, 2, 0.0) OVER (PARTITION BY host ORDER BY window_end) AS prev2,
+               avg(v) OVER (PARTITION BY host ORDER BY window_end
+                            ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS ma3,
+               min(peak) OVER (PARTITION BY host ORDER BY window_end
+                               ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS low2,
+               sum(v) OVER (PARTITION BY host ORDER BY window_end
+                            RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS total,
+               max(peak) OVER (ORDER BY window_end) AS peak_so_far,
+               stddev(v) OVER (PARTITION BY host ORDER BY window_end) AS spread,
+               row_number() OVER (PARTITION BY host ORDER BY window_end) AS k
+             FROM per_host;"
+        ),
+        &[("m.csv", METRICS)],
+    );
+}
+
+#[test]
+fn ewma_and_mad_over_a_keys_history_restore() {
+    assert_restores(
+        &format!(
+            "{STREAM}{PER_HOST}SELECT window_end, host, v,
+               ewma(v, 0.3) OVER (PARTITION BY host ORDER BY window_end) AS smooth,
+               ewma(v, 0.5) OVER (PARTITION BY host ORDER BY window_end
+                                  ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS smooth3,
+               mad(v) OVER (PARTITION BY host ORDER BY window_end
+                            ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS mad3
+             FROM per_host;"
+        ),
+        &[("m.csv", METRICS)],
+    );
+}
+
+#[test]
+fn peer_functions_and_an_outlier_alert_restore() {
+    assert_restores(
+        &format!(
+            "{STREAM}{PER_HOST}SELECT window_end, host, v,
+               v - median(v) OVER (PARTITION BY window_end) AS dev,
+               rank() OVER (PARTITION BY window_end ORDER BY v DESC) AS r
+             FROM per_host;"
+        ),
+        &[("m.csv", METRICS)],
+    );
+    assert_restores(
+        &format!(
+            "{STREAM}{PER_HOST}CREATE ALERT outlier AS
+               SELECT window_end, host, v, robust_z(v) OVER (PARTITION BY window_end) AS z
+               FROM per_host
+             ALERT WHEN abs(z) > 0.5 MESSAGE '{{host}} is {{z:.2}} MADs from its peers';"
+        ),
+        &[("m.csv", METRICS)],
+    );
+}
+
+#[test]
+fn an_alert_over_windows_for_n_windows_restores() {
+    assert_restores(
+        &format!(
+            "{STREAM}{PER_HOST}CREATE ALERT hot AS SELECT window_end, host, v FROM per_host
+             ALERT WHEN v > 3 FOR 2 WINDOWS RESOLVE WHEN v < 2;"
+        ),
+        &[("m.csv", METRICS)],
+    );
+}
+
+#[test]
+fn a_limit_restores_the_rows_it_has_passed() {
+    assert_restores(
+        &format!("{STREAM}SELECT ts, host, cpu FROM m WHERE cpu > 1 LIMIT 5 OFFSET 2;"),
+        &[("m.csv", METRICS)],
+    );
+}
+
+/// Every input's batches of a planned query, interleaved: a batch of
+/// input 0, one of input 1, ... while any is left.
+fn interleaved_inputs(graph: &QueryGraph) -> Vec<(usize, RecordBatch)> {
+    let mut per_input: Vec<std::collections::VecDeque<RecordBatch>> = Vec::new();
+    for input in &graph.inputs {
+        let mut config = input.stream.source.clone();
+        config.batch_size = 2;
+        let mut batches = std::collections::VecDeque::new();
+        read_source(&config, &SourceStats::default(), &mut |b| {
+            batches.push_back(b);
+            true
+        })
+        .expect("reads");
+        per_input.push(batches);
+    }
+    let mut all = Vec::new();
+    while per_input.iter().any(|b| !b.is_empty()) {
+        for (index, batches) in per_input.iter_mut().enumerate() {
+            all.extend(batches.pop_front().map(|b| (index, b)));
+        }
+    }
+    all
+}
+
+/// The merge operator's rows for `steps`, and at the end of input.
+fn merge_rows(
+    join: &mut dyn vigil::exec::MergeOperator,
+    steps: &[(usize, RecordBatch)],
+    end: bool,
+) -> Vec<String> {
+    for (input, batch) in steps {
+        join.on_rows(*input, batch.clone()).expect("takes rows");
+    }
+    let mut out = Vec::new();
+    if end {
+        join.on_watermark(END_OF_INPUT, &mut out).expect("runs");
+    }
+    out.iter().flat_map(rows).collect()
+}
+
+#[test]
+fn a_batch_query_over_two_inputs_restores_each_inputs_rows() {
+    let script = "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE) WITH (path = 'm.csv');
+        CREATE STREAM hosts (host TEXT, team TEXT) WITH (path = 'hosts.csv');
+        SELECT h.team, m.host, count(*) AS n, sum(m.cpu) AS total
+        FROM m JOIN hosts h ON m.host = h.host
+        GROUP BY h.team, m.host ORDER BY h.team, m.host;";
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("m.csv"), format!("{METRICS}\n")).expect("writes");
+    let hosts = "host,team\na,web\nb,web\nc,db\nd,ops\n";
+    std::fs::write(dir.path().join("hosts.csv"), hosts).expect("writes");
+    let fresh = || {
+        plan(script, dir.path(), ExecutionMode::MicroBatch)
+            .join
+            .expect("a batch query over two inputs merges them")
+    };
+    let steps = interleaved_inputs(&plan(script, dir.path(), ExecutionMode::MicroBatch));
+    let straight = merge_rows(fresh().as_mut(), &steps, true);
+    assert_eq!(straight.len(), 3, "{straight:?}");
+    for cut in 0..=steps.len() {
+        let mut first = fresh();
+        merge_rows(first.as_mut(), &steps[..cut], false);
+        let state = first.snapshot().expect("snapshots").expect("a state");
+        let carried_on = merge_rows(first.as_mut(), &steps[cut..], true);
+        assert_eq!(
+            carried_on, straight,
+            "carrying on after a snapshot at {cut}"
+        );
+        let mut restored = fresh();
+        restored.restore(state).expect("restores");
+        let after = merge_rows(restored.as_mut(), &steps[cut..], true);
+        assert_eq!(after, straight, "restored at {cut}");
+    }
+}
+
+#[test]
+fn a_batch_query_restores_the_rows_it_has_collected() {
+    assert_restores(
+        &format!(
+            "{STREAM}SELECT host, count(*) AS n, sum(cpu) AS total FROM m
+             GROUP BY host ORDER BY total DESC, host;"
+        ),
+        &[("m.csv", METRICS)],
+    );
+}
+
 // --- aggregating operators (opsa)
 
 /// Two keys (one of them NULL on some rows), NULL values, out-of-order

@@ -20,20 +20,21 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray, TimestampMillisecondArray,
-    UInt32Array, new_null_array,
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, StringArray,
+    TimestampMillisecondArray, UInt32Array, new_null_array,
 };
 use datafusion::arrow::compute::kernels::zip::zip;
 use datafusion::arrow::compute::{cast, concat_batches, take, take_record_batch};
 use datafusion::arrow::datatypes::{
-    DataType, Schema, SchemaRef, TimeUnit, TimestampMillisecondType,
+    DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit, TimestampMillisecondType,
 };
 use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
 
 use super::template::MessageTemplate;
 use super::{END_OF_INPUT, Message, Operator};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::plan::{AlertHold, AlertRule, AlertSpec};
+use crate::state::OperatorState;
 
 /// Turns a query's rows into the alert's state changes.
 pub struct AlertOp {
@@ -102,6 +103,21 @@ impl AlertOp {
         })
     }
 
+    /// The key columns of `batch` as the converter reads them: a constant
+    /// column for an alert without keys.
+    fn key_columns(&self, batch: &RecordBatch) -> Vec<ArrayRef> {
+        let mut columns: Vec<ArrayRef> = self
+            .spec
+            .keys
+            .iter()
+            .map(|&i| batch.column(i).clone())
+            .collect();
+        if columns.is_empty() {
+            columns.push(Arc::new(BooleanArray::from(vec![true; batch.num_rows()])));
+        }
+        columns
+    }
+
     /// Takes the waiting rows with event time <= `watermark`, in event-time
     /// order (arrival order among equal times).
     fn take_ready(&mut self, watermark: i64) -> Result<Option<(RecordBatch, Vec<i64>)>> {
@@ -127,16 +143,7 @@ impl AlertOp {
 
     /// Runs the ready rows through their keys' state machines.
     fn apply_rows(&mut self, batch: &RecordBatch, times: &[i64]) -> Result<Vec<Change>> {
-        let mut key_columns: Vec<ArrayRef> = self
-            .spec
-            .keys
-            .iter()
-            .map(|&i| batch.column(i).clone())
-            .collect();
-        if key_columns.is_empty() {
-            key_columns.push(Arc::new(BooleanArray::from(vec![true; batch.num_rows()])));
-        }
-        let rows = self.converter.convert_columns(&key_columns)?;
+        let rows = self.converter.convert_columns(&self.key_columns(batch))?;
         let mut changes = Vec::new();
         match self.spec.rule {
             AlertRule::When {
@@ -391,6 +398,123 @@ impl Operator for AlertOp {
             }
         }
         out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+
+    /// Tables `keys` (each key's state machine, keyed by the alert's key
+    /// columns) and `waiting` (the rows the watermark has not passed yet,
+    /// in arrival order).
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        let mut state = OperatorState::new();
+        let key_columns = (0..self.spec.keys.len()).collect();
+        state.add("keys", self.keys_table()?, key_columns);
+        let waiting = concat_batches(&self.input, &self.waiting)?;
+        state.add("waiting", waiting, self.spec.keys.clone());
+        Ok(Some(state))
+    }
+
+    fn restore(&mut self, state: OperatorState) -> Result<()> {
+        self.restore_keys(&state.table_of("keys", &self.keys_schema())?)?;
+        let waiting = state.table_of("waiting", &self.input)?;
+        self.waiting = (waiting.num_rows() > 0)
+            .then_some(waiting)
+            .into_iter()
+            .collect();
+        Ok(())
+    }
+}
+
+/// The columns of the `keys` state table after the key columns.
+const KEY_STATE_COLUMNS: [&str; 4] = ["phase", "since", "rows", "last"];
+
+impl AlertOp {
+    /// The schema of the `keys` table: the alert's key columns, then each
+    /// key's phase (0 inactive, 1 pending, 2 firing), the start of its
+    /// episode, its pending rows and the event time of its latest row.
+    fn keys_schema(&self) -> SchemaRef {
+        let mut fields: Vec<Field> = self
+            .spec
+            .keys
+            .iter()
+            .map(|&i| self.input.field(i).clone().with_nullable(true))
+            .collect();
+        fields.extend(
+            KEY_STATE_COLUMNS.map(|name| Field::new(name, DataType::Int64, name != "phase")),
+        );
+        Arc::new(Schema::new(fields))
+    }
+
+    fn keys_table(&self) -> Result<RecordBatch> {
+        let mut keys: Vec<(&OwnedRow, &KeyState)> = self.keys.iter().collect();
+        keys.sort_by(|a, b| a.0.cmp(b.0));
+        let mut columns = match self.spec.keys.is_empty() {
+            true => Vec::new(),
+            false => self
+                .converter
+                .convert_rows(keys.iter().map(|(k, _)| k.row()))?,
+        };
+        let phases = keys.iter().map(|(_, s)| match s.phase {
+            Phase::Inactive => (0, None, None),
+            Phase::Pending { since, rows } => (1, Some(since), Some(rows as i64)),
+            Phase::Firing { since } => (2, Some(since), None),
+        });
+        let phases: Vec<(i64, Option<i64>, Option<i64>)> = phases.collect();
+        columns.push(Arc::new(Int64Array::from_iter_values(
+            phases.iter().map(|p| p.0),
+        )));
+        columns.push(Arc::new(phases.iter().map(|p| p.1).collect::<Int64Array>()));
+        columns.push(Arc::new(phases.iter().map(|p| p.2).collect::<Int64Array>()));
+        columns.push(Arc::new(Int64Array::from_iter_values(
+            keys.iter().map(|(_, s)| s.last),
+        )));
+        Ok(RecordBatch::try_new(self.keys_schema(), columns)?)
+    }
+
+    fn restore_keys(&mut self, table: &RecordBatch) -> Result<()> {
+        let n = self.spec.keys.len();
+        let mut key_columns = table.columns()[..n].to_vec();
+        if key_columns.is_empty() {
+            key_columns.push(Arc::new(BooleanArray::from(vec![true; table.num_rows()])));
+        }
+        let rows = self.converter.convert_columns(&key_columns)?;
+        let column = |name: &str| {
+            table
+                .column(
+                    n + KEY_STATE_COLUMNS
+                        .iter()
+                        .position(|c| *c == name)
+                        .expect("a state column"),
+                )
+                .as_primitive::<Int64Type>()
+        };
+        let (phase, since, pending, last) = (
+            column("phase"),
+            column("since"),
+            column("rows"),
+            column("last"),
+        );
+        for i in 0..table.num_rows() {
+            let since_at = || match since.is_valid(i) {
+                true => Ok(since.value(i)),
+                false => Err(Error::Plan(
+                    "alert state: an episode without its start".into(),
+                )),
+            };
+            let phase = match phase.value(i) {
+                0 => Phase::Inactive,
+                1 => Phase::Pending {
+                    since: since_at()?,
+                    rows: pending.value(i) as u64,
+                },
+                2 => Phase::Firing { since: since_at()? },
+                other => return Err(Error::Plan(format!("alert state: unknown phase {other}"))),
+            };
+            let state = KeyState {
+                phase,
+                last: last.value(i),
+            };
+            self.keys.insert(rows.row(i).owned(), state);
+        }
         Ok(())
     }
 }

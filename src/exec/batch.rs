@@ -23,6 +23,7 @@ use datafusion::physical_plan::{ExecutionPlan, collect};
 
 use super::{END_OF_INPUT, MergeOperator, Message, Operator};
 use crate::error::{Error, Result};
+use crate::state::OperatorState;
 
 /// The scan of input `index` of a batch query, before its rows are in.
 #[derive(Debug)]
@@ -142,6 +143,30 @@ impl BatchOp {
         out.push(Message::Watermark(watermark));
         Ok(())
     }
+
+    /// Every input's rows so far, one table each (`input0`, `input1`, ...),
+    /// stored whole: the query runs over all of them at once.
+    fn state(&self) -> Result<OperatorState> {
+        let mut state = OperatorState::new();
+        for (index, (schema, batches)) in self.inputs.iter().enumerate() {
+            state.add(
+                &format!("input{index}"),
+                concat_batches(schema, batches)?,
+                Vec::new(),
+            );
+        }
+        state.add_scalars("meta", &[("done", Some(i64::from(self.done)))]);
+        Ok(state)
+    }
+
+    fn restore_state(&mut self, state: OperatorState) -> Result<()> {
+        for (index, (schema, batches)) in self.inputs.iter_mut().enumerate() {
+            let rows = state.table_of(&format!("input{index}"), schema)?;
+            *batches = (rows.num_rows() > 0).then_some(rows).into_iter().collect();
+        }
+        self.done = state.scalar("meta", "done")? == Some(1);
+        Ok(())
+    }
 }
 
 /// Runs `plan` to completion on a thread of its own, with a tokio runtime
@@ -197,6 +222,14 @@ impl Operator for BatchOp {
     fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
         self.watermark(watermark, out)
     }
+
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        Ok(Some(self.state()?))
+    }
+
+    fn restore(&mut self, state: OperatorState) -> Result<()> {
+        self.restore_state(state)
+    }
 }
 
 impl MergeOperator for BatchOp {
@@ -210,5 +243,13 @@ impl MergeOperator for BatchOp {
 
     fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
         self.watermark(watermark, out)
+    }
+
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        Ok(Some(self.state()?))
+    }
+
+    fn restore(&mut self, state: OperatorState) -> Result<()> {
+        self.restore_state(state)
     }
 }

@@ -10,10 +10,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray, UInt32Array,
+    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, ListBuilder, RecordBatch,
+    StringArray, StringBuilder, UInt32Array,
 };
 use datafusion::arrow::compute::{cast, take_record_batch};
-use datafusion::arrow::datatypes::{DataType, Float64Type, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 
@@ -22,6 +23,7 @@ use super::{Message, Operator};
 use crate::error::Result;
 use crate::plan::{InvariantSpec, Training};
 use crate::sql::Learn;
+use crate::state::OperatorState;
 
 /// How many set members `learned` shows before it abbreviates.
 const SHOWN_MEMBERS: usize = 10;
@@ -31,6 +33,7 @@ pub struct InvariantOp {
     spec: InvariantSpec,
     output: SchemaRef,
     converter: RowConverter,
+    input: SchemaRef,
     keys: HashMap<OwnedRow, Learned>,
     /// Event time of the first row seen, where an interval of training
     /// starts.
@@ -107,14 +110,20 @@ fn shown(x: f64) -> f64 {
 impl InvariantOp {
     /// An operator for `spec` over rows of `input`, producing `output`.
     pub fn try_new(spec: InvariantSpec, input: SchemaRef, output: SchemaRef) -> Result<Self> {
-        let fields = spec
+        let mut fields: Vec<SortField> = spec
             .keys
             .iter()
             .map(|&i| SortField::new(input.field(i).data_type().clone()))
             .collect();
+        if fields.is_empty() {
+            // One invariant for the whole stream: a constant key column, as
+            // the row format cannot count rows of no columns.
+            fields.push(SortField::new(DataType::Boolean));
+        }
         Ok(Self {
             converter: RowConverter::new(fields)?,
             spec,
+            input,
             output,
             keys: HashMap::new(),
             first_time: None,
@@ -149,6 +158,91 @@ impl InvariantOp {
         Ok(values)
     }
 
+    /// The schema of the `keys` table: the key columns, then each key's
+    /// rows so far, learned set and learned range.
+    fn keys_schema(&self) -> SchemaRef {
+        let mut fields: Vec<Field> = self
+            .spec
+            .keys
+            .iter()
+            .map(|&i| self.input.field(i).clone().with_nullable(true))
+            .collect();
+        fields.extend([
+            Field::new("rows", DataType::Int64, false),
+            Field::new(
+                "set",
+                DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
+                false,
+            ),
+            Field::new("low", DataType::Float64, true),
+            Field::new("high", DataType::Float64, true),
+        ]);
+        Arc::new(Schema::new(fields))
+    }
+
+    fn keys_table(&self) -> Result<RecordBatch> {
+        let mut keys: Vec<(&OwnedRow, &Learned)> = self.keys.iter().collect();
+        keys.sort_by(|a, b| a.0.cmp(b.0));
+        let mut columns = match self.spec.keys.is_empty() {
+            true => Vec::new(),
+            false => self
+                .converter
+                .convert_rows(keys.iter().map(|(k, _)| k.row()))?,
+        };
+        let learned = keys.iter().map(|(_, l)| *l);
+        let mut sets = ListBuilder::new(StringBuilder::new());
+        for l in learned.clone() {
+            sets.append_value(l.set.iter().map(Some));
+        }
+        columns.push(Arc::new(Int64Array::from_iter_values(
+            learned.clone().map(|l| l.rows as i64),
+        )));
+        columns.push(Arc::new(sets.finish()));
+        let range = |f: fn((f64, f64)) -> f64| -> ArrayRef {
+            Arc::new(Float64Array::from_iter(
+                learned.clone().map(|l| l.range.map(f)),
+            ))
+        };
+        columns.push(range(|r| r.0));
+        columns.push(range(|r| r.1));
+        Ok(RecordBatch::try_new(self.keys_schema(), columns)?)
+    }
+
+    fn restore_keys(&mut self, table: &RecordBatch) -> Result<()> {
+        let n = self.spec.keys.len();
+        let rows = self
+            .converter
+            .convert_columns(&self.key_columns(&table.columns()[..n], table.num_rows()))?;
+        let counts = table.column(n).as_primitive::<Int64Type>();
+        let sets = table.column(n + 1).as_list::<i32>();
+        let low = table.column(n + 2).as_primitive::<Float64Type>();
+        let high = table.column(n + 3).as_primitive::<Float64Type>();
+        for i in 0..table.num_rows() {
+            let members = sets.value(i);
+            let learned = Learned {
+                rows: counts.value(i) as u64,
+                set: members
+                    .as_string::<i32>()
+                    .iter()
+                    .flatten()
+                    .map(String::from)
+                    .collect(),
+                range: (low.is_valid(i) && high.is_valid(i)).then(|| (low.value(i), high.value(i))),
+            };
+            self.keys.insert(rows.row(i).owned(), learned);
+        }
+        Ok(())
+    }
+
+    /// The columns the converter reads for `keys` of `rows` rows: a
+    /// constant column for an invariant without keys.
+    fn key_columns(&self, keys: &[ArrayRef], rows: usize) -> Vec<ArrayRef> {
+        match keys.is_empty() {
+            true => vec![Arc::new(BooleanArray::from(vec![true; rows]))],
+            false => keys.to_vec(),
+        }
+    }
+
     fn in_training(&self, learned: &Learned, t: i64) -> bool {
         match self.spec.training {
             Training::Rows(n) => learned.rows < n,
@@ -164,13 +258,15 @@ impl Operator for InvariantOp {
 
     fn on_batch(&mut self, batch: RecordBatch, out: &mut Vec<Message>) -> Result<()> {
         let times = event_times(batch.column(self.spec.event_time))?;
-        let key_columns: Vec<ArrayRef> = self
+        let keys: Vec<ArrayRef> = self
             .spec
             .keys
             .iter()
             .map(|&i| batch.column(i).clone())
             .collect();
-        let rows = self.converter.convert_columns(&key_columns)?;
+        let rows = self
+            .converter
+            .convert_columns(&self.key_columns(&keys, batch.num_rows()))?;
         let mut judged = Vec::new();
         let mut violation = Vec::new();
         let mut learned_text = Vec::new();
@@ -202,6 +298,23 @@ impl Operator for InvariantOp {
             self.output.clone(),
             columns,
         )?));
+        Ok(())
+    }
+
+    /// Table `keys` (what each key has learned, keyed by the invariant's
+    /// key columns) and the scalar `first_time`, where interval training
+    /// started.
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        let mut state = OperatorState::new();
+        let key_columns = (0..self.spec.keys.len()).collect();
+        state.add("keys", self.keys_table()?, key_columns);
+        state.add_scalars("meta", &[("first_time", self.first_time)]);
+        Ok(Some(state))
+    }
+
+    fn restore(&mut self, state: OperatorState) -> Result<()> {
+        self.restore_keys(&state.table_of("keys", &self.keys_schema())?)?;
+        self.first_time = state.scalar("meta", "first_time")?;
         Ok(())
     }
 }

@@ -10,10 +10,12 @@ use datafusion::arrow::datatypes::{SchemaRef, TimestampMillisecondType};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::Column;
 
 use super::Message;
 use super::aggregate::evaluate_all;
 use crate::error::Result;
+use crate::state::OperatorState;
 
 /// The planner's description of a window join.
 #[derive(Debug, Clone)]
@@ -121,6 +123,48 @@ impl WindowJoin {
         Ok(())
     }
 
+    /// The buffered rows of each side (tables `left` and `right`), window
+    /// by window in order of their end, each window's rows as they came;
+    /// keyed by the join keys where those are plain columns.
+    pub fn snapshot(&mut self) -> Result<OperatorState> {
+        let mut state = OperatorState::new();
+        for side in 0..2 {
+            let rows: Vec<RecordBatch> = self
+                .windows
+                .values()
+                .flat_map(|sides| sides[side].iter().cloned())
+                .collect();
+            let (name, schema, keys) = self.side(side);
+            let key_columns = keys
+                .iter()
+                .map(|k| k.as_ref().downcast_ref::<Column>().map(|c| c.index()))
+                .collect::<Option<Vec<usize>>>()
+                .unwrap_or_default();
+            state.add(name, concat_batches(schema, &rows)?, key_columns);
+        }
+        Ok(state)
+    }
+
+    /// Takes back the buffered rows of a snapshot.
+    pub fn restore(&mut self, state: OperatorState) -> Result<()> {
+        for side in 0..2 {
+            let (name, schema, _) = self.side(side);
+            let rows = state.table_of(name, schema)?;
+            if rows.num_rows() > 0 {
+                self.on_rows(side, rows)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The state table name, schema and join keys of side 0 or 1.
+    fn side(&self, side: usize) -> (&'static str, &SchemaRef, &[Arc<dyn PhysicalExpr>]) {
+        match side {
+            0 => ("left", &self.spec.left_schema, &self.spec.left_keys),
+            _ => ("right", &self.spec.right_schema, &self.spec.right_keys),
+        }
+    }
+
     fn join(&self, left: &[RecordBatch], right: &[RecordBatch]) -> Result<Option<RecordBatch>> {
         if left.is_empty() || right.is_empty() {
             return Ok(None);
@@ -175,4 +219,136 @@ fn take_rows(batch: &RecordBatch, rows: &UInt32Array) -> Result<RecordBatch> {
         batch.schema(),
         take_columns(batch, rows)?,
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Float64Array, StringArray, TimestampMillisecondArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use datafusion::arrow::util::display::array_value_to_string;
+    use datafusion::physical_expr::expressions::col;
+
+    fn side_schema(value: &str) -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new(
+                "window_end",
+                DataType::Timestamp(TimeUnit::Millisecond, None),
+                false,
+            ),
+            Field::new("host", DataType::Utf8, true),
+            Field::new(value, DataType::Float64, true),
+        ]))
+    }
+
+    /// Joined on window and host, as the planner describes `l JOIN r ON
+    /// l.window_end = r.window_end AND l.host = r.host`.
+    fn join() -> WindowJoin {
+        let (left, right) = (side_schema("cpu"), side_schema("mem"));
+        let keys = |s: &SchemaRef| vec![col("window_end", s).unwrap(), col("host", s).unwrap()];
+        let mut fields = left.fields().to_vec();
+        fields.extend(right.fields().iter().cloned());
+        WindowJoin::new(WindowJoinSpec {
+            left_keys: keys(&left),
+            right_keys: keys(&right),
+            left_window_end: (0, 0),
+            right_window_end: (0, 0),
+            filter: None,
+            left_schema: left,
+            right_schema: right,
+            schema: Arc::new(Schema::new(fields)),
+        })
+        .unwrap()
+    }
+
+    enum Step {
+        Rows(usize, RecordBatch),
+        Watermark(i64),
+    }
+
+    fn rows(side: usize, rows: &[(i64, &str, f64)]) -> Step {
+        let schema = side_schema(if side == 0 { "cpu" } else { "mem" });
+        let ends = TimestampMillisecondArray::from_iter_values(rows.iter().map(|r| r.0));
+        let hosts = StringArray::from_iter_values(rows.iter().map(|r| r.1));
+        let values = Float64Array::from_iter_values(rows.iter().map(|r| r.2));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![Arc::new(ends), Arc::new(hosts), Arc::new(values)],
+        )
+        .unwrap();
+        Step::Rows(side, batch)
+    }
+
+    fn steps() -> Vec<Step> {
+        vec![
+            rows(0, &[(10, "a", 1.0), (10, "b", 2.0), (20, "a", 3.0)]),
+            rows(1, &[(10, "a", 10.0), (20, "a", 30.0)]),
+            rows(0, &[(10, "a", 1.5)]),
+            rows(1, &[(10, "b", 20.0), (10, "a", 11.0), (30, "c", 5.0)]),
+            Step::Watermark(10),
+            rows(0, &[(20, "a", 3.5), (30, "c", 6.0)]),
+            rows(1, &[(20, "b", 31.0), (20, "a", 32.0)]),
+            Step::Watermark(25),
+            rows(0, &[(40, "a", 7.0)]),
+            Step::Watermark(super::super::END_OF_INPUT),
+        ]
+    }
+
+    fn run(join: &mut WindowJoin, steps: &[Step]) -> Vec<String> {
+        let mut out = Vec::new();
+        for step in steps {
+            match step {
+                Step::Rows(side, batch) => join.on_rows(*side, batch.clone()).unwrap(),
+                Step::Watermark(w) => join.on_watermark(*w, &mut out).unwrap(),
+            }
+        }
+        out.iter()
+            .filter_map(|m| match m {
+                Message::Batch(b) => Some(b),
+                _ => None,
+            })
+            .flat_map(|b| {
+                (0..b.num_rows()).map(move |r| {
+                    let values: Vec<String> = b
+                        .columns()
+                        .iter()
+                        .map(|c| array_value_to_string(c, r).unwrap())
+                        .collect();
+                    values.join(",")
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn restores_its_buffered_windows_in_order() {
+        let steps = steps();
+        let straight = run(&mut join(), &steps);
+        assert_eq!(straight.len(), 10, "{straight:?}");
+        for cut in 0..=steps.len() {
+            let mut first = join();
+            let before = run(&mut first, &steps[..cut]);
+            let state = first.snapshot().unwrap();
+            assert_eq!(state.tables[0].key_columns, vec![0, 1]);
+            let carried_on = run(&mut first, &steps[cut..]);
+            assert_eq!([before.clone(), carried_on].concat(), straight, "cut {cut}");
+            let mut restored = join();
+            restored.restore(state).unwrap();
+            let after = run(&mut restored, &steps[cut..]);
+            assert_eq!([before, after].concat(), straight, "cut {cut}");
+        }
+    }
+
+    #[test]
+    fn a_fresh_snapshot_has_both_sides_empty() {
+        let state = join().snapshot().unwrap();
+        let names: Vec<&str> = state.tables.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["left", "right"]);
+        assert_eq!(state.rows(), 0);
+        let mut wrong = state.clone();
+        wrong.tables.swap(0, 1);
+        wrong.tables[0].name = "left".into();
+        wrong.tables[1].name = "right".into();
+        assert!(join().restore(wrong).is_err(), "a side of other columns");
+    }
 }

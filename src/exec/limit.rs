@@ -1,7 +1,8 @@
 use datafusion::arrow::record_batch::RecordBatch;
 
 use super::{Message, Operator};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::state::OperatorState;
 
 /// Passes the first `n` rows, then nothing.
 pub struct LimitOp {
@@ -37,5 +38,29 @@ impl Operator for LimitOp {
 
     fn finished(&self) -> bool {
         self.remaining == 0
+    }
+
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        let mut state = OperatorState::new();
+        state.add_scalars(
+            "meta",
+            &[
+                ("remaining", Some(self.remaining as i64)),
+                ("skip", Some(self.skip as i64)),
+            ],
+        );
+        Ok(Some(state))
+    }
+
+    fn restore(&mut self, state: OperatorState) -> Result<()> {
+        let count = |column: &str| -> Result<usize> {
+            state
+                .scalar("meta", column)?
+                .and_then(|v| usize::try_from(v).ok())
+                .ok_or_else(|| Error::Plan(format!("limit state: bad '{column}'")))
+        };
+        self.remaining = count("remaining")?;
+        self.skip = count("skip")?;
+        Ok(())
     }
 }

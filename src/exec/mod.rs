@@ -267,6 +267,14 @@ impl MergeOperator for WindowJoin {
     fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
         WindowJoin::on_watermark(self, watermark, out)
     }
+
+    fn snapshot(&mut self) -> Result<Option<crate::state::OperatorState>> {
+        WindowJoin::snapshot(self).map(Some)
+    }
+
+    fn restore(&mut self, state: crate::state::OperatorState) -> Result<()> {
+        WindowJoin::restore(self, state)
+    }
 }
 
 /// Receives the snapshots a [`Chain`] takes as a barrier passes: the

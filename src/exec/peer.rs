@@ -21,6 +21,7 @@ use datafusion::physical_plan::{ExecutionPlan, collect};
 
 use super::{Message, Operator};
 use crate::error::Result;
+use crate::state::OperatorState;
 
 /// Evaluates peer window functions when each window's results are in.
 pub struct PeerOp {
@@ -100,6 +101,20 @@ impl Operator for PeerOp {
             out.push(Message::Batch(batch));
         }
         out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+
+    /// The rows of the windows not closed yet. They are stored whole, not
+    /// by key: the peers of one window are evaluated together.
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        let mut state = OperatorState::new();
+        state.add("rows", concat_batches(&self.input, &self.rows)?, Vec::new());
+        Ok(Some(state))
+    }
+
+    fn restore(&mut self, state: OperatorState) -> Result<()> {
+        let rows = state.table_of("rows", &self.input)?;
+        self.rows = (rows.num_rows() > 0).then_some(rows).into_iter().collect();
         Ok(())
     }
 }

@@ -127,6 +127,29 @@ impl OperatorState {
             .ok_or_else(|| Error::Plan(format!("the checkpoint has no state table '{name}'")))
     }
 
+    /// The table called `name`, which must have the columns of `schema`
+    /// (names and types, in order): rows the operator keeps as they came.
+    pub fn table_of(&self, name: &str, schema: &SchemaRef) -> Result<RecordBatch> {
+        let table = self.table(name)?;
+        let names = |s: &Schema| -> Vec<(String, DataType)> {
+            s.fields()
+                .iter()
+                .map(|f| (f.name().clone(), f.data_type().clone()))
+                .collect()
+        };
+        if names(&table.schema()) != names(schema) {
+            return Err(Error::Plan(format!(
+                "state table '{name}' has columns {:?}, the plan expects {:?}",
+                names(&table.schema()),
+                names(schema)
+            )));
+        }
+        Ok(RecordBatch::try_new(
+            schema.clone(),
+            table.columns().to_vec(),
+        )?)
+    }
+
     /// Scalar `column` of the one-row table `name`; `None` for NULL.
     pub fn scalar(&self, name: &str, column: &str) -> Result<Option<i64>> {
         let table = self.table(name)?;
@@ -176,6 +199,17 @@ mod tests {
         let used: std::collections::BTreeSet<u16> = first.iter().copied().collect();
         assert!(used.len() > 100, "1000 keys spread over the groups");
         assert_eq!(key_groups(&batch, &[]).unwrap(), vec![0; 1001]);
+    }
+
+    #[test]
+    fn a_table_of_other_columns_is_refused() {
+        let schema = Arc::new(Schema::new(vec![Field::new("host", DataType::Utf8, true)]));
+        let mut state = OperatorState::new();
+        state.add("rows", RecordBatch::new_empty(schema.clone()), vec![0]);
+        assert_eq!(state.table_of("rows", &schema).unwrap().num_rows(), 0);
+        let other = Arc::new(Schema::new(vec![Field::new("host", DataType::Int64, true)]));
+        let e = state.table_of("rows", &other).unwrap_err().to_string();
+        assert!(e.contains("the plan expects"), "{e}");
     }
 
     #[test]
