@@ -35,6 +35,10 @@ pub struct PreparedQuery {
     /// The alert a `CREATE ALERT` declares: it prints its changes unless a
     /// later query reads it (see [`drop_routed_alerts`]).
     pub declares_alert: Option<String>,
+    /// Its stable name, under which its checkpoints are kept: the alert's
+    /// name, or what `SET query_name = '...'` said before it. `None` lets
+    /// whoever runs it name it (`vigil run`: by file and position).
+    pub name: Option<String>,
 }
 
 impl PreparedQuery {
@@ -125,6 +129,10 @@ pub struct Engine {
     inputs: Vec<(String, PathBuf)>,
     /// Replaces the `follow` option of every file stream, if set.
     follow: Option<bool>,
+    /// Replaces the `batch_size` option of every stream, if set.
+    batch_size: Option<usize>,
+    /// The name `SET query_name` gave the next query.
+    query_name: Option<String>,
     /// The declared views, alerts and invariants, in an order where each
     /// comes after what it reads.
     derived: Vec<Derived>,
@@ -168,6 +176,12 @@ impl Engine {
     /// option says.
     pub fn set_follow(&mut self, follow: bool) {
         self.follow = Some(follow);
+    }
+
+    /// Makes every stream declared from now on read batches of at most
+    /// `rows` rows, whatever its `batch_size` option says.
+    pub fn set_batch_size(&mut self, rows: usize) {
+        self.batch_size = Some(rows);
     }
 
     /// Executes one statement; relative paths in it resolve against
@@ -225,6 +239,7 @@ impl Engine {
                     sink: None,
                     line: statement.line,
                     declares_alert: Some(name.clone()),
+                    name: Some(self.query_name.take().unwrap_or_else(|| name.clone())),
                 })))
             }
             StatementKind::CreateView { name, query } => {
@@ -300,6 +315,7 @@ impl Engine {
                     sink,
                     line: statement.line,
                     declares_alert: None,
+                    name: self.query_name.take(),
                 })))
             }
         }
@@ -606,8 +622,16 @@ impl Engine {
                 self.mode = Some(ExecutionMode::parse(value)?);
                 Ok(())
             }
+            "query_name" => {
+                let value = value.trim();
+                if value.is_empty() {
+                    return Err(Error::Plan("query_name cannot be empty".into()));
+                }
+                self.query_name = Some(value.to_string());
+                Ok(())
+            }
             _ => Err(Error::Plan(format!(
-                "unknown setting '{name}' (settings: execution_mode)"
+                "unknown setting '{name}' (settings: execution_mode, query_name)"
             ))),
         }
     }
@@ -643,6 +667,12 @@ impl Engine {
             .iter()
             .find(|(k, _)| k == "connector")
             .is_none_or(|(_, v)| v.trim().eq_ignore_ascii_case("file"));
+        if let Some(rows) = self.batch_size {
+            create
+                .options
+                .retain(|(k, _)| !k.eq_ignore_ascii_case("batch_size"));
+            create.options.push(("batch_size".into(), rows.to_string()));
+        }
         if let Some(follow) = self.follow.filter(|_| reads_file) {
             create.options.retain(|(k, _)| k != "follow");
             create.options.push(("follow".into(), follow.to_string()));

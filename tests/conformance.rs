@@ -327,8 +327,23 @@ fn run_vigil(dir: &Path, args: &[String]) -> RunResult {
     }
 }
 
-/// Runs one case; `Err` carries the full failure report.
-fn run_case(name: &str, text: &str, mode: &str) -> Result<(), String> {
+/// How a case is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Way {
+    /// In one run.
+    Straight,
+    /// Stopped with a savepoint after about half of its input (every
+    /// source stops after half of the rows of the smallest input file),
+    /// then restored from the savepoint in a second run that finishes:
+    /// the two runs' stdout together, and the files at the end, must be
+    /// what one run gives.
+    Restored,
+}
+
+/// Runs one case; `Err` carries the full failure report. `Ok(true)` if
+/// the case was restored from a savepoint (a case whose sources ended
+/// before the stop ran whole in the first run).
+fn run_case(name: &str, text: &str, mode: &str, way: Way) -> Result<bool, String> {
     let case = parse_case(text).map_err(|e| format!("=== {name}: bad case file: {e}"))?;
     let dir = tempfile::tempdir().expect("temp dir");
     for (file, content) in &case.files {
@@ -342,7 +357,10 @@ fn run_case(name: &str, text: &str, mode: &str) -> Result<(), String> {
     let default_args = vec!["--format".to_string(), "csv".to_string()];
     let mut args = case.args.clone().unwrap_or(default_args);
     args.extend(["--execution-mode".to_string(), mode.to_string()]);
-    let run = run_vigil(dir.path(), &args);
+    let (run, restored) = match way {
+        Way::Straight => (run_vigil(dir.path(), &args), false),
+        Way::Restored => run_restored(&case, dir.path(), &args),
+    };
 
     let mut problems = Vec::new();
     if run.timed_out {
@@ -382,9 +400,12 @@ fn run_case(name: &str, text: &str, mode: &str) -> Result<(), String> {
         }
     }
     if problems.is_empty() {
-        return Ok(());
+        return Ok(restored);
     }
-    let mut report = format!("=== {name} [{mode}]: FAILED (exit code {:?})\n", run.code);
+    let mut report = format!(
+        "=== {name} [{mode}, {way:?}]: FAILED (exit code {:?})\n",
+        run.code
+    );
     for p in &problems {
         report.push_str(&format!("- {p}\n"));
     }
@@ -394,6 +415,99 @@ fn run_case(name: &str, text: &str, mode: &str) -> Result<(), String> {
     report.push_str(&format!("  actual stdout:\n{}\n", indent(&run.stdout)));
     report.push_str(&format!("  stderr:\n{}\n", indent(&run.stderr)));
     Err(report)
+}
+
+/// Whether a case can be stopped and restored: it must succeed, print CSV
+/// or JSON lines (tables do not concatenate), and read files.
+fn restorable(case: &Case, args: &[String]) -> bool {
+    case.error.is_none()
+        && !args.iter().any(|a| a == "table" || a == "--follow")
+        && !case.files.is_empty()
+}
+
+/// Half the data rows of the smallest input file.
+fn half_of_smallest_input(case: &Case) -> usize {
+    let rows = |name: &str, text: &str| {
+        let lines = text.lines().filter(|l| !l.trim().is_empty()).count();
+        match name.ends_with(".csv") {
+            true => lines.saturating_sub(1),
+            false => lines,
+        }
+    };
+    let smallest = case
+        .files
+        .iter()
+        .map(|(name, text)| rows(name, text))
+        .min()
+        .unwrap_or(0);
+    (smallest / 2).max(1)
+}
+
+/// Runs a case stopped with a savepoint and then restored (see
+/// [`Way::Restored`]); one result standing for both runs, and whether the
+/// second run restored a savepoint.
+fn run_restored(case: &Case, dir: &Path, args: &[String]) -> (RunResult, bool) {
+    if !restorable(case, args) {
+        return (run_vigil(dir, args), false);
+    }
+    let stop = half_of_smallest_input(case).to_string();
+    let common = ["--checkpoint-dir", "checkpoints", "--batch-size", "1"];
+    let mut first_args = args.to_vec();
+    first_args.extend(common.iter().map(|a| a.to_string()));
+    first_args.extend(["--savepoint-on-stop", "--stop-after-rows", &stop].map(String::from));
+    let first = run_vigil(dir, &first_args);
+    let savepoint = first
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("vigil: savepoint written to "))
+        .map(str::to_string);
+    let Some(savepoint) = savepoint.filter(|_| first.code == Some(0)) else {
+        return (first, false);
+    };
+    let mut second_args = args.to_vec();
+    second_args.extend(common.iter().map(|a| a.to_string()));
+    second_args.extend(["--from-savepoint".to_string(), savepoint]);
+    let second = run_vigil(dir, &second_args);
+    let stdout = format!(
+        "{}{}",
+        first.stdout,
+        without_repeated_headers(&first.stdout, &second.stdout)
+    );
+    let run = RunResult {
+        code: second.code,
+        stdout,
+        stderr: format!("{}{}", first.stderr, second.stderr),
+        timed_out: first.timed_out || second.timed_out,
+    };
+    (run, true)
+}
+
+/// `later` without the CSV header lines that `earlier` already printed
+/// for the same query (a restored run writes its header again).
+fn without_repeated_headers(earlier: &str, later: &str) -> String {
+    let Some(first_header) = earlier.lines().next() else {
+        return later.to_string();
+    };
+    let labelled = split_csv(first_header)[0] == "query";
+    let lines: Vec<&str> = later.lines().collect();
+    let mut kept = String::new();
+    for (i, line) in lines.iter().enumerate() {
+        let repeated = match labelled {
+            false => *line == first_header,
+            true => {
+                split_csv(line)[0] == "query"
+                    && lines.get(i + 1).is_some_and(|next| {
+                        let query = split_csv(next).swap_remove(0);
+                        earlier.lines().any(|l| split_csv(l)[0] == query)
+                    })
+            }
+        };
+        if !repeated {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    kept
 }
 
 fn indent(text: &str) -> String {
@@ -421,6 +535,7 @@ fn case_files() -> Vec<PathBuf> {
 fn conformance_suite() {
     let filter = std::env::var("VIGIL_CASE").ok();
     let mut ran = 0;
+    let mut restored = 0;
     let mut failures = Vec::new();
     for path in case_files() {
         let name = path.file_stem().unwrap().to_string_lossy().into_owned();
@@ -428,15 +543,21 @@ fn conformance_suite() {
             continue;
         }
         let text = std::fs::read_to_string(&path).expect("read case");
-        // Both execution modes must give the same results.
+        // Both execution modes must give the same results, straight and
+        // restored from a savepoint half-way.
         for mode in MODES {
-            ran += 1;
-            if let Err(report) = run_case(&name, &text, mode) {
-                failures.push((format!("{name} [{mode}]"), report));
+            for way in [Way::Straight, Way::Restored] {
+                ran += 1;
+                match run_case(&name, &text, mode, way) {
+                    Ok(true) => restored += 1,
+                    Ok(false) => {}
+                    Err(report) => failures.push((format!("{name} [{mode}, {way:?}]"), report)),
+                }
             }
         }
     }
     assert!(ran > 0, "no conformance case matched VIGIL_CASE={filter:?}");
+    eprintln!("conformance: {ran} runs, {restored} of them restored from a savepoint half-way");
     if !failures.is_empty() {
         for (_, report) in &failures {
             eprintln!("{report}");

@@ -20,6 +20,8 @@ use crate::engine::{Engine, Outcome, PreparedQuery, drop_routed_alerts, script_d
 use crate::error::{Error, Result};
 use crate::plan::listing::{Listing, QUERY_COLUMNS, listing_text};
 use crate::planner::{ExecutionMode, never_ends};
+use crate::runtime::checkpoint::CheckpointConfig;
+use crate::runtime::live::{Live, NamedQuery};
 use crate::runtime::{self, RunReport, RunnableQuery};
 use crate::sql::parse_script;
 use output::{SharedOutput, StdoutClosed, Turns};
@@ -100,6 +102,82 @@ struct RunArgs {
     /// terminal).
     #[arg(long, value_enum, default_value_t = ProgressArg::Auto)]
     progress: ProgressArg,
+    #[command(flatten)]
+    checkpoints: CheckpointArgs,
+    /// Rows per batch read from every source, whatever its `batch_size`
+    /// says (smaller batches: finer checkpoint positions, less throughput).
+    #[arg(long, value_name = "ROWS", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    batch_size: Option<u64>,
+}
+
+/// Checkpoint options of `vigil run`.
+#[derive(Debug, clap::Args)]
+struct CheckpointArgs {
+    /// Checkpoint every query's state into DIR (one folder per query) and,
+    /// on start, restore each query from its newest complete checkpoint
+    /// there and read its sources on from where it stood.
+    #[arg(long, value_name = "DIR")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Time between two checkpoints, e.g. `10s`, `500ms`, `1m`.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, requires = "checkpoint_dir")]
+    checkpoint_interval: std::time::Duration,
+    /// Complete checkpoints kept per query (savepoints are never deleted).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000), requires = "checkpoint_dir")]
+    keep_checkpoints: u64,
+    /// Restore from the savepoint in PATH instead of the newest checkpoint.
+    #[arg(long, value_name = "PATH", requires = "checkpoint_dir")]
+    from_savepoint: Option<PathBuf>,
+    /// On Ctrl-C or SIGTERM, take a savepoint (under DIR/savepoints/) with
+    /// every window still open, then stop.
+    #[arg(long, requires = "checkpoint_dir")]
+    savepoint_on_stop: bool,
+    /// Start stateful operators that changed since the checkpoint empty
+    /// instead of refusing to restore (the others are restored).
+    #[arg(long, requires = "checkpoint_dir")]
+    allow_non_restored_state: bool,
+    /// Stop, as on a signal, once a source has read ROWS rows (for tests
+    /// and demonstrations of restoring; with --savepoint-on-stop a
+    /// savepoint is taken there).
+    #[arg(long, value_name = "ROWS", requires = "checkpoint_dir")]
+    stop_after_rows: Option<u64>,
+}
+
+/// The checkpoint settings of a run writing into `dir`.
+fn checkpoint_config(dir: &Path, args: &CheckpointArgs) -> CheckpointConfig {
+    let mut config = CheckpointConfig::new(dir);
+    config.interval = args.checkpoint_interval;
+    config.keep = args.keep_checkpoints as usize;
+    config.allow_non_restored = args.allow_non_restored_state;
+    config.from_savepoint = args.from_savepoint.clone();
+    config.stop_after_rows = args.stop_after_rows;
+    if args.savepoint_on_stop {
+        let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ");
+        config.savepoint_on_stop = Some(dir.join("savepoints").join(format!("sp-{stamp}")));
+    }
+    config
+}
+
+/// Parses `10s`, `500ms`, `2m`, `1h`.
+fn parse_duration(text: &str) -> std::result::Result<std::time::Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a duration such as 10s or 500ms"))?;
+    let ms = match unit {
+        "ms" => n,
+        "s" | "" => n * 1000,
+        "m" => n * 60_000,
+        "h" => n * 3_600_000,
+        _ => return Err(format!("'{text}': the unit must be ms, s, m or h")),
+    };
+    if ms == 0 {
+        return Err("the interval must be longer than zero".into());
+    }
+    Ok(std::time::Duration::from_millis(ms))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -231,6 +309,9 @@ async fn run(args: RunArgs) -> Result<()> {
     if args.follow || args.until_end {
         engine.set_follow(args.follow);
     }
+    if let Some(rows) = args.batch_size {
+        engine.set_batch_size(rows as usize);
+    }
     let mut queries = Vec::new();
     let mut sinks = check::SinkColumns::default();
     for file in &args.files {
@@ -276,22 +357,42 @@ async fn run(args: RunArgs) -> Result<()> {
     };
     let labelled = outputs.shared(&queries);
     let mut turns = outputs.turns(&queries);
+    let live = match &args.checkpoints.checkpoint_dir {
+        Some(dir) => Live::with_checkpoints(checkpoint_config(dir, &args.checkpoints)),
+        None => Live::new(),
+    };
     let runnable = queries
         .into_iter()
         .enumerate()
         .map(|(i, q)| {
-            let name = query_name(i, &q);
-            let sink = outputs.sink(&q, labelled.then_some(name.as_str()), &mut turns)?;
-            Ok(RunnableQuery {
-                graph: q.graph,
-                sink,
+            let label = query_name(i, &q);
+            let sink = outputs.sink(&q, labelled.then_some(label.as_str()), &mut turns)?;
+            Ok(NamedQuery {
+                query: RunnableQuery {
+                    graph: q.graph,
+                    sink,
+                },
+                label: format!("q{}", i + 1),
+                name: q.name,
             })
         })
         .collect::<Result<Vec<_>>>()?;
     let mut progress = None;
-    let outcome = runtime::run_observed(runnable, |report| {
+    let coordinator = live.coordinator().cloned();
+    let outcome = runtime::run_on(&live, runnable, |report| {
         if let Some(stopper) = &stopper {
-            stopper.watch(report);
+            match &coordinator {
+                Some(coordinator) => {
+                    let coordinator = coordinator.clone();
+                    stopper.watch_with(
+                        report,
+                        Box::new(move || {
+                            coordinator.stop();
+                        }),
+                    );
+                }
+                None => stopper.watch(report),
+            }
         }
         closed.watch(report);
         if show_progress {
@@ -305,6 +406,9 @@ async fn run(args: RunArgs) -> Result<()> {
     let report = outcome?;
     if let Some(signal) = stopper.as_ref().and_then(Stopper::stopped_by) {
         eprintln!("vigil: stopped by {signal}; windows still open were not fired");
+    }
+    if let Some(root) = coordinator.as_ref().and_then(|c| c.stop_savepoint()) {
+        eprintln!("vigil: savepoint written to {}", root.display());
     }
     print_summary(&report);
     Ok(())
@@ -452,7 +556,12 @@ fn load_script(
     let name = file.display();
     let statements = parse_script(&text).map_err(|e| Error::Parse(format!("{name}: {e}")))?;
     let base = script_dir(file);
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "script".into());
     let mut queries = Vec::new();
+    let mut in_file = 0;
     for statement in &statements {
         let outcome = engine
             .execute(statement, &base)
@@ -463,7 +572,11 @@ fn load_script(
                 // A closed stdout (`| head`) must not panic the run.
                 let _ = writeln!(std::io::stdout(), "{text}");
             }
-            Outcome::Query(query) => {
+            Outcome::Query(mut query) => {
+                in_file += 1;
+                if query.name.is_none() {
+                    query.name = Some(format!("{stem}.q{in_file}"));
+                }
                 // `CREATE OR REPLACE ALERT`: the new alert takes the
                 // place of the old one's query.
                 if let Some(name) = &query.declares_alert {

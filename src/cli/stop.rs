@@ -22,6 +22,9 @@ struct State {
     signal: Option<i32>,
     /// The sources of the running run.
     sources: Vec<Arc<SourceStats>>,
+    /// Asks the run to stop in its own way (after a last checkpoint),
+    /// instead of stopping the sources at once.
+    on_stop: Option<Box<dyn Fn() + Send>>,
 }
 
 /// Catches SIGINT and SIGTERM for the rest of the process's life.
@@ -65,9 +68,7 @@ impl Stopper {
                     );
                     let _ = err.flush();
                     drop(err);
-                    for source in &state.sources {
-                        source.stop.store(true, Ordering::Relaxed);
-                    }
+                    state.stop();
                 }
             })
             .ok()?;
@@ -80,16 +81,34 @@ impl Stopper {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.sources = report.streams.iter().map(|(_, s)| s.clone()).collect();
         if state.signal.is_some() {
-            for source in &state.sources {
-                source.stop.store(true, Ordering::Relaxed);
-            }
+            state.stop();
         }
+    }
+
+    /// Like [`Stopper::watch`], but a signal calls `on_stop` instead of
+    /// stopping the sources at once.
+    pub fn watch_with(&self, report: &RunReport, on_stop: Box<dyn Fn() + Send>) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).on_stop = Some(on_stop);
+        self.watch(report);
     }
 
     /// The name of the signal that stopped the run, if one did.
     pub fn stopped_by(&self) -> Option<&'static str> {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.signal.map(name)
+    }
+}
+
+impl State {
+    fn stop(&self) {
+        match &self.on_stop {
+            Some(on_stop) => on_stop(),
+            None => {
+                for source in &self.sources {
+                    source.stop.store(true, Ordering::Relaxed);
+                }
+            }
+        }
     }
 }
 

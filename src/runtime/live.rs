@@ -16,15 +16,19 @@ use datafusion::arrow::record_batch::RecordBatch;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::checkpoint::{
+    CheckpointConfig, Coordinator, QueryCheckpoints, input_prefix, stage_prefix,
+};
 use super::{
     CHANNEL_CAPACITY, RunnableQuery, Subscriber, merge, run_late_source, run_sink, run_source,
     spawn_stages,
 };
-use crate::connectors::{Sink, SourceLocation, SourceStats};
+use crate::connectors::{Sink, SourceLocation, SourcePosition, SourceStats};
 use crate::error::{Error, Result};
 use crate::exec::{END_OF_INPUT, LateRows, Message, QueryStats};
 use crate::plan::StreamDef;
 use crate::planner::{ExecutionMode, QueryGraph};
+use crate::state::store::SourceEntry;
 
 /// Identifies a running query within a [`Live`] runtime.
 pub type QueryId = u64;
@@ -42,6 +46,21 @@ pub const KEEP_FAILED: usize = 64;
 pub struct Live {
     state: Arc<Mutex<State>>,
     next_id: Arc<AtomicU64>,
+    /// Takes the checkpoints of named queries, when set.
+    coordinator: Option<Arc<Coordinator>>,
+    /// The checkpoint timer has started.
+    ticking: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// A query to start, with what names it.
+pub struct NamedQuery {
+    /// The query and its sink.
+    pub query: RunnableQuery,
+    /// What listings show for it.
+    pub label: String,
+    /// Its stable name, under which its checkpoints are kept; `None` for a
+    /// query that is not checkpointed.
+    pub name: Option<String>,
 }
 
 #[derive(Default)]
@@ -101,6 +120,11 @@ struct Hub {
     subscribers: Vec<Subscriber>,
     stats: Arc<SourceStats>,
     ended: bool,
+    /// Batches pushed so far: the position a checkpoint records.
+    pushed: u64,
+    /// Held while rows or a barrier go out, so every subscriber sees them
+    /// in the same order.
+    gate: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// A snapshot of one query.
@@ -128,6 +152,95 @@ impl Live {
         Self::default()
     }
 
+    /// An empty runtime that checkpoints its named queries as `config`
+    /// says, and restores them from their checkpoints when they start.
+    pub fn with_checkpoints(config: CheckpointConfig) -> Self {
+        Self {
+            coordinator: Some(Arc::new(Coordinator::new(config))),
+            ..Self::default()
+        }
+    }
+
+    /// Starts the checkpoint timer, once.
+    fn start_ticking(&self) {
+        let Some(coordinator) = self.coordinator.clone() else {
+            return;
+        };
+        if self.ticking.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let live = self.clone();
+        let period = coordinator.config().interval;
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                let id = coordinator.request();
+                live.barrier_hubs(id).await;
+            }
+        });
+    }
+
+    /// Asks for a savepoint under `root` (see [`Coordinator::savepoint`]);
+    /// its id. Without checkpoints, `None`.
+    pub async fn savepoint(&self, root: &std::path::Path, stop: bool) -> Option<u64> {
+        let coordinator = self.coordinator.clone()?;
+        let id = coordinator.savepoint(root, stop);
+        self.barrier_hubs(id).await;
+        Some(id)
+    }
+
+    /// Sends barrier `id` into every push stream, recording how many
+    /// batches each had taken.
+    async fn barrier_hubs(&self, id: u64) {
+        let gates: Vec<(String, Arc<tokio::sync::Mutex<()>>)> = self
+            .lock()
+            .hubs
+            .iter()
+            .map(|(name, hub)| (name.clone(), hub.gate.clone()))
+            .collect();
+        for (stream, gate) in gates {
+            let _turn = gate.lock().await;
+            let Some((subscribers, pushed)) = self.hub_senders(&stream) else {
+                continue;
+            };
+            let position = SourcePosition {
+                rows: pushed,
+                ..SourcePosition::default()
+            };
+            for subscriber in subscribers {
+                if let Some(checkpoints) = &subscriber.checkpoints {
+                    checkpoints.add_source(id, &stream, Some(position.clone()));
+                }
+                let _ = subscriber.tx.send(Message::Barrier(id)).await;
+            }
+        }
+    }
+
+    /// The live subscribers of push stream `stream` and the batches it has
+    /// taken; `None` for no such stream or one that ended.
+    fn hub_senders(&self, stream: &str) -> Option<(Vec<Subscriber>, u64)> {
+        let mut state = self.lock();
+        let hub = state.hubs.get_mut(stream).filter(|h| !h.ended)?;
+        hub.subscribers.retain(|s| !s.tx.is_closed());
+        let senders = hub
+            .subscribers
+            .iter()
+            .map(|s| Subscriber {
+                tx: s.tx.clone(),
+                per_record: s.per_record,
+                checkpoints: s.checkpoints.clone(),
+            })
+            .collect();
+        Some((senders, hub.pushed))
+    }
+
+    /// What takes the checkpoints, if this runtime takes them.
+    pub fn coordinator(&self) -> Option<&Arc<Coordinator>> {
+        self.coordinator.as_ref()
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -135,8 +248,24 @@ impl Live {
     /// Starts `graph`, its results going to `sink`; `label` names it in
     /// listings. Must be called within a tokio runtime.
     pub fn start(&self, graph: QueryGraph, sink: Box<dyn Sink>, label: &str) -> Result<QueryId> {
-        let query = RunnableQuery { graph, sink };
-        let ids = self.start_all(vec![(query, label.to_string())])?;
+        self.start_named(graph, sink, label, None)
+    }
+
+    /// Starts a query like [`Live::start`]; with a `name` (and checkpoints
+    /// on) it is restored from its latest checkpoint and checkpointed.
+    pub fn start_named(
+        &self,
+        graph: QueryGraph,
+        sink: Box<dyn Sink>,
+        label: &str,
+        name: Option<String>,
+    ) -> Result<QueryId> {
+        let query = NamedQuery {
+            query: RunnableQuery { graph, sink },
+            label: label.to_string(),
+            name,
+        };
+        let ids = self.start_all(vec![query])?;
         Ok(ids[0])
     }
 
@@ -146,19 +275,21 @@ impl Live {
     /// inputs get the rows the group's other queries drop as late. Queries
     /// started by separate calls read their files on their own. Must be
     /// called within a tokio runtime.
-    pub fn start_all(&self, queries: Vec<(RunnableQuery, String)>) -> Result<Vec<QueryId>> {
+    pub fn start_all(&self, queries: Vec<NamedQuery>) -> Result<Vec<QueryId>> {
         let mut group = Group::default();
         let mut wired = Vec::with_capacity(queries.len());
-        for (query, label) in queries {
+        for query in queries {
+            let label = query.label.clone();
             wired.push((self.wire(query, &mut group)?, label));
         }
+        self.start_ticking();
         group.check_late_streams()?;
         let sources = self.start_sources(group)?;
         let mut ids = Vec::with_capacity(wired.len());
         for (mut query, label) in wired {
-            for stream in &query.streams {
-                let (stats, watcher) = sources.get(stream).expect("every input has a source");
-                query.sources.push((stream.clone(), stats.clone()));
+            for key in &query.streams {
+                let (stats, watcher) = sources.get(key).expect("every input has a source");
+                query.sources.push((key.stream.clone(), stats.clone()));
                 query.tasks.push(watch_source(watcher.clone()));
             }
             ids.push(self.track(query, &label));
@@ -166,9 +297,30 @@ impl Live {
         Ok(ids)
     }
 
-    /// Starts a query's tasks up to its sink; its inputs join `group`.
-    fn wire(&self, query: RunnableQuery, group: &mut Group) -> Result<Wired> {
-        let RunnableQuery { graph, sink } = query;
+    /// Starts a query's tasks up to its sink, restored from its checkpoint
+    /// if it has one; its inputs join `group`.
+    fn wire(&self, query: NamedQuery, group: &mut Group) -> Result<Wired> {
+        let NamedQuery {
+            query:
+                RunnableQuery {
+                    mut graph,
+                    mut sink,
+                },
+            name,
+            ..
+        } = query;
+        let checkpoints = match (&self.coordinator, name) {
+            (Some(coordinator), Some(name)) => Some(Arc::new(QueryCheckpoints::open(
+                coordinator.clone(),
+                &name,
+                graph.stats.clone(),
+            )?)),
+            _ => None,
+        };
+        let positions = match &checkpoints {
+            Some(checkpoints) => checkpoints.restore(&mut graph, sink.as_mut())?,
+            None => None,
+        };
         let QueryGraph {
             inputs,
             join,
@@ -187,33 +339,47 @@ impl Live {
         }
         let per_record = mode == ExecutionMode::PerRecord;
         let mut branches = Vec::with_capacity(inputs.len());
-        for input in inputs {
+        for (i, input) in inputs.into_iter().enumerate() {
             let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
             let stream = &input.stream;
+            let position = positions
+                .as_ref()
+                .and_then(|p| position_of(p, &stream.name));
+            let key = SourceKey::new(&stream.name, position.as_ref());
             group
                 .sources
-                .entry(stream.name.clone())
-                .or_insert_with(|| (stream.clone(), Vec::new()))
+                .entry(key.clone())
+                .or_insert_with(|| (stream.clone(), Vec::new(), position))
                 .1
-                .push(Subscriber { tx, per_record });
-            if !wired.streams.contains(&stream.name) {
-                wired.streams.push(stream.name.clone());
+                .push(Subscriber {
+                    tx,
+                    per_record,
+                    checkpoints: checkpoints.clone(),
+                });
+            if !wired.streams.contains(&key) {
+                wired.streams.push(key);
             }
-            let output = spawn_stages(input.stages, rx, &mut wired.tasks);
+            let prefix = move |j| input_prefix(i, j);
+            let named = checkpoints
+                .as_ref()
+                .map(|c| (c, &prefix as &dyn Fn(usize) -> String));
+            let output = spawn_stages(input.stages, rx, &mut wired.tasks, named);
             branches.push((output, stream.idle_timeout));
         }
         let merged = if branches.len() == 1 && join.is_none() {
             branches.pop().expect("one input").0
         } else {
             let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-            wired
-                .tasks
-                .push(tokio::spawn(merge::run(branches, join, tx)));
+            let merge = merge::run(branches, join, tx, checkpoints.clone());
+            wired.tasks.push(tokio::spawn(merge));
             rx
         };
-        let output = spawn_stages(stages, merged, &mut wired.tasks);
+        let named = checkpoints
+            .as_ref()
+            .map(|c| (c, &stage_prefix as &dyn Fn(usize) -> String));
+        let output = spawn_stages(stages, merged, &mut wired.tasks, named);
         wired.tasks.push(tokio::task::spawn_blocking(move || {
-            run_sink(sink, output, &stats)
+            run_sink(sink, output, &stats, checkpoints)
         }));
         Ok(wired)
     }
@@ -221,17 +387,19 @@ impl Live {
     /// Starts one source per stream of a group: a push stream's hub, the
     /// late rows of the group's queries, or a reading of its own. Returns,
     /// per stream, its counters and what its source ended with.
-    fn start_sources(&self, group: Group) -> Result<HashMap<String, SourceHandle>> {
+    fn start_sources(&self, group: Group) -> Result<HashMap<SourceKey, SourceHandle>> {
         let Group {
             sources,
             late_outputs,
         } = group;
         let mut handles = HashMap::new();
+        // Barriers asked for from now on go through the group's sources.
+        let first_barrier = self.coordinator.as_ref().map_or(0, |c| c.requested());
         let mut state = self.lock();
-        for (name, (stream, subscribers)) in sources {
+        for (key, (stream, subscribers, position)) in sources {
             let (done_tx, done) = watch::channel(None);
             let stats = if stream.source.location == SourceLocation::Push {
-                let hub = state.hubs.entry(name.clone()).or_default();
+                let hub = state.hubs.entry(stream.name.clone()).or_default();
                 for subscriber in subscribers {
                     if hub.ended {
                         let _ = subscriber.tx.try_send(Message::Watermark(END_OF_INPUT));
@@ -244,6 +412,7 @@ impl Live {
             } else {
                 let stats = Arc::new(SourceStats::default());
                 let task_stats = stats.clone();
+                let coordinator = self.coordinator.clone().map(|c| (c, first_barrier));
                 let late = stream.late_of.as_ref().map(|of| {
                     let (tx, rx) = mpsc::unbounded_channel();
                     for output in late_outputs.get(of).into_iter().flatten() {
@@ -257,7 +426,7 @@ impl Live {
                         None => {
                             let config = stream.source.clone();
                             tokio::task::spawn_blocking(move || {
-                                run_source(&config, &task_stats, subscribers)
+                                run_source(&config, &task_stats, subscribers, position, coordinator)
                             })
                             .await
                             .unwrap_or_else(|e| {
@@ -269,7 +438,7 @@ impl Live {
                 });
                 stats
             };
-            handles.insert(name, (stats, done));
+            handles.insert(key, (stats, done));
         }
         Ok(handles)
     }
@@ -366,22 +535,28 @@ impl Live {
     /// while they are busy (back-pressure). Rows pushed while no query reads
     /// the stream are counted and dropped, as a live feed would.
     pub async fn push(&self, stream: &str, batch: RecordBatch) -> Result<()> {
-        let (subscribers, stats) = {
+        let (gate, stats) = {
             let mut state = self.lock();
             let hub = state.hubs.entry(stream.to_string()).or_default();
             if hub.ended {
                 return Err(Error::Connector(format!("stream {stream} has ended")));
             }
+            (hub.gate.clone(), hub.stats.clone())
+        };
+        let _turn = gate.lock().await;
+        let subscribers = {
+            let mut state = self.lock();
+            let hub = state.hubs.entry(stream.to_string()).or_default();
+            hub.pushed += 1;
             hub.subscribers.retain(|s| !s.tx.is_closed());
-            let senders: Vec<Subscriber> = hub
-                .subscribers
+            hub.subscribers
                 .iter()
                 .map(|s| Subscriber {
                     tx: s.tx.clone(),
                     per_record: s.per_record,
+                    checkpoints: s.checkpoints.clone(),
                 })
-                .collect();
-            (senders, hub.stats.clone())
+                .collect::<Vec<_>>()
         };
         stats
             .rows
@@ -539,11 +714,15 @@ type SourceDone = watch::Receiver<Option<Result<(), String>>>;
 /// A source's counters and its end.
 type SourceHandle = (Arc<SourceStats>, SourceDone);
 
+/// A stream, the query inputs reading it and where they start.
+type GroupSource = (Arc<StreamDef>, Vec<Subscriber>, Option<SourcePosition>);
+
 /// The queries being started together and the streams they read.
 #[derive(Default)]
 struct Group {
-    /// Per stream: its definition and the query inputs reading it.
-    sources: BTreeMap<String, (Arc<StreamDef>, Vec<Subscriber>)>,
+    /// Per stream and position to read from: its definition, the query
+    /// inputs reading it and the position.
+    sources: BTreeMap<SourceKey, GroupSource>,
     /// Where the group's window operators send late rows, by stream.
     late_outputs: HashMap<String, Vec<Arc<LateRows>>>,
 }
@@ -552,7 +731,7 @@ impl Group {
     /// `late(s)` reads what the group's queries over `s` drop: a group
     /// without such a query has nothing to give it.
     fn check_late_streams(&self) -> Result<()> {
-        for (stream, _) in self.sources.values() {
+        for (stream, _, _) in self.sources.values() {
             if let Some(of) = &stream.late_of
                 && !self.late_outputs.contains_key(of)
             {
@@ -570,10 +749,38 @@ impl Group {
 #[derive(Default)]
 struct Wired {
     stats: Arc<QueryStats>,
-    /// The streams it reads, in order, once each.
-    streams: Vec<String>,
+    /// The sources it reads, in order, once each.
+    streams: Vec<SourceKey>,
     sources: Vec<(String, Arc<SourceStats>)>,
     tasks: Vec<JoinHandle<Result<()>>>,
+}
+
+/// One reading of a stream: queries of a group restored to the same
+/// position of a stream share it, others read it on their own.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct SourceKey {
+    stream: String,
+    /// The position as JSON; empty for the start.
+    position: String,
+}
+
+impl SourceKey {
+    fn new(stream: &str, position: Option<&SourcePosition>) -> Self {
+        Self {
+            stream: stream.to_string(),
+            position: position
+                .map(|p| serde_json::to_string(p).unwrap_or_default())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// Where a checkpoint left `stream`.
+fn position_of(sources: &[SourceEntry], stream: &str) -> Option<SourcePosition> {
+    sources
+        .iter()
+        .find(|s| s.stream == stream)
+        .and_then(|s| s.position.clone())
 }
 
 /// A task of a query that ends with its source's error, or when the

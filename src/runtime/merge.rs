@@ -1,10 +1,12 @@
 //! Where the inputs of a multi-stream query meet.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{self, Receiver, Sender};
 
 use super::CHANNEL_CAPACITY;
+use super::checkpoint::QueryCheckpoints;
 use crate::error::Result;
 use crate::exec::{MergeOperator, Message};
 
@@ -17,13 +19,21 @@ const IDLE_CHECK: Duration = Duration::from_millis(100);
 /// does one that has sent nothing for its stream's `idle_timeout` (until it
 /// sends again). Inputs that all end without their final watermark (the
 /// run was stopped) do not fire what is still open.
+///
+/// Checkpoint barriers are aligned: once an input sends barrier `n`, what
+/// it sends next waits until every other input has sent `n` too (or ended);
+/// then the join is snapshot into `checkpoints` and the barrier goes on. An
+/// input that sends a newer barrier first makes the merge give up on `n`
+/// and align on the newer one.
 pub async fn run(
     inputs: Vec<(Receiver<Message>, Option<Duration>)>,
     mut join: Option<Box<dyn MergeOperator>>,
     output: Sender<Message>,
+    checkpoints: Option<Arc<QueryCheckpoints>>,
 ) -> Result<()> {
     let (tagged_tx, mut tagged) = mpsc::channel(CHANNEL_CAPACITY);
     let mut state = Watermarks::new(inputs.iter().map(|(_, idle)| *idle).collect());
+    let mut alignment = Alignment::new(inputs.len());
     for (index, (mut input, _)) in inputs.into_iter().enumerate() {
         let tx = tagged_tx.clone();
         tokio::spawn(async move {
@@ -38,41 +48,145 @@ pub async fn run(
     drop(tagged_tx);
     let mut ticker = tokio::time::interval(IDLE_CHECK);
     loop {
-        let advanced = tokio::select! {
-            item = tagged.recv() => match item {
-                None => return Ok(()),
-                Some((index, None)) => state.end(index),
-                Some((index, Some(Message::Watermark(w)))) => state.observe(index, Some(w)),
-                Some((index, Some(rows))) => {
-                    state.observe(index, None);
-                    match (&mut join, rows) {
-                        (Some(join), Message::Batch(batch) | Message::Changes(batch, _)) => {
-                            join.on_rows(index, batch)?;
-                        }
-                        (_, rows) => {
-                            if output.send(rows).await.is_err() {
-                                return Ok(());
-                            }
-                        }
-                    }
-                    None
-                }
+        let item = match alignment.next_released() {
+            Some(item) => Some(item),
+            None => tokio::select! {
+                item = tagged.recv() => match item {
+                    None => return Ok(()),
+                    Some(item) => Some(item),
+                },
+                _ = ticker.tick(), if state.watches_idleness() => None,
             },
-            _ = ticker.tick(), if state.watches_idleness() => state.current(),
-        };
-        let Some(watermark) = advanced else {
-            continue;
         };
         let mut out = Vec::new();
-        match &mut join {
-            Some(join) => join.on_watermark(watermark, &mut out)?,
-            None => out.push(Message::Watermark(watermark)),
+        let advanced = match item {
+            None => state.current(),
+            Some((index, message)) => {
+                let Some((index, message)) = alignment.admit(index, message) else {
+                    continue;
+                };
+                match message {
+                    None => {
+                        let advanced = state.end(index);
+                        alignment.end(index);
+                        advanced
+                    }
+                    Some(Message::Barrier(id)) => {
+                        alignment.barrier(index, id);
+                        None
+                    }
+                    Some(Message::Watermark(w)) => state.observe(index, Some(w)),
+                    Some(rows) => {
+                        state.observe(index, None);
+                        match (&mut join, rows) {
+                            (Some(join), Message::Batch(batch) | Message::Changes(batch, _)) => {
+                                join.on_rows(index, batch)?;
+                            }
+                            (_, rows) => out.push(rows),
+                        }
+                        None
+                    }
+                }
+            }
+        };
+        if let Some(watermark) = advanced {
+            match &mut join {
+                Some(join) => join.on_watermark(watermark, &mut out)?,
+                None => out.push(Message::Watermark(watermark)),
+            }
+        }
+        if let Some(id) = alignment.aligned() {
+            if let (Some(join), Some(checkpoints)) = (&mut join, &checkpoints)
+                && let Some(snapshot) = join.snapshot()?
+            {
+                checkpoints.add_merge(id, join.describe(), snapshot);
+            }
+            out.push(Message::Barrier(id));
         }
         for message in out {
             if output.send(message).await.is_err() {
                 return Ok(());
             }
         }
+    }
+}
+
+/// A message from input `.0`; `None` when the input ended.
+type Tagged = (usize, Option<Message>);
+
+/// Barrier alignment across a merge's inputs.
+struct Alignment {
+    /// The barrier being aligned on, if any.
+    target: Option<u64>,
+    /// Inputs that sent the target barrier and are held back.
+    arrived: Vec<bool>,
+    ended: Vec<bool>,
+    /// Per input, what it sent after its barrier.
+    held: Vec<std::collections::VecDeque<Option<Message>>>,
+    /// Held messages let go, to be taken before new ones.
+    released: std::collections::VecDeque<Tagged>,
+}
+
+impl Alignment {
+    fn new(inputs: usize) -> Self {
+        Self {
+            target: None,
+            arrived: vec![false; inputs],
+            ended: vec![false; inputs],
+            held: vec![Default::default(); inputs],
+            released: Default::default(),
+        }
+    }
+
+    fn next_released(&mut self) -> Option<Tagged> {
+        self.released.pop_front()
+    }
+
+    /// The message to process now, or `None` if input `index` is held
+    /// back (the message is kept for later).
+    fn admit(&mut self, index: usize, message: Option<Message>) -> Option<Tagged> {
+        if self.arrived[index] {
+            self.held[index].push_back(message);
+            return None;
+        }
+        Some((index, message))
+    }
+
+    fn barrier(&mut self, index: usize, id: u64) {
+        match self.target {
+            Some(target) if id < target => {}
+            Some(target) if id == target => self.arrived[index] = true,
+            _ => {
+                // A newer checkpoint: the older one cannot complete here.
+                self.release_all();
+                self.target = Some(id);
+                self.arrived[index] = true;
+            }
+        }
+    }
+
+    fn end(&mut self, index: usize) {
+        self.ended[index] = true;
+    }
+
+    /// The barrier every input has now sent (or ended without), once.
+    fn aligned(&mut self) -> Option<u64> {
+        let target = self.target?;
+        let all = (0..self.arrived.len()).all(|i| self.arrived[i] || self.ended[i]);
+        if !all {
+            return None;
+        }
+        self.target = None;
+        self.release_all();
+        Some(target)
+    }
+
+    fn release_all(&mut self) {
+        for (index, held) in self.held.iter_mut().enumerate() {
+            self.released
+                .extend(held.drain(..).map(|message| (index, message)));
+        }
+        self.arrived.iter_mut().for_each(|a| *a = false);
     }
 }
 

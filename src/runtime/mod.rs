@@ -7,6 +7,7 @@
 //! limit. At the end of a finite input the source sends the final
 //! watermark, every window fires, and the tasks end in order.
 
+pub mod checkpoint;
 pub mod live;
 mod merge;
 pub mod wal;
@@ -18,10 +19,13 @@ use datafusion::arrow::record_batch::RecordBatch;
 use tokio::sync::mpsc::{self, Receiver, Sender};
 use tokio::task::JoinHandle;
 
-use crate::connectors::{Sink, SourceConfig, SourceLocation, SourceStats, read_source};
+use crate::connectors::{
+    Sink, SourceConfig, SourceLocation, SourcePosition, SourceStats, read_source_from,
+};
 use crate::error::{Error, Result};
 use crate::exec::{Chain, END_OF_INPUT, Message, QueryStats};
 use crate::planner::{QueryGraph, Stages};
+use checkpoint::{Coordinator, QueryCheckpoints};
 use live::Live;
 
 /// Messages buffered between two tasks before the sender waits.
@@ -71,13 +75,27 @@ pub async fn run_observed(
             }
         }
     }
-    let live = Live::new();
     let labelled = queries
         .into_iter()
         .enumerate()
-        .map(|(i, q)| (q, format!("q{}", i + 1)))
+        .map(|(i, query)| live::NamedQuery {
+            query,
+            label: format!("q{}", i + 1),
+            name: None,
+        })
         .collect();
-    let ids = live.start_all(labelled)?;
+    run_on(&Live::new(), labelled, started).await
+}
+
+/// Runs `queries` together on `live` (see [`Live::start_all`]) until they
+/// end, like [`run_observed`]: with checkpoints on `live`, named queries
+/// are restored and checkpointed.
+pub async fn run_on(
+    live: &Live,
+    queries: Vec<live::NamedQuery>,
+    started: impl FnOnce(&RunReport),
+) -> Result<RunReport> {
+    let ids = live.start_all(queries)?;
     let report = live.report(&ids);
     started(&report);
     let mut first_error = None;
@@ -92,15 +110,27 @@ pub async fn run_observed(
     }
 }
 
+/// Where a line of stages sends its snapshots, and the id prefix of each
+/// stage.
+type StageIds<'a> = (&'a Arc<QueryCheckpoints>, &'a dyn Fn(usize) -> String);
+
 /// Starts one task per stage, chained; returns the last one's output.
+/// With `checkpoints`, stage J's operators send their snapshots there under
+/// the ids `prefix(J).oK`.
 fn spawn_stages(
     stages: Stages,
     mut input: Receiver<Message>,
     tasks: &mut Vec<JoinHandle<Result<()>>>,
+    checkpoints: Option<StageIds<'_>>,
 ) -> Receiver<Message> {
-    for stage in stages {
+    for (j, stage) in stages.into_iter().enumerate() {
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-        tasks.push(tokio::spawn(run_stage(Chain::new(stage), input, tx)));
+        let mut chain = Chain::new(stage);
+        if let Some((checkpoints, prefix)) = checkpoints {
+            let sink = checkpoints.chain_sink(&prefix(j), &chain);
+            chain = chain.with_snapshots(sink);
+        }
+        tasks.push(tokio::spawn(run_stage(chain, input, tx)));
         input = rx;
     }
     input
@@ -111,6 +141,8 @@ struct Subscriber {
     tx: Sender<Message>,
     /// Send rows one at a time rather than as the source's batches.
     per_record: bool,
+    /// Where the query collects its checkpoints, if it takes them.
+    checkpoints: Option<Arc<QueryCheckpoints>>,
 }
 
 impl Subscriber {
@@ -135,6 +167,10 @@ impl Subscriber {
 
     /// Sends a batch; false once the query has stopped listening.
     fn send(&self, batch: &RecordBatch) -> bool {
+        if batch.num_rows() == 0 {
+            // A source that waits for input: nothing to send.
+            return !self.tx.is_closed();
+        }
         if !self.per_record {
             return self.tx.blocking_send(Message::Batch(batch.clone())).is_ok();
         }
@@ -169,23 +205,39 @@ async fn run_late_source(
     Ok(())
 }
 
+/// Reads a source from `start` (its beginning when `None`) and sends its
+/// rows to every subscriber; with a coordinator, sends a checkpoint barrier
+/// whenever a newer checkpoint is asked for.
 fn run_source(
     config: &SourceConfig,
     stats: &SourceStats,
     subscribers: Vec<Subscriber>,
+    start: Option<SourcePosition>,
+    coordinator: Option<(Arc<Coordinator>, u64)>,
 ) -> Result<()> {
+    let mut barriers = coordinator.map(|(c, sent)| Barriers::new(c, &config.stream, sent));
     let mut emit = |batch: RecordBatch| {
         let mut alive = false;
         for subscriber in &subscribers {
             alive |= subscriber.send(&batch);
         }
+        if let Some(barriers) = &mut barriers
+            && barriers.send_due(stats, &subscribers)
+        {
+            stats.stop.store(true, Ordering::Relaxed);
+            return false;
+        }
         alive
     };
-    read_source(config, stats, &mut emit)?;
+    read_source_from(config, stats, start.as_ref(), &mut emit)?;
     if stats.stop.load(Ordering::Relaxed) {
         // Stopped, not ended: no final watermark, so open windows stay
         // unfired.
         return Ok(());
+    }
+    if let Some(barriers) = &mut barriers {
+        barriers.send_due(stats, &subscribers);
+        barriers.ended(stats, &subscribers);
     }
     for subscriber in &subscribers {
         let _ = subscriber
@@ -193,6 +245,68 @@ fn run_source(
             .blocking_send(Message::Watermark(END_OF_INPUT));
     }
     Ok(())
+}
+
+/// Sends a source's checkpoint barriers.
+struct Barriers {
+    coordinator: Arc<Coordinator>,
+    stream: String,
+    /// The last barrier sent (or asked for before the source started).
+    sent: u64,
+}
+
+impl Barriers {
+    /// Barriers for a source started when checkpoint `sent` was the
+    /// newest asked for (it belongs to no query of this source).
+    fn new(coordinator: Arc<Coordinator>, stream: &str, sent: u64) -> Self {
+        Self {
+            coordinator,
+            stream: stream.to_string(),
+            sent,
+        }
+    }
+
+    /// Sends the barrier of the newest checkpoint asked for, if not sent
+    /// yet, after recording the source's position with every subscriber;
+    /// true if the source must stop after it (a savepoint on stop).
+    fn send_due(&mut self, stats: &SourceStats, subscribers: &[Subscriber]) -> bool {
+        let rows = stats.rows.load(Ordering::Relaxed);
+        if self.coordinator.stop_due(rows) {
+            self.coordinator.stop();
+        }
+        let id = self.coordinator.requested();
+        if id <= self.sent || self.coordinator.holds_stop(id, rows) {
+            return false;
+        }
+        self.sent = id;
+        let position = stats
+            .position
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for subscriber in subscribers {
+            if let Some(checkpoints) = &subscriber.checkpoints {
+                checkpoints.add_source(id, &self.stream, position.clone());
+            }
+            let _ = subscriber.tx.blocking_send(Message::Barrier(id));
+        }
+        self.coordinator.stops_at(id)
+    }
+
+    /// The source read all of its input: checkpoints its queries complete
+    /// later (their other inputs go on) record it as read to its end.
+    fn ended(&self, stats: &SourceStats, subscribers: &[Subscriber]) {
+        let position = stats
+            .position
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for subscriber in subscribers {
+            if let Some(checkpoints) = &subscriber.checkpoints {
+                checkpoints.source_ended(&self.stream, position.clone());
+            }
+        }
+    }
 }
 
 async fn run_stage(
@@ -234,17 +348,29 @@ async fn next_tick(ticker: &mut Option<tokio::time::Interval>) {
     }
 }
 
+/// Writes a query's results; at a barrier, commits the sink and completes
+/// the query's checkpoint.
 fn run_sink(
     mut sink: Box<dyn Sink>,
     mut input: Receiver<Message>,
     stats: &QueryStats,
+    checkpoints: Option<Arc<QueryCheckpoints>>,
 ) -> Result<()> {
     while let Some(message) = input.blocking_recv() {
-        if let Message::Batch(batch) | Message::Changes(batch, _) = message {
-            stats
-                .rows_out
-                .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
-            sink.write(&batch)?;
+        match message {
+            Message::Batch(batch) | Message::Changes(batch, _) => {
+                stats
+                    .rows_out
+                    .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+                sink.write(&batch)?;
+            }
+            Message::Barrier(id) => {
+                if let Some(checkpoints) = &checkpoints {
+                    let commit = sink.checkpoint()?;
+                    checkpoints.complete(id, commit);
+                }
+            }
+            Message::Watermark(_) => {}
         }
     }
     sink.finish()

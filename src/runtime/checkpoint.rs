@@ -1,0 +1,614 @@
+//! Checkpoints by barriers, as Flink and Arroyo take them (Chandy-Lamport
+//! for a dataflow whose channels are FIFO).
+//!
+//! Every `interval` the [`Coordinator`] asks for checkpoint `n`. Each source
+//! notices the request between two batches (or while it waits for input),
+//! records its position for `n` and sends `Message::Barrier(n)` after the
+//! rows it already sent. A chain snapshots each operator as the barrier
+//! passes it; where inputs meet, the merge waits for the barrier on every
+//! input (holding back what comes after it) before it snapshots the join and
+//! hands the barrier on; the sink makes its output durable and returns its
+//! commit point. When the barrier reaches a query's sink, everything the
+//! query held at `n` has been collected, and the query's checkpoint is
+//! written (see [`crate::state::store`]): one folder per query, named by the
+//! query's stable name, so adding a query to a script leaves the others'
+//! checkpoints valid.
+//!
+//! Checkpoints may overlap: a source that misses request `n` (it was busy,
+//! or blocked on a read) sends the newest request it sees instead, and a
+//! merge whose inputs disagree aligns on the newest barrier and drops the
+//! older one. A query's checkpoint completes only with a barrier every one
+//! of its inputs sent.
+//!
+//! On restore, each query reads the newest complete checkpoint in its
+//! folder, refuses it if a stateful operator changed (unless told to start
+//! the changed ones empty), gives every operator its state, rewinds its
+//! sink to the commit point, and reads its sources from their positions.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::connectors::{Sink, SinkCommit, SourcePosition};
+use crate::error::{Error, Result};
+use crate::exec::{Chain, Operator, QueryStats};
+use crate::planner::QueryGraph;
+use crate::state::OperatorState;
+use crate::state::store::{
+    Checkpoint, OperatorEntry, OperatorShape, QueryStore, SinkEntry, SourceEntry, compare,
+    fingerprint,
+};
+
+/// Time between two checkpoints unless set otherwise.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Complete checkpoints kept per query unless set otherwise.
+pub const DEFAULT_KEEP: usize = 3;
+
+/// The id under which a query's counters are stored with its operators.
+const STATS_ID: &str = "query.stats";
+
+/// How the query's counters are described in a checkpoint.
+const STATS_DESCRIBE: &str = "query counters";
+
+/// How and where checkpoints are taken.
+#[derive(Debug, Clone)]
+pub struct CheckpointConfig {
+    /// One folder per query under it.
+    pub dir: PathBuf,
+    /// Time between two checkpoints.
+    pub interval: Duration,
+    /// Complete checkpoints kept per query; older ones are deleted once a
+    /// newer one is complete.
+    pub keep: usize,
+    /// Start stateful operators that changed since the checkpoint empty,
+    /// instead of refusing to restore.
+    pub allow_non_restored: bool,
+    /// Restore from this savepoint (a folder of query folders) rather than
+    /// from the newest checkpoint in `dir`.
+    pub from_savepoint: Option<PathBuf>,
+    /// When the run is asked to stop, take a savepoint under this folder
+    /// (rather than a plain checkpoint) before the sources stop.
+    pub savepoint_on_stop: Option<PathBuf>,
+    /// Stop, as when asked to, once a source has read this many rows.
+    pub stop_after_rows: Option<u64>,
+}
+
+impl CheckpointConfig {
+    /// Checkpoints in `dir` with the default interval and retention.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            interval: DEFAULT_INTERVAL,
+            keep: DEFAULT_KEEP,
+            allow_non_restored: false,
+            from_savepoint: None,
+            savepoint_on_stop: None,
+            stop_after_rows: None,
+        }
+    }
+}
+
+/// What the checkpoints of a runtime did, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct CheckpointStats {
+    /// Query checkpoints written.
+    pub completed: AtomicU64,
+    /// Query checkpoints that could not be written.
+    pub failed: AtomicU64,
+    /// Queries restored from a checkpoint or savepoint.
+    pub restores: AtomicU64,
+    /// How long writing the last one took, in microseconds.
+    pub last_duration_us: AtomicU64,
+    /// Its size in bytes.
+    pub last_bytes: AtomicU64,
+    /// When the last one completed, in epoch milliseconds; 0 before the
+    /// first.
+    pub last_completed_ms: AtomicI64,
+}
+
+/// Asks for checkpoints and savepoints, and remembers which id is which.
+#[derive(Debug)]
+pub struct Coordinator {
+    config: CheckpointConfig,
+    requested: AtomicU64,
+    /// Savepoint ids and the folder each goes to.
+    savepoints: Mutex<BTreeMap<u64, PathBuf>>,
+    /// A savepoint after which sources stop (0 for none).
+    stop_at: AtomicU64,
+    /// Per id, how many queries completed it.
+    completions: Mutex<HashMap<u64, usize>>,
+    completed: tokio::sync::Notify,
+    stats: Arc<CheckpointStats>,
+}
+
+impl Coordinator {
+    /// A coordinator for `config`; nothing is asked for until
+    /// [`Coordinator::request`].
+    pub fn new(config: CheckpointConfig) -> Self {
+        Self {
+            config,
+            requested: AtomicU64::new(0),
+            savepoints: Mutex::new(BTreeMap::new()),
+            stop_at: AtomicU64::new(0),
+            completions: Mutex::new(HashMap::new()),
+            completed: tokio::sync::Notify::new(),
+            stats: Arc::new(CheckpointStats::default()),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CheckpointConfig {
+        &self.config
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Arc<CheckpointStats> {
+        &self.stats
+    }
+
+    /// The newest checkpoint asked for; sources send its barrier.
+    pub fn requested(&self) -> u64 {
+        self.requested.load(Ordering::Acquire)
+    }
+
+    /// Asks for the next checkpoint; its id.
+    pub fn request(&self) -> u64 {
+        self.requested.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Asks for a savepoint written under `root`; with `stop`, every source
+    /// stops right after its barrier (without the end-of-input watermark,
+    /// so open windows stay open in the savepoint). Its id.
+    pub fn savepoint(&self, root: &Path, stop: bool) -> u64 {
+        let mut savepoints = lock(&self.savepoints);
+        let id = self.request();
+        savepoints.insert(id, root.to_path_buf());
+        if stop {
+            self.stop_at.store(id, Ordering::Release);
+        }
+        id
+    }
+
+    /// Asks the sources to stop after one last checkpoint (a savepoint if
+    /// the configuration says so); its id. Asking again gives the same id.
+    pub fn stop(&self) -> u64 {
+        let mut savepoints = lock(&self.savepoints);
+        let stop = self.stop_at.load(Ordering::Acquire);
+        if stop != 0 {
+            return stop;
+        }
+        let id = self.request();
+        if let Some(root) = &self.config.savepoint_on_stop {
+            savepoints.insert(id, root.clone());
+        }
+        self.stop_at.store(id, Ordering::Release);
+        id
+    }
+
+    /// The folder of the savepoint taken on stop, once one was asked for.
+    pub fn stop_savepoint(&self) -> Option<PathBuf> {
+        let stop = self.stop_at.load(Ordering::Acquire);
+        (stop != 0).then(|| self.savepoint_root(stop)).flatten()
+    }
+
+    /// True once a source that has read `rows` rows must stop.
+    pub fn stop_due(&self, rows: u64) -> bool {
+        self.config
+            .stop_after_rows
+            .is_some_and(|limit| rows >= limit)
+    }
+
+    /// True while a source that has read `rows` rows must not send the
+    /// stopping barrier `id` yet: with `stop_after_rows`, each source
+    /// stops once it has read that many rows itself.
+    pub fn holds_stop(&self, id: u64, rows: u64) -> bool {
+        self.stops_at(id)
+            && self
+                .config
+                .stop_after_rows
+                .is_some_and(|limit| rows < limit)
+    }
+
+    /// True if sources stop after barrier `id`.
+    pub fn stops_at(&self, id: u64) -> bool {
+        let stop = self.stop_at.load(Ordering::Acquire);
+        stop != 0 && id >= stop
+    }
+
+    /// Makes later ids larger than `id` (one restored from a checkpoint).
+    fn seen(&self, id: u64) {
+        self.requested.fetch_max(id, Ordering::AcqRel);
+    }
+
+    fn savepoint_root(&self, id: u64) -> Option<PathBuf> {
+        lock(&self.savepoints).get(&id).cloned()
+    }
+
+    fn count_completion(&self, id: u64) {
+        *lock(&self.completions).entry(id).or_default() += 1;
+        self.completed.notify_waiters();
+    }
+
+    /// Waits until `queries` queries have completed checkpoint `id`, or
+    /// `timeout` passes; the number that did.
+    pub async fn wait_for(&self, id: u64, queries: usize, timeout: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.completed.notified();
+            let done = lock(&self.completions).get(&id).copied().unwrap_or(0);
+            if done >= queries {
+                return done;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return lock(&self.completions).get(&id).copied().unwrap_or(0);
+            }
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What one query has collected of a checkpoint in flight.
+#[derive(Default)]
+struct Partial {
+    operators: Vec<OperatorEntry>,
+    sources: Vec<SourceEntry>,
+}
+
+/// Collects one query's checkpoints and writes them.
+pub struct QueryCheckpoints {
+    name: String,
+    store: QueryStore,
+    coordinator: Arc<Coordinator>,
+    stats: Arc<QueryStats>,
+    partial: Mutex<BTreeMap<u64, Partial>>,
+    /// Sources that read all of their input, and where they ended.
+    ended: Mutex<Vec<SourceEntry>>,
+}
+
+impl QueryCheckpoints {
+    /// The checkpoints of query `name` (its folder is opened or made).
+    pub fn open(coordinator: Arc<Coordinator>, name: &str, stats: Arc<QueryStats>) -> Result<Self> {
+        let config = coordinator.config();
+        let store = QueryStore::open(&config.dir, name, config.keep)?;
+        // Ids grow within a folder, across runs too.
+        coordinator.seen(store.next_id()?.saturating_sub(1));
+        Ok(Self {
+            name: name.to_string(),
+            store,
+            coordinator,
+            stats,
+            partial: Mutex::new(BTreeMap::new()),
+            ended: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Notes where source `stream` stood at barrier `id`.
+    pub fn add_source(&self, id: u64, stream: &str, position: Option<SourcePosition>) {
+        let mut partial = lock(&self.partial);
+        let sources = &mut partial.entry(id).or_default().sources;
+        if !sources.iter().any(|s| s.stream == stream) {
+            sources.push(SourceEntry {
+                stream: stream.to_string(),
+                position,
+            });
+        }
+    }
+
+    /// Notes that source `stream` read all of its input, ending at
+    /// `position`: checkpoints without a barrier of it record that.
+    pub fn source_ended(&self, stream: &str, position: Option<SourcePosition>) {
+        lock(&self.ended).push(SourceEntry {
+            stream: stream.to_string(),
+            position,
+        });
+    }
+
+    fn add_operator(&self, id: u64, operator: OperatorEntry) {
+        lock(&self.partial)
+            .entry(id)
+            .or_default()
+            .operators
+            .push(operator);
+    }
+
+    /// A sink for the snapshots of `chain`, whose operators get ids
+    /// `PREFIX.oK`.
+    pub fn chain_sink(self: &Arc<Self>, prefix: &str, chain: &Chain) -> crate::exec::SnapshotSink {
+        let names: Vec<(String, String)> = chain
+            .ops()
+            .iter()
+            .enumerate()
+            .map(|(k, op)| (format!("{prefix}.o{k}"), op.describe()))
+            .collect();
+        let this = self.clone();
+        Box::new(move |id, index, state| {
+            if let Some(state) = state {
+                let (name, describe) = names[index].clone();
+                this.add_operator(
+                    id,
+                    OperatorEntry {
+                        id: name,
+                        describe,
+                        state,
+                    },
+                );
+            }
+            Ok(())
+        })
+    }
+
+    /// Notes the state of the merge operator at barrier `id`.
+    pub fn add_merge(&self, id: u64, describe: String, state: OperatorState) {
+        self.add_operator(
+            id,
+            OperatorEntry {
+                id: MERGE_ID.to_string(),
+                describe,
+                state,
+            },
+        );
+    }
+
+    /// Barrier `id` reached the sink, which committed at `commit`: writes
+    /// the checkpoint and forgets older ones still in flight (they can no
+    /// longer complete). A checkpoint that cannot be written is reported
+    /// and counted, and the query carries on.
+    pub fn complete(&self, id: u64, commit: Option<SinkCommit>) {
+        let partial = {
+            let mut pending = lock(&self.partial);
+            let partial = pending.remove(&id).unwrap_or_default();
+            pending.retain(|&other, _| other > id);
+            partial
+        };
+        let stats = &self.coordinator.stats;
+        match self.write(id, partial, commit) {
+            Ok(info) => {
+                stats.completed.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .last_duration_us
+                    .store(info.duration.as_micros() as u64, Ordering::Relaxed);
+                stats.last_bytes.store(info.bytes, Ordering::Relaxed);
+                stats
+                    .last_completed_ms
+                    .store(chrono::Utc::now().timestamp_millis(), Ordering::Relaxed);
+            }
+            Err(e) => {
+                stats.failed.fetch_add(1, Ordering::Relaxed);
+                eprintln!(
+                    "vigil: warning: checkpoint {id} of query {} was not written: {e}",
+                    self.name
+                );
+            }
+        }
+        self.coordinator.count_completion(id);
+    }
+
+    fn write(
+        &self,
+        id: u64,
+        partial: Partial,
+        commit: Option<SinkCommit>,
+    ) -> Result<crate::state::store::CheckpointInfo> {
+        let mut sources = partial.sources;
+        for ended in lock(&self.ended).iter() {
+            if !sources.iter().any(|s| s.stream == ended.stream) {
+                sources.push(ended.clone());
+            }
+        }
+        let mut operators = partial.operators;
+        operators.push(OperatorEntry {
+            id: STATS_ID.to_string(),
+            describe: STATS_DESCRIBE.to_string(),
+            state: stats_state(&self.stats),
+        });
+        let shapes: Vec<OperatorShape> = operators
+            .iter()
+            .filter(|o| o.id != STATS_ID)
+            .map(|o| OperatorShape::of(&o.id, &o.describe, &o.state))
+            .collect();
+        let savepoint = self.coordinator.savepoint_root(id);
+        let checkpoint = Checkpoint {
+            id,
+            time_ms: chrono::Utc::now().timestamp_millis(),
+            query: self.name.clone(),
+            fingerprint: fingerprint(&shapes),
+            savepoint: savepoint.is_some(),
+            operators,
+            sources,
+            sinks: vec![SinkEntry {
+                name: "output".to_string(),
+                commit,
+            }],
+        };
+        let started = Instant::now();
+        let mut info = match savepoint {
+            Some(root) => QueryStore::open(&root, &self.name, usize::MAX)?.write(&checkpoint)?,
+            None => self.store.write(&checkpoint)?,
+        };
+        info.duration = info.duration.max(started.elapsed());
+        Ok(info)
+    }
+
+    /// Restores `graph` and `sink` from the newest usable checkpoint (or
+    /// the savepoint configured); the source positions to read from, or
+    /// `None` when there is nothing to restore.
+    pub fn restore(
+        &self,
+        graph: &mut QueryGraph,
+        sink: &mut dyn Sink,
+    ) -> Result<Option<Vec<SourceEntry>>> {
+        let config = self.coordinator.config();
+        let restored = match &config.from_savepoint {
+            Some(root) => QueryStore::open(root, &self.name, usize::MAX)?.latest()?,
+            None => self.store.latest()?,
+        };
+        for warning in &restored.warnings {
+            eprintln!("vigil: warning: {warning}");
+        }
+        let Some(checkpoint) = restored.checkpoint else {
+            return Ok(None);
+        };
+        self.coordinator.seen(checkpoint.id);
+        let mut operators = operators_of(graph);
+        let mut shapes = shapes_of(&mut operators)?;
+        shapes.push(OperatorShape::of(
+            STATS_ID,
+            STATS_DESCRIBE,
+            &stats_state(&QueryStats::default()),
+        ));
+        let mismatches = compare(&checkpoint, &shapes);
+        if !mismatches.is_empty() && !config.allow_non_restored {
+            return Err(Error::Plan(refusal(&self.name, &checkpoint, &mismatches)));
+        }
+        for mismatch in &mismatches {
+            eprintln!(
+                "vigil: warning: query {}: operator {} starts empty: {}",
+                self.name, mismatch.operator, mismatch.what
+            );
+        }
+        for (id, mut op) in operators {
+            if mismatches.iter().any(|m| m.operator == id) {
+                continue;
+            }
+            if let Some(entry) = checkpoint.operators.iter().find(|o| o.id == id) {
+                op.restore(entry.state.clone())?;
+            }
+        }
+        if let Some(entry) = checkpoint.operators.iter().find(|o| o.id == STATS_ID) {
+            restore_stats(&self.stats, &entry.state)?;
+        }
+        if let Some(commit) = checkpoint.sinks.first().and_then(|s| s.commit.as_ref()) {
+            sink.restore(commit)?;
+        }
+        self.coordinator
+            .stats
+            .restores
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(Some(checkpoint.sources))
+    }
+}
+
+/// The id of a query's merge operator (a window join, a batch query).
+const MERGE_ID: &str = "merge";
+
+/// A stateful operator of a graph, mutably, with its stable id.
+enum AnyOp<'a> {
+    Chained(&'a mut Box<dyn Operator>),
+    Merge(&'a mut Box<dyn crate::exec::MergeOperator>),
+}
+
+impl AnyOp<'_> {
+    fn describe(&self) -> String {
+        match self {
+            AnyOp::Chained(op) => op.describe(),
+            AnyOp::Merge(op) => op.describe(),
+        }
+    }
+
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        match self {
+            AnyOp::Chained(op) => op.snapshot(),
+            AnyOp::Merge(op) => op.snapshot(),
+        }
+    }
+
+    fn restore(&mut self, state: OperatorState) -> Result<()> {
+        match self {
+            AnyOp::Chained(op) => op.restore(state),
+            AnyOp::Merge(op) => op.restore(state),
+        }
+    }
+}
+
+/// Every operator of `graph` with the id its snapshots are stored under:
+/// `inI.sJ.oK` for operator K of stage J of input I, `merge`, and `sJ.oK`
+/// after the merge.
+fn operators_of(graph: &mut QueryGraph) -> Vec<(String, AnyOp<'_>)> {
+    let mut all = Vec::new();
+    for (i, input) in graph.inputs.iter_mut().enumerate() {
+        for (j, stage) in input.stages.iter_mut().enumerate() {
+            for (k, op) in stage.iter_mut().enumerate() {
+                all.push((format!("{}.o{k}", input_prefix(i, j)), AnyOp::Chained(op)));
+            }
+        }
+    }
+    if let Some(join) = &mut graph.join {
+        all.push((MERGE_ID.to_string(), AnyOp::Merge(join)));
+    }
+    for (j, stage) in graph.stages.iter_mut().enumerate() {
+        for (k, op) in stage.iter_mut().enumerate() {
+            all.push((format!("{}.o{k}", stage_prefix(j)), AnyOp::Chained(op)));
+        }
+    }
+    all
+}
+
+/// The id prefix of stage `stage` of input `input`.
+pub fn input_prefix(input: usize, stage: usize) -> String {
+    format!("in{input}.s{stage}")
+}
+
+/// The id prefix of stage `stage` after the merge.
+pub fn stage_prefix(stage: usize) -> String {
+    format!("s{stage}")
+}
+
+/// The state shapes of fresh operators (their snapshots are empty).
+fn shapes_of(operators: &mut [(String, AnyOp<'_>)]) -> Result<Vec<OperatorShape>> {
+    let mut shapes = Vec::new();
+    for (id, op) in operators.iter_mut() {
+        if let Some(state) = op.snapshot()? {
+            shapes.push(OperatorShape::of(id, &op.describe(), &state));
+        }
+    }
+    Ok(shapes)
+}
+
+fn refusal(
+    query: &str,
+    checkpoint: &Checkpoint,
+    mismatches: &[crate::state::store::Mismatch],
+) -> String {
+    let kind = if checkpoint.savepoint {
+        "savepoint"
+    } else {
+        "checkpoint"
+    };
+    let mut message = format!(
+        "query {query} changed since its {kind} {}; its state cannot be read into it:",
+        checkpoint.id
+    );
+    for m in mismatches {
+        message.push_str(&format!("\n  operator {}: {}", m.operator, m.what));
+    }
+    message.push_str(
+        "\nrun with --allow-non-restored-state to start the changed operators empty and restore the rest, or give the query another name",
+    );
+    message
+}
+
+fn stats_state(stats: &QueryStats) -> OperatorState {
+    let mut state = OperatorState::new();
+    let get = |a: &AtomicU64| Some(a.load(Ordering::Relaxed) as i64);
+    state.add_scalars(
+        "counters",
+        &[
+            ("rows_out", get(&stats.rows_out)),
+            ("late_rows", get(&stats.late_rows)),
+        ],
+    );
+    state
+}
+
+fn restore_stats(stats: &QueryStats, state: &OperatorState) -> Result<()> {
+    let get = |column| Ok::<_, Error>(state.scalar("counters", column)?.unwrap_or(0) as u64);
+    stats.rows_out.store(get("rows_out")?, Ordering::Relaxed);
+    stats.late_rows.store(get("late_rows")?, Ordering::Relaxed);
+    Ok(())
+}
