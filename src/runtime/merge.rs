@@ -255,6 +255,58 @@ impl Watermarks {
 mod tests {
     use super::*;
 
+    fn batch(rows: usize) -> Message {
+        use datafusion::arrow::array::Int64Array;
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        let column = Arc::new(Int64Array::from(vec![1; rows]));
+        Message::Batch(
+            datafusion::arrow::record_batch::RecordBatch::try_new(schema, vec![column]).unwrap(),
+        )
+    }
+
+    #[test]
+    fn an_input_past_its_barrier_waits_for_the_others() {
+        let mut a = Alignment::new(2);
+        assert!(a.admit(0, Some(Message::Barrier(1))).is_some());
+        a.barrier(0, 1);
+        assert_eq!(a.aligned(), None, "input 1 has not sent barrier 1");
+        assert!(a.admit(0, Some(batch(1))).is_none(), "input 0 is held back");
+        assert!(a.admit(1, Some(batch(2))).is_some(), "input 1 flows on");
+        a.barrier(1, 1);
+        assert_eq!(a.aligned(), Some(1));
+        match a.next_released() {
+            Some((0, Some(Message::Batch(b)))) => assert_eq!(b.num_rows(), 1),
+            other => panic!("input 0's held batch comes next, got {other:?}"),
+        }
+        assert!(a.next_released().is_none());
+    }
+
+    #[test]
+    fn a_newer_barrier_gives_up_on_the_older_one() {
+        let mut a = Alignment::new(2);
+        a.barrier(0, 1);
+        assert!(a.admit(0, Some(batch(1))).is_none());
+        // Input 1 missed checkpoint 1 and sends 2: 1 cannot complete.
+        a.barrier(1, 2);
+        assert_eq!(a.aligned(), None);
+        assert!(
+            matches!(a.next_released(), Some((0, Some(Message::Batch(_))))),
+            "input 0 is let go"
+        );
+        a.barrier(0, 2);
+        assert_eq!(a.aligned(), Some(2));
+    }
+
+    #[test]
+    fn an_ended_input_does_not_hold_a_barrier_back() {
+        let mut a = Alignment::new(2);
+        a.end(1);
+        a.barrier(0, 3);
+        assert_eq!(a.aligned(), Some(3));
+        assert_eq!(a.aligned(), None, "once");
+    }
+
     #[test]
     fn the_minimum_of_inputs_and_ended_inputs_stop_counting() {
         let mut w = Watermarks::new(vec![None, None]);

@@ -1,0 +1,163 @@
+//! Checkpoints and savepoints of `vigil run`, end to end: stopping and
+//! resuming, refusing a changed query, and falling back past a damaged
+//! checkpoint.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn vigil(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("vigil runs")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// 200 rows over 3 hosts, one per second.
+fn metrics() -> String {
+    let mut text = String::from("ts,host,cpu\n");
+    for i in 0..200 {
+        text.push_str(&format!("{},h{},{}\n", i * 1000, i % 3, (i * 7) % 100));
+    }
+    text
+}
+
+fn script(aggregates: &str) -> String {
+    format!(
+        "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE,
+  WATERMARK FOR ts AS ts - INTERVAL '2' SECOND) WITH (path = 'm.csv');
+CREATE SINK out WITH (connector = 'file', path = 'out.csv', format = 'csv');
+INSERT INTO out SELECT window_start, host, {aggregates}
+  FROM TUMBLE(m, ts, INTERVAL '10' SECOND) GROUP BY window_start, host;"
+    )
+}
+
+const AGGREGATES: &str = "count(*) AS n, avg(cpu) AS a";
+
+/// A dir with the input and the script, and the file sink of a straight
+/// run of it.
+fn setup() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("m.csv"), metrics()).expect("input");
+    std::fs::write(dir.path().join("q.sql"), script(AGGREGATES)).expect("script");
+    let straight = vigil(dir.path(), &["run", "q.sql"]);
+    assert!(straight.status.success(), "{}", stderr(&straight));
+    let expected = std::fs::read_to_string(dir.path().join("out.csv")).expect("output");
+    std::fs::remove_file(dir.path().join("out.csv")).expect("remove");
+    (dir, expected)
+}
+
+fn run_checkpointed(dir: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "run",
+        "q.sql",
+        "--checkpoint-dir",
+        "ck",
+        "--batch-size",
+        "10",
+    ];
+    args.extend(extra);
+    vigil(dir, &args)
+}
+
+#[test]
+fn a_savepoint_taken_on_stop_resumes_to_the_same_file() {
+    let (dir, expected) = setup();
+    let first = run_checkpointed(
+        dir.path(),
+        &["--savepoint-on-stop", "--stop-after-rows", "90"],
+    );
+    assert!(first.status.success(), "{}", stderr(&first));
+    let err = stderr(&first);
+    let savepoint = err
+        .lines()
+        .find_map(|l| l.strip_prefix("vigil: savepoint written to "))
+        .unwrap_or_else(|| panic!("no savepoint line in {err}"));
+    let partial = std::fs::read_to_string(dir.path().join("out.csv")).expect("output");
+    assert!(
+        partial.len() < expected.len() && expected.starts_with(&partial),
+        "the first run stopped part-way:\n{partial}"
+    );
+    let listing = vigil(dir.path(), &["checkpoints", savepoint]);
+    assert!(
+        String::from_utf8_lossy(&listing.stdout).contains("savepoint"),
+        "{}",
+        String::from_utf8_lossy(&listing.stdout)
+    );
+    let second = run_checkpointed(dir.path(), &["--from-savepoint", savepoint]);
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert!(stderr(&second).contains("rows=200"), "{}", stderr(&second));
+    let out = std::fs::read_to_string(dir.path().join("out.csv")).expect("output");
+    assert_eq!(out, expected);
+}
+
+#[test]
+fn a_changed_query_is_refused_unless_told_to_start_it_empty() {
+    let (dir, _) = setup();
+    let first = run_checkpointed(dir.path(), &["--stop-after-rows", "90"]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let before = std::fs::read_to_string(dir.path().join("out.csv")).expect("output");
+    let changed = format!("{AGGREGATES}, max(cpu) AS top");
+    std::fs::write(dir.path().join("q.sql"), script(&changed)).expect("script");
+    let refused = run_checkpointed(dir.path(), &[]);
+    assert!(!refused.status.success());
+    let err = stderr(&refused);
+    assert!(
+        err.contains("query q.q1 changed since its checkpoint"),
+        "{err}"
+    );
+    assert!(
+        err.contains("window aggregate"),
+        "names the operator: {err}"
+    );
+    assert!(err.contains("max(m.cpu)"), "says what differs: {err}");
+    assert!(err.contains("--allow-non-restored-state"), "{err}");
+    let after = std::fs::read_to_string(dir.path().join("out.csv")).expect("output");
+    assert_eq!(after, before, "a refused restore leaves the sink alone");
+    let allowed = run_checkpointed(dir.path(), &["--allow-non-restored-state"]);
+    assert!(allowed.status.success(), "{}", stderr(&allowed));
+    assert!(
+        stderr(&allowed).contains("starts empty"),
+        "{}",
+        stderr(&allowed)
+    );
+}
+
+#[test]
+fn a_damaged_newest_checkpoint_falls_back_to_the_one_before() {
+    let (dir, expected) = setup();
+    for stop in ["60", "120"] {
+        let run = run_checkpointed(dir.path(), &["--stop-after-rows", stop]);
+        assert!(run.status.success(), "{}", stderr(&run));
+    }
+    let query_dir = dir.path().join("ck").join("q%2Eq1");
+    let mut checkpoints: Vec<_> = std::fs::read_dir(&query_dir)
+        .expect("query folder")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    checkpoints.sort();
+    assert!(checkpoints.len() >= 2, "{checkpoints:?}");
+    let newest = checkpoints.last().expect("one");
+    let table = std::fs::read_dir(newest)
+        .expect("checkpoint folder")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.extension().is_some_and(|e| e == "arrow"))
+        .expect("a state file");
+    let mut bytes = std::fs::read(&table).expect("state file");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&table, bytes).expect("damage it");
+    let last = run_checkpointed(dir.path(), &[]);
+    assert!(last.status.success(), "{}", stderr(&last));
+    let err = stderr(&last);
+    assert!(
+        err.contains("warning"),
+        "the damaged checkpoint is reported: {err}"
+    );
+    let out = std::fs::read_to_string(dir.path().join("out.csv")).expect("output");
+    assert_eq!(out, expected);
+}
