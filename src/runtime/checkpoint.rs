@@ -269,6 +269,8 @@ pub struct QueryCheckpoints {
     partial: Mutex<BTreeMap<u64, Partial>>,
     /// Sources that read all of their input, and where they ended.
     ended: Mutex<Vec<SourceEntry>>,
+    /// The merge's watermarks restored, until the merge takes them.
+    merge_watermarks: Mutex<Option<OperatorState>>,
 }
 
 impl QueryCheckpoints {
@@ -285,6 +287,7 @@ impl QueryCheckpoints {
             stats,
             partial: Mutex::new(BTreeMap::new()),
             ended: Mutex::new(Vec::new()),
+            merge_watermarks: Mutex::new(None),
         })
     }
 
@@ -341,6 +344,24 @@ impl QueryCheckpoints {
             }
             Ok(())
         })
+    }
+
+    /// Notes the merge's watermarks (per input, and the one it sent) at
+    /// barrier `id`.
+    pub fn add_merge_watermarks(&self, id: u64, state: OperatorState) {
+        self.add_operator(
+            id,
+            OperatorEntry {
+                id: WATERMARKS_ID.to_string(),
+                describe: WATERMARKS_DESCRIBE.to_string(),
+                state,
+            },
+        );
+    }
+
+    /// The merge's watermarks from the checkpoint restored, once.
+    pub fn take_merge_watermarks(&self) -> Option<OperatorState> {
+        lock(&self.merge_watermarks).take()
     }
 
     /// Notes the state of the merge operator at barrier `id`.
@@ -462,6 +483,14 @@ impl QueryCheckpoints {
             STATS_DESCRIBE,
             &stats_state(&QueryStats::default()),
         ));
+        if let Some(stored) = checkpoint.operators.iter().find(|o| o.id == WATERMARKS_ID) {
+            // Its schema does not depend on the plan; only its presence does.
+            shapes.push(OperatorShape::of(
+                WATERMARKS_ID,
+                WATERMARKS_DESCRIBE,
+                &stored.state,
+            ));
+        }
         let mismatches = compare(&checkpoint, &shapes);
         if !mismatches.is_empty() && !config.allow_non_restored {
             return Err(Error::Plan(refusal(&self.name, &checkpoint, &mismatches)));
@@ -483,6 +512,9 @@ impl QueryCheckpoints {
         if let Some(entry) = checkpoint.operators.iter().find(|o| o.id == STATS_ID) {
             restore_stats(&self.stats, &entry.state)?;
         }
+        if let Some(entry) = checkpoint.operators.iter().find(|o| o.id == WATERMARKS_ID) {
+            *lock(&self.merge_watermarks) = Some(entry.state.clone());
+        }
         if let Some(commit) = checkpoint.sinks.first().and_then(|s| s.commit.as_ref()) {
             sink.restore(commit)?;
         }
@@ -496,6 +528,12 @@ impl QueryCheckpoints {
 
 /// The id of a query's merge operator (a window join, a batch query).
 const MERGE_ID: &str = "merge";
+
+/// The id of the watermarks where a query's inputs meet.
+const WATERMARKS_ID: &str = "merge.watermarks";
+
+/// How they are described.
+const WATERMARKS_DESCRIBE: &str = "the watermark of each input";
 
 /// A stateful operator of a graph, mutably, with its stable id.
 enum AnyOp<'a> {

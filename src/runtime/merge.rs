@@ -5,10 +5,15 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{self, Receiver, Sender};
 
+use datafusion::arrow::array::{Array, AsArray, Int64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
+use datafusion::arrow::record_batch::RecordBatch;
+
 use super::CHANNEL_CAPACITY;
 use super::checkpoint::QueryCheckpoints;
 use crate::error::Result;
 use crate::exec::{MergeOperator, Message};
+use crate::state::OperatorState;
 
 /// How often idle inputs are looked for.
 const IDLE_CHECK: Duration = Duration::from_millis(100);
@@ -33,6 +38,9 @@ pub async fn run(
 ) -> Result<()> {
     let (tagged_tx, mut tagged) = mpsc::channel(CHANNEL_CAPACITY);
     let mut state = Watermarks::new(inputs.iter().map(|(_, idle)| *idle).collect());
+    if let Some(restored) = checkpoints.as_ref().and_then(|c| c.take_merge_watermarks()) {
+        state.restore(&restored)?;
+    }
     let mut alignment = Alignment::new(inputs.len());
     for (index, (mut input, _)) in inputs.into_iter().enumerate() {
         let tx = tagged_tx.clone();
@@ -96,10 +104,13 @@ pub async fn run(
             }
         }
         if let Some(id) = alignment.aligned() {
-            if let (Some(join), Some(checkpoints)) = (&mut join, &checkpoints)
-                && let Some(snapshot) = join.snapshot()?
-            {
-                checkpoints.add_merge(id, join.describe(), snapshot);
+            if let Some(checkpoints) = &checkpoints {
+                checkpoints.add_merge_watermarks(id, state.snapshot());
+                if let Some(join) = &mut join
+                    && let Some(snapshot) = join.snapshot()?
+                {
+                    checkpoints.add_merge(id, join.describe(), snapshot);
+                }
             }
             out.push(Message::Barrier(id));
         }
@@ -209,6 +220,45 @@ impl Watermarks {
             idle_after,
             emitted: i64::MIN,
         }
+    }
+
+    /// Table `inputs` (each input's watermark, NULL before its first) and
+    /// the merged watermark sent, as scalar `sent`.
+    fn snapshot(&self) -> OperatorState {
+        let seen = |w: i64| (w != i64::MIN).then_some(w);
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "watermark",
+            DataType::Int64,
+            true,
+        )]));
+        let column = Int64Array::from_iter(self.watermarks.iter().map(|w| seen(*w)));
+        let batch =
+            RecordBatch::try_new(schema, vec![Arc::new(column)]).expect("one column, as declared");
+        let mut state = OperatorState::new();
+        state.add("inputs", batch, Vec::new());
+        state.add_scalars("meta", &[("sent", seen(self.emitted))]);
+        state
+    }
+
+    fn restore(&mut self, state: &OperatorState) -> Result<()> {
+        let inputs = state.table("inputs")?;
+        if inputs.num_rows() != self.watermarks.len() {
+            return Err(crate::error::Error::Plan(format!(
+                "the checkpoint has watermarks for {} inputs, the query has {}",
+                inputs.num_rows(),
+                self.watermarks.len()
+            )));
+        }
+        let column = inputs.column(0).as_primitive::<Int64Type>();
+        for (i, w) in self.watermarks.iter_mut().enumerate() {
+            *w = if column.is_valid(i) {
+                column.value(i)
+            } else {
+                i64::MIN
+            };
+        }
+        self.emitted = state.scalar("meta", "sent")?.unwrap_or(i64::MIN);
+        Ok(())
     }
 
     fn watches_idleness(&self) -> bool {
