@@ -161,3 +161,18 @@ fn a_damaged_newest_checkpoint_falls_back_to_the_one_before() {
     let out = std::fs::read_to_string(dir.path().join("out.csv")).expect("output");
     assert_eq!(out, expected);
 }
+
+#[test]
+fn a_missing_savepoint_is_an_error_and_leaves_the_sink_alone() {
+    let (dir, expected) = setup();
+    std::fs::write(dir.path().join("out.csv"), &expected).expect("an earlier output");
+    let run = run_checkpointed(dir.path(), &["--from-savepoint", "no/such/savepoint"]);
+    assert_eq!(run.status.code(), Some(1));
+    let err = stderr(&run);
+    assert!(
+        err.contains("savepoint no/such/savepoint does not exist"),
+        "{err}"
+    );
+    let out = std::fs::read_to_string(dir.path().join("out.csv")).expect("output");
+    assert_eq!(out, expected);
+}

@@ -456,6 +456,29 @@ impl QueryCheckpoints {
         Ok(info)
     }
 
+    /// What savepoint `root` holds of this query: a savepoint that does not
+    /// exist is an error; one without this query (added since) a warning.
+    fn savepoint_state(&self, root: &Path) -> Result<crate::state::store::Restored> {
+        if !root.join("").is_dir() {
+            return Err(Error::Plan(format!(
+                "savepoint {} does not exist (`vigil checkpoints DIR` lists them)",
+                root.display()
+            )));
+        }
+        let has_query = crate::state::store::query_folders(root)?
+            .iter()
+            .any(|(name, _)| name == &self.name);
+        if !has_query {
+            eprintln!(
+                "vigil: warning: savepoint {} has no state of query {}; it starts from the beginning",
+                root.display(),
+                self.name
+            );
+            return Ok(crate::state::store::Restored::default());
+        }
+        QueryStore::open(root, &self.name, usize::MAX)?.latest()
+    }
+
     /// Restores `graph` and `sink` from the newest usable checkpoint (or
     /// the savepoint configured); the source positions to read from, or
     /// `None` when there is nothing to restore.
@@ -466,7 +489,7 @@ impl QueryCheckpoints {
     ) -> Result<Option<Vec<SourceEntry>>> {
         let config = self.coordinator.config();
         let restored = match &config.from_savepoint {
-            Some(root) => QueryStore::open(root, &self.name, usize::MAX)?.latest()?,
+            Some(root) => self.savepoint_state(root)?,
             None => self.store.latest()?,
         };
         for warning in &restored.warnings {
