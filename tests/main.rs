@@ -2,6 +2,7 @@
 
 mod cli;
 mod conformance;
+mod crash;
 mod examples;
 mod follow;
 mod grammar_examples;
