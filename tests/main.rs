@@ -3,6 +3,7 @@
 mod checkpoints;
 mod cli;
 mod conformance;
+mod crash;
 mod examples;
 mod follow;
 mod grammar_examples;

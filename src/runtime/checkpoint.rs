@@ -545,6 +545,15 @@ impl QueryCheckpoints {
             .stats
             .restores
             .fetch_add(1, Ordering::Relaxed);
+        let kind = if checkpoint.savepoint {
+            "savepoint"
+        } else {
+            "checkpoint"
+        };
+        eprintln!(
+            "vigil: query {} restored from {kind} {}",
+            self.name, checkpoint.id
+        );
         Ok(Some(checkpoint.sources))
     }
 }

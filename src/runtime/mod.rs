@@ -8,6 +8,7 @@
 //! watermark, every window fires, and the tasks end in order.
 
 pub mod checkpoint;
+pub mod crashpoint;
 pub mod live;
 mod merge;
 pub mod wal;
@@ -221,6 +222,7 @@ fn run_source(
         for subscriber in &subscribers {
             alive |= subscriber.send(&batch);
         }
+        crashpoint::hit("read");
         if let Some(barriers) = &mut barriers
             && barriers.send_due(stats, &subscribers)
         {
@@ -367,6 +369,7 @@ fn run_sink(
             Message::Barrier(id) => {
                 if let Some(checkpoints) = &checkpoints {
                     let commit = sink.checkpoint()?;
+                    crashpoint::hit("before-manifest");
                     checkpoints.complete(id, commit);
                 }
             }

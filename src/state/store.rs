@@ -874,6 +874,7 @@ fn write_checkpoint(dir: &Path, checkpoint: &Checkpoint) -> Result<u64> {
         .enumerate()
         .map(|(i, op)| write_operator(dir, i, op))
         .collect::<Result<Vec<_>>>()?;
+    crate::runtime::crashpoint::hit("checkpoint-write");
     let manifest = Manifest {
         version: MANIFEST_VERSION,
         id: checkpoint.id,
