@@ -1272,4 +1272,32 @@ fn a_full_write_ahead_log_answers_503_with_retry_after_and_savepoints_are_taken(
     assert_eq!(again.status, 409, "{}", again.body);
     let bad = post(&server, "/savepoints", None, r#"{"name": "../x"}"#);
     assert_eq!(bad.status, 400, "{}", bad.body);
+
+    // A query stopped is recorded: after a crash only the first runs again,
+    // restored from the savepoint.
+    let second = start_query(&server, "SELECT v FROM ev WHERE v > 1e9;");
+    assert_eq!(delete(&server, &format!("/queries/{second}")).status, 200);
+    let mut server = server;
+    kill9(&mut server);
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--state-dir",
+            "state",
+            "--from-savepoint",
+            path.to_str().unwrap(),
+        ],
+    );
+    let listed = get(&server, "/queries", None).json();
+    let labels: Vec<&str> = listed["queries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["SELECT host, v FROM ev WHERE v < 0"], "{listed}");
+    let page = get(&server, "/metrics", None).body;
+    assert_eq!(metric(&page, "vigil_restores_total"), 1, "{page}");
 }
