@@ -456,3 +456,33 @@ fn a_durable_session_restores_its_query_and_replays_logged_rows_after_a_crash() 
     let got: Vec<(u64, f64)> = rows.iter().map(|r| (r.2, r.3)).collect();
     assert_eq!(got, expected, "every window once:\n{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_is_cut_behind_the_kept_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut session = Session::builder()
+        .state_dir(dir.path().join("state"))
+        .checkpoint_interval(Duration::from_millis(100))
+        .max_wal_bytes(128 << 10)
+        .build()
+        .unwrap();
+    session.set_base_dir(dir.path());
+    session.execute(DURABLE_SQL).unwrap();
+    for k in 0..100 {
+        session.push_json("ev", &window_rows(k)).await.unwrap();
+    }
+    let before = session.wal_bytes()[0].1;
+    let stats = session.checkpoint_stats().unwrap();
+    let done = stats.completed.load(std::sync::atomic::Ordering::Relaxed);
+    let deadline = std::time::Instant::now() + WAIT;
+    // Once the kept checkpoints (3) are all newer than the pushes, the
+    // log's full segments go.
+    while stats.completed.load(std::sync::atomic::Ordering::Relaxed) < done + 4 {
+        assert!(std::time::Instant::now() < deadline, "no checkpoint");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    session.trim_wals().unwrap();
+    let after = session.wal_bytes()[0].1;
+    assert!(after < before / 2, "{before} -> {after}");
+    session.shutdown().await;
+}
