@@ -27,6 +27,31 @@
 //! [`Session::register_stream`]) take rows from [`Session::push`],
 //! [`Session::push_json`] and [`Session::push_csv`], and give them to every
 //! query reading the stream at that moment.
+//!
+//! # Durable state
+//!
+//! A session built with [`SessionBuilder::state_dir`] keeps its queries'
+//! state in that folder and picks it up again when a session is built on
+//! the same folder and runs the same statements (after a crash, say):
+//!
+//! - `checkpoints/`: each query's checkpoints, taken every
+//!   [`SessionBuilder::checkpoint_interval`] (by default
+//!   [`checkpoint::DEFAULT_INTERVAL`], 10 s), under its name: the alert's
+//!   name, what `SET query_name` said, or else `query-<n>` for the n-th
+//!   query the session started. A query started again under a name that
+//!   has a checkpoint is restored from it.
+//! - `wal/`: one write-ahead log per push stream. A push returns once its
+//!   rows are on disk (fsynced; concurrent pushes into a stream share one
+//!   fsync, so a push waits at most for the fsync in flight and its own);
+//!   a restored query is given the logged rows after its checkpoint before
+//!   it reads new ones, so every row whose push returned `Ok` is seen
+//!   exactly once. A push that never returned (the process died) may or may
+//!   not have been logged. The log is cut behind the oldest position the
+//!   kept checkpoints of the queries reading it need; a log full
+//!   ([`SessionBuilder::max_wal_bytes`]) refuses pushes with
+//!   [`Error::Overloaded`] until then.
+//! - `starts.jsonl`: where each query first read each push stream's log,
+//!   for a query that crashed before its first checkpoint.
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -51,10 +76,13 @@ use crate::engine::{Dropped, Engine, Outcome, PreparedQuery};
 use crate::error::{Error, Result};
 use crate::plan::listing::{Listing, QUERY_COLUMNS};
 use crate::plan::{AlertNode, StreamDef};
+use crate::runtime::checkpoint::{self, CheckpointConfig, CheckpointStats};
 pub use crate::runtime::live::QueryState;
 use crate::runtime::live::{Live, QueryId, QueryInfo};
+use crate::runtime::wal::{Wal, WalOptions};
 use crate::sql::parse_script;
 use crate::sql::{ObjectKind, Statement};
+use crate::state::store::{QueryStore, SourceEntry};
 
 /// Result batches a query's handle buffers before the query waits for its
 /// reader.
@@ -71,6 +99,190 @@ pub struct Session {
     /// The query each `CREATE ALERT` started, by alert name: stopped when
     /// the alert is dropped or replaced.
     alert_queries: std::sync::Mutex<std::collections::HashMap<String, QueryId>>,
+    /// The state folder and what is kept there, for a durable session.
+    durable: Option<Arc<Durable>>,
+}
+
+/// Builds a [`Session`], durable if given a state folder.
+#[derive(Debug, Clone, Default)]
+pub struct SessionBuilder {
+    state_dir: Option<PathBuf>,
+    interval: Option<std::time::Duration>,
+    keep: Option<usize>,
+    max_wal_bytes: Option<u64>,
+    from_savepoint: Option<PathBuf>,
+}
+
+impl SessionBuilder {
+    /// Keeps checkpoints and write-ahead logs in `dir` (see the [module
+    /// docs](self)).
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir = Some(dir.into());
+        self
+    }
+
+    /// Time between two checkpoints; [`checkpoint::DEFAULT_INTERVAL`]
+    /// (10 s) unless set.
+    pub fn checkpoint_interval(mut self, interval: std::time::Duration) -> Self {
+        self.interval = Some(interval);
+        self
+    }
+
+    /// Complete checkpoints kept per query; [`checkpoint::DEFAULT_KEEP`]
+    /// unless set.
+    pub fn keep_checkpoints(mut self, keep: usize) -> Self {
+        self.keep = Some(keep);
+        self
+    }
+
+    /// Most bytes each push stream's write-ahead log may hold; pushes past
+    /// it get [`Error::Overloaded`]. 1 GiB unless set.
+    pub fn max_wal_bytes(mut self, bytes: u64) -> Self {
+        self.max_wal_bytes = Some(bytes);
+        self
+    }
+
+    /// Restores queries from the savepoint in `path` (see
+    /// [`Session::savepoint`]) rather than from their newest checkpoints.
+    pub fn from_savepoint(mut self, path: impl Into<PathBuf>) -> Self {
+        self.from_savepoint = Some(path.into());
+        self
+    }
+
+    /// The session; a durable one creates its state folder.
+    pub fn build(self) -> Result<Session> {
+        let mut session = Session::new();
+        let Some(dir) = self.state_dir else {
+            if self.from_savepoint.is_some() {
+                return Err(Error::Plan(
+                    "restoring from a savepoint needs a state directory".into(),
+                ));
+            }
+            return Ok(session);
+        };
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+        let mut config = CheckpointConfig::new(dir.join("checkpoints"));
+        config.interval = self.interval.unwrap_or(checkpoint::DEFAULT_INTERVAL);
+        config.keep = self.keep.unwrap_or(checkpoint::DEFAULT_KEEP).max(1);
+        config.from_savepoint = self.from_savepoint;
+        let mut wal = WalOptions::default();
+        if let Some(max) = self.max_wal_bytes {
+            wal.max_bytes = max;
+            wal.segment_bytes = wal.segment_bytes.min((max / 4).max(1));
+        }
+        session.durable = Some(Arc::new(Durable::open(&dir, config.clone(), wal)?));
+        session.live = Live::with_checkpoints(config);
+        Ok(session)
+    }
+}
+
+/// What a durable session keeps in its state folder.
+struct Durable {
+    dir: PathBuf,
+    checkpoints: CheckpointConfig,
+    wal: WalOptions,
+    /// Queries started so far: the unnamed ones are named by it.
+    started: std::sync::atomic::AtomicU64,
+    /// Where each query first read the push streams' logs, by query name.
+    starts: std::sync::Mutex<std::collections::HashMap<String, Vec<SourceEntry>>>,
+    /// The checkpointed queries started: name and the push streams read.
+    running: std::sync::Mutex<std::collections::HashMap<QueryId, (String, Vec<String>)>>,
+    /// The log-trimming task has started.
+    trimming: std::sync::atomic::AtomicBool,
+}
+
+/// One line of `starts.jsonl`.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StartRecord {
+    query: String,
+    sources: Vec<SourceEntry>,
+}
+
+const STARTS_FILE: &str = "starts.jsonl";
+
+impl Durable {
+    fn open(dir: &Path, checkpoints: CheckpointConfig, wal: WalOptions) -> Result<Self> {
+        let mut starts = std::collections::HashMap::new();
+        let path = dir.join(STARTS_FILE);
+        if path.exists() {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+            // A torn last line (a crash while writing it) is skipped: its
+            // query had not been told it started.
+            for line in text.lines() {
+                if let Ok(record) = serde_json::from_str::<StartRecord>(line) {
+                    starts.entry(record.query).or_insert(record.sources);
+                }
+            }
+        }
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            checkpoints,
+            wal,
+            started: Default::default(),
+            starts: std::sync::Mutex::new(starts),
+            running: Default::default(),
+            trimming: Default::default(),
+        })
+    }
+
+    fn wal_dir(&self) -> PathBuf {
+        self.dir.join("wal")
+    }
+
+    /// Where query `name` starts reading when it has no checkpoint: the
+    /// recorded start, or else `now`, recorded (fsynced) for next time.
+    fn start_of(&self, name: &str, now: Vec<SourceEntry>) -> Result<Vec<SourceEntry>> {
+        let mut starts = self.starts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(sources) = starts.get(name) {
+            return Ok(sources.clone());
+        }
+        let record = StartRecord {
+            query: name.to_string(),
+            sources: now.clone(),
+        };
+        let line = serde_json::to_string(&record)
+            .map_err(|e| Error::Connector(format!("cannot record the start of {name}: {e}")))?;
+        append_synced(&self.dir.join(STARTS_FILE), &line)?;
+        starts.insert(name.to_string(), now.clone());
+        Ok(now)
+    }
+
+    /// The oldest log position of `stream` that query `name` may still
+    /// need: the oldest its kept checkpoints record, or its start.
+    fn needed(&self, name: &str, stream: &str) -> Result<Option<u64>> {
+        let store = QueryStore::open(&self.checkpoints.dir, name, usize::MAX)?;
+        let kept = store.list()?;
+        let position = |sources: &[SourceEntry]| {
+            sources
+                .iter()
+                .find(|s| s.stream == stream)
+                .and_then(|s| s.position.as_ref())
+                .map(|p| p.rows)
+        };
+        if kept.is_empty() {
+            let starts = self.starts.lock().unwrap_or_else(|e| e.into_inner());
+            return Ok(starts.get(name).and_then(|s| position(s)));
+        }
+        // A checkpoint without the stream's position restores from the
+        // query's start.
+        Ok(kept.iter().map(|c| position(&c.sources).unwrap_or(0)).min())
+    }
+}
+
+/// Appends `line` to `path` and fsyncs it.
+pub(crate) fn append_synced(path: &Path, line: &str) -> Result<()> {
+    use std::io::Write;
+    let context = || format!("cannot write {}", path.display());
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| Error::io(context(), e))?;
+    file.write_all(format!("{line}\n").as_bytes())
+        .and_then(|()| file.sync_data())
+        .map_err(|e| Error::io(context(), e))
 }
 
 /// What one executed statement did.
@@ -159,7 +371,18 @@ impl Session {
             base_dir: PathBuf::from("."),
             alerts: broadcast::channel(ALERT_BUFFER).0,
             alert_queries: Default::default(),
+            durable: None,
         }
+    }
+
+    /// A builder, for a durable session (see [`SessionBuilder`]).
+    pub fn builder() -> SessionBuilder {
+        SessionBuilder::default()
+    }
+
+    /// The state folder of a durable session.
+    pub fn state_dir(&self) -> Option<&Path> {
+        self.durable.as_ref().map(|d| d.dir.as_path())
     }
 
     /// Resolves relative paths in later statements against `dir`.
@@ -214,6 +437,9 @@ impl Session {
         let outcome = self.engine.execute(statement, base_dir)?;
         if let Some(name) = replaced_push {
             self.live.retire_stream(&name);
+        }
+        if let crate::sql::StatementKind::CreateStream(create) = &statement.kind {
+            self.open_wal(&create.name)?;
         }
         match outcome {
             Outcome::Dropped(dropped) => {
@@ -297,7 +523,10 @@ impl Session {
                 alerts: self.alerts.clone(),
             });
         }
-        let id = self.live.start(query.graph, sink, label)?;
+        let id = match &self.durable {
+            Some(durable) => self.start_durable(durable, query.name, query.graph, sink, label)?,
+            None => self.live.start(query.graph, sink, label)?,
+        };
         if let Some(name) = declares {
             self.alert_queries().insert(name, id);
         }
@@ -307,6 +536,158 @@ impl Session {
             is_alert,
             results,
         })
+    }
+
+    /// Starts a query under its stable name, restored from its checkpoint
+    /// or else reading the push streams' logs from its first start.
+    fn start_durable(
+        &self,
+        durable: &Arc<Durable>,
+        name: Option<String>,
+        graph: crate::planner::QueryGraph,
+        sink: Box<dyn Sink>,
+        label: &str,
+    ) -> Result<QueryId> {
+        let n = durable.started.fetch_add(1, Ordering::Relaxed) + 1;
+        let name = name.unwrap_or_else(|| format!("query-{n}"));
+        let mut streams: Vec<String> = graph
+            .inputs
+            .iter()
+            .filter(|i| i.stream.source.location == SourceLocation::Push)
+            .map(|i| i.stream.name.clone())
+            .collect();
+        streams.dedup();
+        let now = streams
+            .iter()
+            .map(|stream| SourceEntry {
+                stream: stream.clone(),
+                position: Some(crate::connectors::SourcePosition {
+                    rows: self.live.pushed(stream),
+                    ..Default::default()
+                }),
+            })
+            .collect();
+        let start = durable.start_of(&name, now)?;
+        self.live.set_start_positions(&name, start);
+        let id = self
+            .live
+            .start_named(graph, sink, label, Some(name.clone()))?;
+        durable
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, (name, streams));
+        self.start_trimming(durable);
+        Ok(id)
+    }
+
+    /// Starts the task that cuts the write-ahead logs behind what the kept
+    /// checkpoints need, once per checkpoint interval; it ends with the
+    /// session.
+    fn start_trimming(&self, durable: &Arc<Durable>) {
+        if durable.trimming.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak = Arc::downgrade(durable);
+        let live = self.live.clone();
+        let period = durable.checkpoints.interval;
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(period);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                let Some(durable) = weak.upgrade() else {
+                    return;
+                };
+                let live = live.clone();
+                let trimmed = tokio::task::spawn_blocking(move || trim_wals(&durable, &live)).await;
+                if let Ok(Err(e)) = trimmed {
+                    eprintln!("vigil: warning: cannot trim the write-ahead logs: {e}");
+                }
+            }
+        });
+    }
+
+    /// The stable name of checkpointed query `id`, in a durable session.
+    pub fn query_name(&self, id: QueryId) -> Option<String> {
+        let durable = self.durable.as_ref()?;
+        let running = durable.running.lock().unwrap_or_else(|e| e.into_inner());
+        running.get(&id).map(|(name, _)| name.clone())
+    }
+
+    /// The running query named `name`, in a durable session.
+    pub fn query_by_name(&self, name: &str) -> Option<QueryId> {
+        let durable = self.durable.as_ref()?;
+        let running: Vec<QueryId> = self.queries().iter().map(|q| q.id).collect();
+        let names = durable.running.lock().unwrap_or_else(|e| e.into_inner());
+        running
+            .into_iter()
+            .find(|id| names.get(id).is_some_and(|(n, _)| n == name))
+    }
+
+    /// Takes a savepoint of every running checkpointed query under `root`
+    /// (one folder per query), waiting at most `timeout` for them; the
+    /// names of the queries it holds. A session restores from it when
+    /// built with [`SessionBuilder::from_savepoint`].
+    pub async fn savepoint(
+        &self,
+        root: &Path,
+        timeout: std::time::Duration,
+    ) -> Result<Vec<String>> {
+        let Some(durable) = &self.durable else {
+            return Err(Error::Plan(
+                "savepoints need a session with a state directory".into(),
+            ));
+        };
+        let running: Vec<QueryId> = self.queries().iter().map(|q| q.id).collect();
+        let mut names: Vec<String> = {
+            let named = durable.running.lock().unwrap_or_else(|e| e.into_inner());
+            running
+                .iter()
+                .filter_map(|id| named.get(id).map(|(name, _)| name.clone()))
+                .collect()
+        };
+        names.sort();
+        let Some(id) = self.live.savepoint(root, false).await else {
+            return Err(Error::Plan("this session takes no checkpoints".into()));
+        };
+        let coordinator = self
+            .live
+            .coordinator()
+            .expect("a durable session checkpoints");
+        let done = coordinator.wait_for(id, names.len(), timeout).await;
+        if done < names.len() {
+            return Err(Error::Connector(format!(
+                "savepoint {}: {done} of {} queries wrote their state within {timeout:?}",
+                root.display(),
+                names.len()
+            )));
+        }
+        Ok(names)
+    }
+
+    /// What the checkpoints did (for metrics), in a durable session.
+    pub fn checkpoint_stats(&self) -> Option<Arc<CheckpointStats>> {
+        self.live.coordinator().map(|c| c.stats().clone())
+    }
+
+    /// Bytes each push stream's write-ahead log holds, by stream.
+    pub fn wal_bytes(&self) -> Vec<(String, u64)> {
+        self.live
+            .wals()
+            .into_iter()
+            .map(|(stream, wal)| (stream, wal.bytes()))
+            .collect()
+    }
+
+    /// Cuts the write-ahead logs behind what the kept checkpoints of the
+    /// queries reading them need (done on its own every checkpoint
+    /// interval).
+    pub fn trim_wals(&self) -> Result<()> {
+        match &self.durable {
+            Some(durable) => trim_wals(durable, &self.live),
+            None => Ok(()),
+        }
     }
 
     /// Declares a push stream from Rust: `schema`'s columns (TIMESTAMP
@@ -361,7 +742,27 @@ impl Session {
             idle_timeout: None,
             source,
             late_of: None,
-        })
+        })?;
+        self.open_wal(name)
+    }
+
+    /// Gives push stream `stream` its write-ahead log, in a durable
+    /// session.
+    fn open_wal(&self, stream: &str) -> Result<()> {
+        let Some(durable) = &self.durable else {
+            return Ok(());
+        };
+        let Ok(def) = self.push_stream(stream) else {
+            return Ok(());
+        };
+        let wal = Wal::open(
+            &durable.wal_dir(),
+            &def.name,
+            def.schema.clone(),
+            durable.wal,
+        )?;
+        self.live.attach_wal(&def.name, Arc::new(wal));
+        Ok(())
     }
 
     /// Pushes rows into push stream `stream`; columns are matched by name
@@ -488,6 +889,28 @@ impl Session {
     pub async fn shutdown(&self) {
         self.live.shutdown().await
     }
+}
+
+/// Cuts each push stream's log behind the oldest position the running
+/// checkpointed queries reading it may need; a stream nobody reads keeps
+/// only its last segment.
+fn trim_wals(durable: &Durable, live: &Live) -> Result<()> {
+    let running: std::collections::HashSet<QueryId> = live.queries().iter().map(|q| q.id).collect();
+    let readers: Vec<(String, Vec<String>)> = {
+        let mut named = durable.running.lock().unwrap_or_else(|e| e.into_inner());
+        named.retain(|id, _| running.contains(id));
+        named.values().cloned().collect()
+    };
+    for (stream, wal) in live.wals() {
+        let mut through = live.pushed(&stream);
+        for (name, streams) in &readers {
+            if streams.contains(&stream) {
+                through = through.min(durable.needed(name, &stream)?.unwrap_or(0));
+            }
+        }
+        wal.truncate_through(through)?;
+    }
+    Ok(())
 }
 
 /// True if the plan's top node is an alert.

@@ -1033,3 +1033,271 @@ fn drop_replace_show_and_describe_over_http() {
     let status = server.terminate();
     assert!(status.success(), "{status:?}; stderr:\n{}", server.stderr());
 }
+
+const DURABLE_SETUP: &str = "CREATE STREAM ev (ts TIMESTAMP, host TEXT, v DOUBLE, hot DOUBLE,
+       WATERMARK FOR ts AS ts) WITH (connector = 'push');
+     CREATE SINK totals WITH (path = 'totals.csv', format = 'csv');
+     INSERT INTO totals SELECT window_end, host, count(*) AS n, sum(v) AS s
+       FROM TUMBLE(ev, ts, INTERVAL '1' SECOND) GROUP BY window_end, host;
+     CREATE SINK pages WITH (path = 'pages.csv', format = 'csv');
+     CREATE ALERT warm AS SELECT window_end, host, max(hot) AS peak
+       FROM TUMBLE(ev, ts, INTERVAL '1' SECOND) GROUP BY window_end, host
+       ALERT BY host WHEN peak > 0;
+     INSERT INTO pages SELECT host, event_time, state FROM warm;";
+
+/// Request `i`'s hundred rows, all in second `i`: hosts a and b, values
+/// `100 i + j` (unique), `hot` on odd requests.
+fn request_rows(i: u64) -> String {
+    (0..100)
+        .map(|j| {
+            let host = if j % 2 == 0 { "a" } else { "b" };
+            format!(
+                "{{\"ts\": {}, \"host\": \"{host}\", \"v\": {}, \"hot\": {}}}\n",
+                i * 1000 + j * 10,
+                i * 100 + j,
+                i % 2
+            )
+        })
+        .collect()
+}
+
+/// What request `i` adds to its window, per host: rows and sum.
+fn request_totals(i: u64) -> [(String, u64, f64); 2] {
+    let sum = |parity: u64| {
+        (0..100)
+            .filter(|j| j % 2 == parity)
+            .map(|j| (i * 100 + j) as f64)
+            .sum::<f64>()
+    };
+    [("a".into(), 50, sum(0)), ("b".into(), 50, sum(1))]
+}
+
+fn kill9(server: &mut Server) {
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+}
+
+#[test]
+fn a_durable_service_killed_at_random_points_loses_no_acknowledged_row() {
+    const REQUESTS: u64 = 1000;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let args = [
+        "--addr",
+        "127.0.0.1:0",
+        "--state-dir",
+        "state",
+        "--checkpoint-interval",
+        "200ms",
+    ];
+    let mut server = Server::start(dir.path(), &args);
+    assert_eq!(statements(&server, DURABLE_SETUP).status, 200);
+    // Kill points, spread by a fixed pseudo-random sequence; never among
+    // the last requests, so the last windows are acknowledged.
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut random = move |n: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    let mut kills: Vec<u64> = (0..6).map(|k| k * 150 + 20 + random(120)).collect();
+    kills.dedup();
+    let mut acked = Vec::new();
+    let mut unanswered = Vec::new();
+    for i in 0..REQUESTS {
+        let url = server.url("/streams/ev/rows");
+        let body = request_rows(i);
+        let send = move || {
+            agent(Some(WAIT))
+                .post(url)
+                .header("content-type", "application/x-ndjson")
+                .send(body)
+                .map(|r| r.status().as_u16())
+        };
+        if kills.contains(&i) {
+            let request = std::thread::spawn(send);
+            std::thread::sleep(Duration::from_micros(random(12_000)));
+            kill9(&mut server);
+            match request.join().unwrap() {
+                Ok(200) => acked.push(i),
+                Ok(status) => panic!("request {i}: status {status}"),
+                Err(_) => unanswered.push(i),
+            }
+            server = Server::start(dir.path(), &args);
+            continue;
+        }
+        let status = send().expect("the server answers");
+        assert_eq!(status, 200, "request {i}");
+        acked.push(i);
+    }
+    // A later second makes the last window fire; then wait for it to be
+    // written.
+    let flush = format!(
+        "{{\"ts\": {}, \"host\": \"a\", \"v\": 0, \"hot\": 0}}\n",
+        (REQUESTS + 5) * 1000
+    );
+    assert_eq!(
+        post(
+            &server,
+            "/streams/ev/rows",
+            Some("application/x-ndjson"),
+            &flush
+        )
+        .status,
+        200
+    );
+    let last_end = format!("1970-01-01T00:{:02}:{:02}", REQUESTS / 60, REQUESTS % 60);
+    let deadline = Instant::now() + WAIT;
+    while !std::fs::read_to_string(dir.path().join("totals.csv"))
+        .unwrap_or_default()
+        .contains(&last_end)
+    {
+        assert!(Instant::now() < deadline, "the last window is not written");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let page = get(&server, "/metrics", None).body;
+    assert!(
+        metric(&page, "vigil_checkpoints_completed_total") > 0,
+        "{page}"
+    );
+    assert!(metric(&page, "vigil_restores_total") > 0, "{page}");
+    server.terminate();
+
+    let seconds = |text: &str| {
+        chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S")
+            .unwrap_or_else(|e| panic!("{text}: {e}"))
+            .and_utc()
+            .timestamp() as u64
+    };
+    let mut windows: std::collections::BTreeMap<u64, Vec<(String, u64, f64)>> = Default::default();
+    let totals = std::fs::read_to_string(dir.path().join("totals.csv")).unwrap();
+    for line in totals.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let request = seconds(f[0]) - 1;
+        if request < REQUESTS {
+            windows.entry(request).or_default().push((
+                f[1].to_string(),
+                f[2].parse().unwrap(),
+                f[3].parse().unwrap(),
+            ));
+        }
+    }
+    for i in 0..REQUESTS {
+        let mut got = windows.remove(&i).unwrap_or_default();
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        let whole = request_totals(i).to_vec();
+        if unanswered.contains(&i) {
+            assert!(got.is_empty() || got == whole, "request {i}: {got:?}");
+        } else {
+            assert_eq!(got, whole, "acknowledged request {i}, once");
+        }
+    }
+    assert!(acked.len() as u64 >= REQUESTS - kills.len() as u64);
+    assert!(kills.len() >= 5);
+    eprintln!("acknowledged {}, unanswered {unanswered:?}", acked.len());
+
+    // Alerts: a change per host at most once, alternating.
+    let pages = std::fs::read_to_string(dir.path().join("pages.csv")).unwrap();
+    let mut last: std::collections::HashMap<String, String> = Default::default();
+    let mut seen = std::collections::HashSet::new();
+    let mut firing = 0;
+    for line in pages.lines().skip(1) {
+        assert!(seen.insert(line.to_string()), "duplicate alert row {line}");
+        let f: Vec<&str> = line.split(',').collect();
+        let previous = last.insert(f[0].to_string(), f[2].to_string());
+        assert_ne!(previous.as_deref(), Some(f[2]), "{line} twice in a row");
+        firing += (f[2] == "firing") as u64;
+    }
+    assert!(firing > 100, "{pages}");
+}
+
+#[test]
+fn a_full_write_ahead_log_answers_503_with_retry_after_and_savepoints_are_taken() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--state-dir",
+            "state",
+            "--checkpoint-interval",
+            "1h",
+            "--max-wal-size",
+            "64KiB",
+        ],
+    );
+    let setup = "CREATE STREAM ev (ts TIMESTAMP, host TEXT, v DOUBLE, hot DOUBLE,
+       WATERMARK FOR ts AS ts) WITH (connector = 'push');
+     SELECT host, v FROM ev WHERE v < 0;";
+    assert_eq!(statements(&server, setup).status, 200);
+    let mut full = None;
+    for i in 0..200 {
+        let response = agent(Some(WAIT))
+            .post(server.url("/streams/ev/rows"))
+            .header("content-type", "application/x-ndjson")
+            .send(request_rows(i))
+            .expect("an answer");
+        match response.status().as_u16() {
+            200 => {}
+            503 => {
+                full = Some(response);
+                break;
+            }
+            other => panic!("request {i}: {other}"),
+        }
+    }
+    let mut response = full.expect("the log fills up");
+    let retry: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry >= 1);
+    let body = response.body_mut().read_to_string().unwrap();
+    assert!(body.contains("full"), "{body}");
+    let page = get(&server, "/metrics", None).body;
+    assert!(
+        metric(&page, "vigil_wal_bytes{stream=\"ev\"}") > 0,
+        "{page}"
+    );
+
+    let taken = post(&server, "/savepoints", None, r#"{"name": "sp1"}"#);
+    assert_eq!(taken.status, 200, "{}", taken.body);
+    let taken = taken.json();
+    assert_eq!(taken["queries"], json!(["query-1"]));
+    let path = std::path::PathBuf::from(taken["path"].as_str().unwrap());
+    assert!(dir.path().join(&path).join("query-1").is_dir(), "{path:?}");
+    let again = post(&server, "/savepoints", None, r#"{"name": "sp1"}"#);
+    assert_eq!(again.status, 409, "{}", again.body);
+    let bad = post(&server, "/savepoints", None, r#"{"name": "../x"}"#);
+    assert_eq!(bad.status, 400, "{}", bad.body);
+
+    // A query stopped is recorded: after a crash only the first runs again,
+    // restored from the savepoint.
+    let second = start_query(&server, "SELECT v FROM ev WHERE v > 1e9;");
+    assert_eq!(delete(&server, &format!("/queries/{second}")).status, 200);
+    let mut server = server;
+    kill9(&mut server);
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--state-dir",
+            "state",
+            "--from-savepoint",
+            path.to_str().unwrap(),
+        ],
+    );
+    let listed = get(&server, "/queries", None).json();
+    let labels: Vec<&str> = listed["queries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["SELECT host, v FROM ev WHERE v < 0"], "{listed}");
+    let page = get(&server, "/metrics", None).body;
+    assert_eq!(metric(&page, "vigil_restores_total"), 1, "{page}");
+}

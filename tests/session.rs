@@ -342,3 +342,147 @@ async fn a_bounded_question_over_a_file_is_answered_and_refused_over_pushed_rows
     );
     session.shutdown().await;
 }
+
+const DURABLE_SQL: &str =
+    "CREATE STREAM ev (ts TIMESTAMP, host TEXT, v DOUBLE, WATERMARK FOR ts AS ts)
+       WITH (connector = 'push');
+     CREATE SINK totals WITH (path = 'totals.csv', format = 'csv');
+     INSERT INTO totals SELECT window_end, host, count(*) AS n, sum(v) AS s
+       FROM TUMBLE(ev, ts, INTERVAL '1' SECOND) GROUP BY window_end, host;";
+
+/// Window `k`'s rows as JSON lines: ten rows, hosts a and b, values
+/// `100 k + j`, all in second `k`.
+fn window_rows(k: u64) -> String {
+    (0..10)
+        .map(|j| {
+            let host = if j % 2 == 0 { "a" } else { "b" };
+            format!(
+                "{{\"ts\": {}, \"host\": \"{host}\", \"v\": {}}}\n",
+                k * 1000 + j * 10,
+                k * 100 + j
+            )
+        })
+        .collect()
+}
+
+fn durable_session(state: &std::path::Path, base: &std::path::Path) -> Session {
+    let mut session = Session::builder()
+        .state_dir(state)
+        .checkpoint_interval(Duration::from_millis(100))
+        .build()
+        .expect("a durable session");
+    session.set_base_dir(base);
+    session
+}
+
+#[test]
+fn a_durable_session_restores_its_query_and_replays_logged_rows_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    // The first life: windows 0 to 9, a checkpoint, then 10 to 14, and the
+    // process "dies" (its runtime goes without a shutdown).
+    let first = runtime();
+    first.block_on(async {
+        let session = durable_session(&state, dir.path());
+        let mut session = session;
+        session.execute(DURABLE_SQL).unwrap();
+        for k in 0..10 {
+            session.push_json("ev", &window_rows(k)).await.unwrap();
+        }
+        let stats = session.checkpoint_stats().expect("checkpoints are on");
+        let deadline = std::time::Instant::now() + WAIT;
+        while stats.completed.load(std::sync::atomic::Ordering::Relaxed) < 2 {
+            assert!(std::time::Instant::now() < deadline, "no checkpoint");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for k in 10..15 {
+            session.push_json("ev", &window_rows(k)).await.unwrap();
+        }
+        assert!(session.wal_bytes()[0].1 > 0, "the rows are logged");
+        std::mem::forget(session);
+    });
+    first.shutdown_timeout(Duration::from_secs(5));
+
+    // The second life runs the same statements: the query is restored and
+    // given windows 10 to 14 from the log before 15 to 19.
+    let second = runtime();
+    second.block_on(async {
+        let mut session = durable_session(&state, dir.path());
+        let id = started(session.execute(DURABLE_SQL).unwrap())[0].id;
+        let stats = session.checkpoint_stats().unwrap();
+        assert_eq!(stats.restores.load(std::sync::atomic::Ordering::Relaxed), 1);
+        for k in 15..20 {
+            session.push_json("ev", &window_rows(k)).await.unwrap();
+        }
+        session.end_stream("ev").await;
+        tokio::time::timeout(WAIT, session.wait(id))
+            .await
+            .expect("the query ends")
+            .unwrap();
+    });
+    let text = std::fs::read_to_string(dir.path().join("totals.csv")).unwrap();
+    let mut rows: Vec<(String, String, u64, f64)> = text
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let f: Vec<&str> = line.split(',').collect();
+            (
+                f[0].to_string(),
+                f[1].to_string(),
+                f[2].parse().unwrap(),
+                f[3].parse().unwrap(),
+            )
+        })
+        .collect();
+    rows.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    let expected: Vec<(u64, f64)> = (0..20u64)
+        .flat_map(|k| {
+            let sum = |parity: u64| {
+                (0..10)
+                    .filter(|j| j % 2 == parity)
+                    .map(|j| (k * 100 + j) as f64)
+                    .sum::<f64>()
+            };
+            [(5, sum(0)), (5, sum(1))]
+        })
+        .collect();
+    let got: Vec<(u64, f64)> = rows.iter().map(|r| (r.2, r.3)).collect();
+    assert_eq!(got, expected, "every window once:\n{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_is_cut_behind_the_kept_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut session = Session::builder()
+        .state_dir(dir.path().join("state"))
+        .checkpoint_interval(Duration::from_millis(100))
+        .max_wal_bytes(128 << 10)
+        .build()
+        .unwrap();
+    session.set_base_dir(dir.path());
+    session.execute(DURABLE_SQL).unwrap();
+    for k in 0..100 {
+        session.push_json("ev", &window_rows(k)).await.unwrap();
+    }
+    let before = session.wal_bytes()[0].1;
+    let stats = session.checkpoint_stats().unwrap();
+    let done = stats.completed.load(std::sync::atomic::Ordering::Relaxed);
+    let deadline = std::time::Instant::now() + WAIT;
+    // Once the kept checkpoints (3) are all newer than the pushes, the
+    // log's full segments go.
+    while stats.completed.load(std::sync::atomic::Ordering::Relaxed) < done + 4 {
+        assert!(std::time::Instant::now() < deadline, "no checkpoint");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    session.trim_wals().unwrap();
+    let after = session.wal_bytes()[0].1;
+    assert!(after < before / 2, "{before} -> {after}");
+    session.shutdown().await;
+}

@@ -18,8 +18,18 @@ Endpoints (JSON; errors are {\"error\": \"...\"} with a 4xx status):
   POST   /streams/{name}/rows     rows for a connector = 'push' stream, as JSON lines
                                   (Content-Type: application/x-ndjson), a JSON array
                                   (application/json) or CSV with a header (text/csv)
+  POST   /savepoints              with --state-dir: a savepoint of every running query
+                                  under DIR/savepoints/NAME (body {\"name\": \"NAME\"},
+                                  else the time); answers its path and queries
   GET    /metrics                 Prometheus text format
   GET    /health                  {\"status\":\"ok\"}, open even with --token
+
+With --state-dir DIR, pushed rows are fsynced to a write-ahead log before the
+request is answered (a full log answers 503 with Retry-After), queries are
+checkpointed, and posted statements and stops are recorded; after a crash,
+`vigil serve --state-dir DIR` (same scripts) runs them again and restores every
+query from its checkpoint: rows answered 200 are counted once. A request that
+got no answer may or may not have been applied.
 
 With a token (--token or $VIGIL_TOKEN), every other request needs
 `Authorization: Bearer TOKEN`. Paths in posted statements resolve against the
@@ -57,8 +67,29 @@ pub(super) struct ServeArgs {
     /// further behind misses the oldest batches and gets `event: lagged`.
     #[arg(long, default_value = "8MiB", value_name = "SIZE", value_parser = parse_size)]
     max_result_buffer: usize,
+    /// Keep state in DIR: checkpoints, write-ahead logs of push streams and
+    /// the statements posted, all picked up again on start.
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Time between two checkpoints, e.g. `10s`, `500ms`, `1m`.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = super::parse_duration, requires = "state_dir")]
+    checkpoint_interval: std::time::Duration,
+    /// Complete checkpoints kept per query.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000), requires = "state_dir")]
+    keep_checkpoints: u64,
+    /// Most bytes each push stream's write-ahead log may hold (sizes as
+    /// for --max-body); pushes beyond it get 503 until a checkpoint lets
+    /// the log shrink.
+    #[arg(long, default_value = "1GiB", value_name = "SIZE", value_parser = parse_size, requires = "state_dir")]
+    max_wal_size: usize,
+    /// Restore the queries from the savepoint in PATH (from POST
+    /// /savepoints) rather than from their newest checkpoints.
+    #[arg(long, value_name = "PATH", requires = "state_dir")]
+    from_savepoint: Option<PathBuf>,
     /// Scripts executed at start, in order, e.g. to declare streams, sinks
-    /// and alerts. Their queries run like posted ones.
+    /// and alerts. Their queries run like posted ones. With --state-dir
+    /// they run on every start, before the recorded statements, and are
+    /// not recorded.
     files: Vec<PathBuf>,
 }
 
@@ -80,8 +111,20 @@ pub(super) async fn serve(args: ServeArgs) -> Result<()> {
         max_queries: args.max_queries,
         max_result_buffer: args.max_result_buffer,
         scripts: args.files,
+        state_dir: args.state_dir.clone(),
     };
-    service::serve(Session::new(), config).await
+    let mut builder = Session::builder();
+    if let Some(dir) = &args.state_dir {
+        builder = builder
+            .state_dir(dir)
+            .checkpoint_interval(args.checkpoint_interval)
+            .keep_checkpoints(args.keep_checkpoints as usize)
+            .max_wal_bytes(args.max_wal_size as u64);
+    }
+    if let Some(path) = &args.from_savepoint {
+        builder = builder.from_savepoint(path);
+    }
+    service::serve(builder.build()?, config).await
 }
 
 /// A size such as `16MiB`, `512KiB`, `10MB` or `1048576` (bytes).

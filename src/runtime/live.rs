@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 use super::checkpoint::{
     CheckpointConfig, Coordinator, QueryCheckpoints, input_prefix, stage_prefix,
 };
+use super::wal::Wal;
 use super::{
     CHANNEL_CAPACITY, RunnableQuery, Subscriber, merge, run_late_source, run_sink, run_source,
     spawn_stages,
@@ -69,6 +70,9 @@ struct State {
     hubs: HashMap<String, Hub>,
     /// Counts the queries that ended, to forget the oldest first.
     ended: u64,
+    /// Per query name, where it reads its streams from when it has no
+    /// checkpoint (see [`Live::set_start_positions`]).
+    start_positions: HashMap<String, Vec<SourceEntry>>,
 }
 
 /// What the live runtime knows of a query, running or ended.
@@ -120,11 +124,35 @@ struct Hub {
     subscribers: Vec<Subscriber>,
     stats: Arc<SourceStats>,
     ended: bool,
-    /// Batches pushed so far: the position a checkpoint records.
+    /// Batches pushed so far: the position a checkpoint records. With a
+    /// write-ahead log, the sequence number of the last batch handed out.
     pushed: u64,
     /// Held while rows or a barrier go out, so every subscriber sees them
     /// in the same order.
     gate: Arc<tokio::sync::Mutex<()>>,
+    /// Where pushed batches are made durable before they are handed out.
+    wal: Option<Arc<Wal>>,
+    /// Hands logged batches out in the order the log took them.
+    order: Arc<Sequencer>,
+}
+
+/// Tickets in log order: a push takes one as it queues its batch to the
+/// log, and hands the batch out once every earlier ticket is done, so that
+/// `pushed` only goes up and equals the log's sequence number.
+struct Sequencer {
+    /// The last ticket given; held while a batch is queued to the log.
+    next: tokio::sync::Mutex<u64>,
+    /// The last ticket done.
+    done: watch::Sender<u64>,
+}
+
+impl Default for Sequencer {
+    fn default() -> Self {
+        Self {
+            next: tokio::sync::Mutex::new(0),
+            done: watch::channel(0).0,
+        }
+    }
 }
 
 /// A snapshot of one query.
@@ -309,10 +337,10 @@ impl Live {
             name,
             ..
         } = query;
-        let checkpoints = match (&self.coordinator, name) {
+        let checkpoints = match (&self.coordinator, &name) {
             (Some(coordinator), Some(name)) => Some(Arc::new(QueryCheckpoints::open(
                 coordinator.clone(),
-                &name,
+                name,
                 graph.stats.clone(),
             )?)),
             _ => None,
@@ -321,6 +349,10 @@ impl Live {
             Some(checkpoints) => checkpoints.restore(&mut graph, sink.as_mut())?,
             None => None,
         };
+        let positions = positions.or_else(|| {
+            let name = name.as_ref()?;
+            self.lock().start_positions.get(name).cloned()
+        });
         let QueryGraph {
             inputs,
             join,
@@ -400,6 +432,18 @@ impl Live {
             let (done_tx, done) = watch::channel(None);
             let stats = if stream.source.location == SourceLocation::Push {
                 let hub = state.hubs.entry(stream.name.clone()).or_default();
+                if let (Some(wal), Some(position)) = (hub.wal.clone(), position) {
+                    let live = self.clone();
+                    let gate = hub.gate.clone();
+                    let name = stream.name.clone();
+                    tokio::spawn(async move {
+                        live.join_replayed(&name, &wal, &gate, position.rows, subscribers)
+                            .await;
+                    });
+                    let _ = done_tx.send(Some(Ok(())));
+                    handles.insert(key, (hub.stats.clone(), done));
+                    continue;
+                }
                 for subscriber in subscribers {
                     if hub.ended {
                         let _ = subscriber.tx.try_send(Message::Watermark(END_OF_INPUT));
@@ -533,21 +577,76 @@ impl Live {
 
     /// Sends `batch` to every query reading push stream `stream`, waiting
     /// while they are busy (back-pressure). Rows pushed while no query reads
-    /// the stream are counted and dropped, as a live feed would.
+    /// the stream are counted and dropped, as a live feed would. A stream
+    /// with a write-ahead log (see [`Live::attach_wal`]) appends the batch
+    /// to it first: when this returns `Ok`, the batch is on disk. The work
+    /// runs on a task of its own, so a caller that gives up waiting cannot
+    /// leave a logged batch half handed out.
     pub async fn push(&self, stream: &str, batch: RecordBatch) -> Result<()> {
-        let (gate, stats) = {
+        let (wal, order) = {
             let mut state = self.lock();
             let hub = state.hubs.entry(stream.to_string()).or_default();
             if hub.ended {
                 return Err(Error::Connector(format!("stream {stream} has ended")));
             }
+            (hub.wal.clone(), hub.order.clone())
+        };
+        let Some(wal) = wal else {
+            return self.deliver(stream, batch, None).await;
+        };
+        let live = self.clone();
+        let stream = stream.to_string();
+        tokio::spawn(async move { live.push_logged(&stream, &wal, &order, batch).await })
+            .await
+            .unwrap_or_else(|e| Err(Error::Connector(format!("a push failed: {e}"))))
+    }
+
+    /// Appends `batch` to the log, then hands it out in log order, with
+    /// the hub's position set to its sequence number.
+    async fn push_logged(
+        &self,
+        stream: &str,
+        wal: &Arc<Wal>,
+        order: &Sequencer,
+        batch: RecordBatch,
+    ) -> Result<()> {
+        let (ticket, appended) = {
+            let mut next = order.next.lock().await;
+            *next += 1;
+            let (wal, logged) = (wal.clone(), batch.clone());
+            let mut append = Box::pin(async move { wal.append(&logged).await });
+            // The first poll queues the record; holding the lock over it
+            // makes ticket order the log's order.
+            let first = futures::poll!(&mut append);
+            (*next, (first, append))
+        };
+        let outcome = match appended {
+            (std::task::Poll::Ready(outcome), _) => outcome,
+            (std::task::Poll::Pending, append) => append.await,
+        };
+        let mut done = order.done.subscribe();
+        let _ = done.wait_for(|&d| d + 1 >= ticket).await;
+        let result = match outcome {
+            Ok(seq) => self.deliver(stream, batch, Some(seq)).await,
+            Err(e) => Err(e),
+        };
+        order.done.send_replace(ticket);
+        result
+    }
+
+    /// Hands `batch` to the stream's subscribers; its position becomes
+    /// `seq` (a logged batch) or goes up by one.
+    async fn deliver(&self, stream: &str, batch: RecordBatch, seq: Option<u64>) -> Result<()> {
+        let (gate, stats) = {
+            let mut state = self.lock();
+            let hub = state.hubs.entry(stream.to_string()).or_default();
             (hub.gate.clone(), hub.stats.clone())
         };
         let _turn = gate.lock().await;
         let subscribers = {
             let mut state = self.lock();
             let hub = state.hubs.entry(stream.to_string()).or_default();
-            hub.pushed += 1;
+            hub.pushed = seq.unwrap_or(hub.pushed + 1);
             hub.subscribers.retain(|s| !s.tx.is_closed());
             hub.subscribers
                 .iter()
@@ -565,6 +664,96 @@ impl Live {
             subscriber.send_async(&batch).await;
         }
         Ok(())
+    }
+
+    /// Makes push stream `stream` durable: later pushes are appended to
+    /// `wal` before queries see them, and its position (what checkpoints
+    /// record) is the log's sequence number, starting from the log's last.
+    pub fn attach_wal(&self, stream: &str, wal: Arc<Wal>) {
+        let mut state = self.lock();
+        let hub = state.hubs.entry(stream.to_string()).or_default();
+        hub.pushed = hub.pushed.max(wal.last_seq());
+        hub.wal = Some(wal);
+    }
+
+    /// The write-ahead logs of the push streams, by stream.
+    pub fn wals(&self) -> Vec<(String, Arc<Wal>)> {
+        let mut wals: Vec<(String, Arc<Wal>)> = self
+            .lock()
+            .hubs
+            .iter()
+            .filter_map(|(name, hub)| Some((name.clone(), hub.wal.clone()?)))
+            .collect();
+        wals.sort_by(|a, b| a.0.cmp(&b.0));
+        wals
+    }
+
+    /// The position of push stream `stream`: batches handed out so far, or
+    /// the sequence number of the last one with a write-ahead log.
+    pub fn pushed(&self, stream: &str) -> u64 {
+        self.lock().hubs.get(stream).map_or(0, |hub| hub.pushed)
+    }
+
+    /// Where query `name` reads its streams from when it starts without a
+    /// checkpoint: a durable session reads a push stream's log from where
+    /// it stood when the query first started.
+    pub fn set_start_positions(&self, name: &str, positions: Vec<SourceEntry>) {
+        self.lock()
+            .start_positions
+            .insert(name.to_string(), positions);
+    }
+
+    /// Gives `subscribers` (queries restored to position `after` of push
+    /// stream `stream`) the logged batches after it, then lets them join
+    /// the stream's hub. Holding the gate, no batch is handed out
+    /// meanwhile: they see every batch once, in order.
+    async fn join_replayed(
+        &self,
+        stream: &str,
+        wal: &Arc<Wal>,
+        gate: &tokio::sync::Mutex<()>,
+        after: u64,
+        subscribers: Vec<Subscriber>,
+    ) {
+        let _turn = gate.lock().await;
+        let through = self.pushed(stream);
+        let reading = wal.clone();
+        let records = tokio::task::spawn_blocking(move || reading.replay(after))
+            .await
+            .unwrap_or_else(|e| Err(Error::Connector(format!("a task failed: {e}"))));
+        let records = match records {
+            Ok(records) => records,
+            Err(e) => {
+                eprintln!("vigil: warning: stream {stream}: cannot replay its log: {e}");
+                Vec::new()
+            }
+        };
+        if let Some((first, _)) = records.first()
+            && *first > after + 1
+        {
+            eprintln!(
+                "vigil: warning: stream {stream}: the log no longer holds batches {} to {}; the restored queries miss them",
+                after + 1,
+                first - 1
+            );
+        }
+        for (seq, batch) in records {
+            if seq > through {
+                break;
+            }
+            for subscriber in &subscribers {
+                subscriber.send_async(&batch).await;
+            }
+        }
+        let mut state = self.lock();
+        match state.hubs.get_mut(stream).filter(|h| !h.ended) {
+            Some(hub) => hub.subscribers.extend(subscribers),
+            None => {
+                for subscriber in subscribers {
+                    let _ = subscriber.tx.try_send(Message::Watermark(END_OF_INPUT));
+                }
+            }
+        }
     }
 
     /// The counters of push stream `stream` (rows pushed, bad rows).
@@ -597,9 +786,11 @@ impl Live {
     /// called within a tokio runtime: the end is sent by a task, as a busy
     /// query may not take it at once.
     pub fn retire_stream(&self, stream: &str) {
-        let Some(hub) = self.lock().hubs.remove(stream) else {
+        let Some(mut hub) = self.lock().hubs.remove(stream) else {
             return;
         };
+        // The log closes now, before a stream of the same name opens it.
+        drop(hub.wal.take());
         tokio::spawn(async move {
             for subscriber in hub.subscribers {
                 let _ = subscriber.tx.send(Message::Watermark(END_OF_INPUT)).await;

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{Path as UrlPath, Request, State};
-use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -209,7 +209,16 @@ pub(super) async fn stop_query(
 ) -> Answer {
     let id = query_id(id)?;
     let session = state.inner.session.read().await;
+    let name = session.query_name(id);
     if session.stop(id) {
+        if let Some(name) = name
+            && let Err(e) = state.record_stop(&name)
+        {
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("query {id} stopped, but the stop could not be recorded: {e}"),
+            ));
+        }
         Ok(reply(StatusCode::OK, json!({"stopped": id})))
     } else if session.forget(id) {
         Ok(reply(StatusCode::OK, json!({"removed": id})))
@@ -448,15 +457,84 @@ pub(super) async fn push_rows(
     }
     let mut rows = 0;
     for batch in batches {
-        rows += batch.num_rows() as u64;
-        if let Err(e) = session.push(&def.name, batch).await {
-            return Err(ApiError::new(StatusCode::CONFLICT, e.to_string()));
+        let n = batch.num_rows() as u64;
+        match session.push(&def.name, batch).await {
+            Ok(()) => rows += n,
+            Err(crate::error::Error::Overloaded {
+                message,
+                retry_after,
+            }) => return Ok(overloaded(&message, retry_after, rows)),
+            Err(e) => return Err(ApiError::new(StatusCode::CONFLICT, e.to_string())),
         }
     }
     Ok(reply(
         StatusCode::OK,
         json!({"rows": rows, "bad": bad, "bad_rows": described}),
     ))
+}
+
+/// 503 with `Retry-After` (whole seconds, at least 1): the write-ahead log
+/// is full. The rows of the request's earlier batches, if any, were taken.
+fn overloaded(message: &str, retry_after: std::time::Duration, rows: u64) -> Response {
+    let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+    let mut response = reply(
+        StatusCode::SERVICE_UNAVAILABLE,
+        json!({"error": message, "retry_after": seconds, "rows": rows}),
+    );
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(seconds));
+    response
+}
+
+/// `POST /savepoints`: a savepoint of every running query, under
+/// `DIR/savepoints/NAME`. The body may be `{"name": "NAME"}` (letters,
+/// digits, `-`, `_`, `.`); else the name is the time. Answers its path and
+/// the names of the queries it holds.
+pub(super) async fn savepoint(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let body = body_or_error(body)?;
+    let name = if body.iter().all(u8::is_ascii_whitespace) {
+        chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ").to_string()
+    } else {
+        let value: Value = serde_json::from_slice(&body).map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("expected {{\"name\": ...}}: {e}"),
+            )
+        })?;
+        match value.get("name").and_then(Value::as_str) {
+            Some(name) => name.to_string(),
+            None => {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "expected {\"name\": \"...\"}",
+                ));
+            }
+        }
+    };
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if name.is_empty() || name.starts_with('.') || !name.chars().all(plain) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("savepoint name '{name}': use letters, digits, '-', '_' and '.'"),
+        ));
+    }
+    match state.savepoint(&name).await {
+        Ok((path, queries)) => Ok(reply(
+            StatusCode::OK,
+            json!({"path": path.display().to_string(), "queries": queries}),
+        )),
+        Err(e @ crate::error::Error::Plan(_)) => {
+            Err(ApiError::new(StatusCode::CONFLICT, e.to_string()))
+        }
+        Err(e) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            e.to_string(),
+        )),
+    }
 }
 
 fn describe(row: &BadRow) -> Value {

@@ -156,7 +156,87 @@ pub(super) fn render(
         "Alert rows with state 'firing' since the service started.",
     );
     sample(&mut out, "vigil_alerts_fired_total", &[], alerts_fired);
+    durable(&mut out, session);
     out
+}
+
+/// The checkpoint and write-ahead log series of a durable session.
+fn durable(out: &mut String, session: &Session) {
+    let Some(stats) = session.checkpoint_stats() else {
+        return;
+    };
+    let load = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::Relaxed);
+    header(
+        out,
+        "vigil_checkpoint_duration_seconds",
+        "gauge",
+        "Time the last query checkpoint took to write.",
+    );
+    let seconds = load(&stats.last_duration_us) as f64 / 1e6;
+    let _ = writeln!(out, "vigil_checkpoint_duration_seconds {seconds}");
+    header(
+        out,
+        "vigil_checkpoint_size_bytes",
+        "gauge",
+        "Bytes of the last query checkpoint.",
+    );
+    sample(
+        out,
+        "vigil_checkpoint_size_bytes",
+        &[],
+        load(&stats.last_bytes),
+    );
+    let last_ms = stats.last_completed_ms.load(Ordering::Relaxed);
+    if last_ms > 0 {
+        header(
+            out,
+            "vigil_checkpoint_age_seconds",
+            "gauge",
+            "Time since the last query checkpoint completed.",
+        );
+        let age = (chrono::Utc::now().timestamp_millis() - last_ms).max(0) as f64 / 1e3;
+        let _ = writeln!(out, "vigil_checkpoint_age_seconds {age}");
+    }
+    header(
+        out,
+        "vigil_checkpoints_completed_total",
+        "counter",
+        "Query checkpoints written.",
+    );
+    sample(
+        out,
+        "vigil_checkpoints_completed_total",
+        &[],
+        load(&stats.completed),
+    );
+    header(
+        out,
+        "vigil_checkpoints_failed_total",
+        "counter",
+        "Query checkpoints that could not be written.",
+    );
+    sample(
+        out,
+        "vigil_checkpoints_failed_total",
+        &[],
+        load(&stats.failed),
+    );
+    header(
+        out,
+        "vigil_restores_total",
+        "counter",
+        "Queries restored from a checkpoint or savepoint since the service started.",
+    );
+    sample(out, "vigil_restores_total", &[], load(&stats.restores));
+    header(
+        out,
+        "vigil_wal_bytes",
+        "gauge",
+        "Bytes a push stream's write-ahead log holds on disk.",
+    );
+    for (stream, bytes) in session.wal_bytes() {
+        sample(out, "vigil_wal_bytes", &[("stream", &stream)], bytes);
+    }
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {

@@ -15,6 +15,21 @@
 //! listed with its error, its followers get an `error` event, and the
 //! failure is logged on stderr.
 //!
+//! With a state directory (`vigil serve --state-dir DIR`, a session built
+//! with [`Session::builder`]`.state_dir(DIR)`), the service is durable:
+//! pushed rows go to a write-ahead log before a request is answered (see
+//! [`crate::session`]), queries are checkpointed, and every statement
+//! posted (`POST /statements`: the statements of a request that ran) and
+//! every query stopped (`DELETE /queries/{id}`) is appended to
+//! `DIR/statements.jsonl`, fsynced, before the answer. On start the service
+//! runs its startup scripts, then those statements again, in order, before
+//! it listens: the same streams, sinks and alerts, the same queries under
+//! the same names (their ids may differ), each restored from its
+//! checkpoint and given the logged rows it had not seen. A request that got
+//! no answer (the process died meanwhile) may or may not have taken effect.
+//! `POST /savepoints` takes a savepoint of every running query under
+//! `DIR/savepoints/`.
+//!
 //! Statements are planned on tokio's blocking pool: a long plan holds the
 //! session (other statements, pushes and listings wait for it) but not a
 //! worker thread, so the server keeps accepting connections.
@@ -81,6 +96,9 @@ pub struct Config {
     /// Scripts executed before the service listens (streams, sinks, alerts);
     /// relative paths in them resolve against their directory.
     pub scripts: Vec<PathBuf>,
+    /// Where the statements posted are recorded and replayed on start; it
+    /// should be the session's state directory.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -92,6 +110,7 @@ impl Default for Config {
             max_queries: DEFAULT_MAX_QUERIES,
             max_result_buffer: DEFAULT_MAX_RESULT_BUFFER,
             scripts: Vec::new(),
+            state_dir: None,
         }
     }
 }
@@ -105,6 +124,8 @@ pub async fn serve(session: Session, config: Config) -> Result<()> {
     for script in &config.scripts {
         state.run_script(script).await?;
     }
+    // Before listening: no row is pushed while restored queries replay.
+    state.replay_log().await?;
     let listener = tokio::net::TcpListener::bind(&config.addr)
         .await
         .map_err(|e| Error::io(format!("cannot listen on {}", config.addr), e))?;
@@ -169,6 +190,7 @@ pub fn router(state: AppState) -> Router {
         .route("/alerts", get(handlers::follow_alerts))
         .route("/streams/{name}/rows", post(handlers::push_rows))
         .route("/metrics", get(handlers::metrics))
+        .route("/savepoints", post(handlers::savepoint))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             handlers::require_token,
@@ -203,6 +225,42 @@ struct Inner {
     alerts_fired: Arc<AtomicU64>,
     /// Turns true when the service stops: open event streams end.
     shutdown: watch::Sender<bool>,
+    /// Where posted statements and stops are recorded, when durable.
+    log: Option<PathBuf>,
+    /// Where savepoints go, when durable.
+    state_dir: Option<PathBuf>,
+}
+
+/// The statement log's file in the state directory.
+pub const STATEMENT_LOG: &str = "statements.jsonl";
+
+/// How long `POST /savepoints` waits for the queries' state.
+pub const SAVEPOINT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// One entry of the statement log.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+enum Logged {
+    /// The first `ran` statements of `sql` ran, paths resolving against
+    /// `base_dir`.
+    Statements {
+        sql: String,
+        base_dir: PathBuf,
+        ran: usize,
+    },
+    /// The query named `stop` was stopped.
+    Stop { stop: String },
+}
+
+/// What to do with statements besides running them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Posted: recorded in the statement log.
+    Posted,
+    /// From a startup script: not recorded (scripts run on every start).
+    Script,
+    /// Replayed from the log: only its first so many statements.
+    Replay(usize),
 }
 
 /// What one statement did, as the API reports it.
@@ -300,6 +358,8 @@ impl AppState {
                 max_result_buffer: config.max_result_buffer,
                 alerts_fired,
                 shutdown: watch::channel(false).0,
+                log: config.state_dir.as_ref().map(|d| d.join(STATEMENT_LOG)),
+                state_dir: config.state_dir.clone(),
             }),
         }
     }
@@ -311,10 +371,20 @@ impl AppState {
     /// Runs every statement of `sql`, relative paths resolving against
     /// `base_dir`; stops at the first that fails. Parsing and planning run
     /// on the blocking pool, holding the session but no worker thread.
+    /// With a state directory, the statements that ran are recorded.
     pub async fn execute(
         &self,
         sql: &str,
         base_dir: &Path,
+    ) -> std::result::Result<Vec<StatementResult>, StatementFailure> {
+        self.execute_as(sql, base_dir, Mode::Posted).await
+    }
+
+    async fn execute_as(
+        &self,
+        sql: &str,
+        base_dir: &Path,
+        mode: Mode,
     ) -> std::result::Result<Vec<StatementResult>, StatementFailure> {
         let session = self.inner.session.clone().write_owned().await;
         let state = self.clone();
@@ -322,7 +392,8 @@ impl AppState {
         let base_dir = base_dir.to_path_buf();
         let planned = tokio::task::spawn_blocking(move || {
             let mut session = session;
-            state.execute_locked(&mut session, &sql, &base_dir)
+            let outcome = state.execute_locked(&mut session, &sql, &base_dir, mode);
+            state.record(&sql, &base_dir, mode, outcome)
         });
         match planned.await {
             Ok(outcome) => outcome,
@@ -334,19 +405,159 @@ impl AppState {
         }
     }
 
+    /// Records posted statements that ran in the statement log, before
+    /// they are answered; a failure to record is a 500.
+    fn record(
+        &self,
+        sql: &str,
+        base_dir: &Path,
+        mode: Mode,
+        outcome: std::result::Result<Vec<StatementResult>, StatementFailure>,
+    ) -> std::result::Result<Vec<StatementResult>, StatementFailure> {
+        let done = match &outcome {
+            Ok(done) => done,
+            Err(failure) => &failure.done,
+        };
+        let changes = done
+            .iter()
+            .any(|d| !matches!(d, StatementResult::Explain(_) | StatementResult::Rows(_)));
+        if mode != Mode::Posted || !changes {
+            return outcome;
+        }
+        let entry = Logged::Statements {
+            sql: sql.to_string(),
+            base_dir: base_dir.to_path_buf(),
+            ran: done.len(),
+        };
+        match self.append_log(&entry) {
+            Ok(()) => outcome,
+            Err(e) => Err(StatementFailure {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                message: format!("the statements ran but could not be recorded: {e}"),
+                done: match outcome {
+                    Ok(done) => done,
+                    Err(failure) => failure.done,
+                },
+            }),
+        }
+    }
+
+    /// Appends `entry` to the statement log (fsynced); nothing without a
+    /// state directory.
+    fn append_log(&self, entry: &Logged) -> Result<()> {
+        let Some(path) = &self.inner.log else {
+            return Ok(());
+        };
+        let line = serde_json::to_string(entry)
+            .map_err(|e| Error::Connector(format!("cannot record a statement: {e}")))?;
+        crate::session::append_synced(path, &line)
+    }
+
+    /// Records that query `name` was stopped, so a restart stops it too.
+    pub(crate) fn record_stop(&self, name: &str) -> Result<()> {
+        self.append_log(&Logged::Stop {
+            stop: name.to_string(),
+        })
+    }
+
+    /// Runs the statement log again, in order: what was posted before the
+    /// service last stopped. A torn last line (a crash while writing it,
+    /// so never answered) is skipped.
+    pub async fn replay_log(&self) -> Result<()> {
+        let Some(path) = &self.inner.log else {
+            return Ok(());
+        };
+        if !path.exists() {
+            return Ok(());
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let entry = match serde_json::from_str::<Logged>(line) {
+                Ok(entry) => entry,
+                Err(_) if i + 1 == lines.len() => {
+                    eprintln!(
+                        "vigil: warning: {}: skipping a torn last line",
+                        path.display()
+                    );
+                    break;
+                }
+                Err(e) => {
+                    return Err(Error::Plan(format!(
+                        "{} line {}: {e}",
+                        path.display(),
+                        i + 1
+                    )));
+                }
+            };
+            self.replay_entry(entry)
+                .await
+                .map_err(|e| Error::Plan(format!("{} line {}: {e}", path.display(), i + 1)))?;
+        }
+        Ok(())
+    }
+
+    async fn replay_entry(&self, entry: Logged) -> Result<()> {
+        match entry {
+            Logged::Statements { sql, base_dir, ran } => {
+                for result in self
+                    .execute_as(&sql, &base_dir, Mode::Replay(ran))
+                    .await
+                    .map_err(|f| Error::Plan(f.message))?
+                {
+                    if let StatementResult::Query { id, label, .. } = result {
+                        eprintln!("vigil: restored query {id}: {label}");
+                    }
+                }
+            }
+            Logged::Stop { stop } => {
+                let session = self.inner.session.read().await;
+                if let Some(id) = session.query_by_name(&stop) {
+                    session.stop(id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes a savepoint of every running checkpointed query under
+    /// `DIR/savepoints/<name>`; its folder and the queries' names.
+    pub async fn savepoint(&self, name: &str) -> Result<(PathBuf, Vec<String>)> {
+        let Some(dir) = &self.inner.state_dir else {
+            return Err(Error::Plan(
+                "savepoints need a state directory (vigil serve --state-dir)".into(),
+            ));
+        };
+        let root = dir.join("savepoints").join(name);
+        if root.exists() {
+            return Err(Error::Plan(format!(
+                "savepoint {} exists already",
+                root.display()
+            )));
+        }
+        let session = self.inner.session.read().await;
+        let queries = session.savepoint(&root, SAVEPOINT_TIMEOUT).await?;
+        Ok((root, queries))
+    }
+
     /// [`AppState::execute`] with the session held; blocks while planning.
     fn execute_locked(
         &self,
         session: &mut Session,
         sql: &str,
         base_dir: &Path,
+        mode: Mode,
     ) -> std::result::Result<Vec<StatementResult>, StatementFailure> {
         let invalid = |message: String, done: Vec<StatementResult>| StatementFailure {
             status: StatusCode::BAD_REQUEST,
             message,
             done,
         };
-        let statements = parse_script(sql).map_err(|e| invalid(e.to_string(), Vec::new()))?;
+        let mut statements = parse_script(sql).map_err(|e| invalid(e.to_string(), Vec::new()))?;
+        if let Mode::Replay(ran) = mode {
+            statements.truncate(ran);
+        }
         let mut done = Vec::with_capacity(statements.len());
         for statement in &statements {
             let starts_query = matches!(
@@ -405,7 +616,7 @@ impl AppState {
         let sql = std::fs::read_to_string(path)
             .map_err(|e| Error::io(format!("cannot read {name}"), e))?;
         let done = self
-            .execute(&sql, &script_dir(path))
+            .execute_as(&sql, &script_dir(path), Mode::Script)
             .await
             .map_err(|f| Error::Plan(format!("{name}: {}", f.message)))?;
         for result in done {
