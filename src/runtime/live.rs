@@ -189,7 +189,8 @@ impl Live {
         }
     }
 
-    /// Starts the checkpoint timer, once.
+    /// Starts the checkpoint timer, once: on a thread of its own, so that
+    /// busy operator tasks cannot delay it. It ends with the runtime.
     fn start_ticking(&self) {
         let Some(coordinator) = self.coordinator.clone() else {
             return;
@@ -197,17 +198,32 @@ impl Live {
         if self.ticking.swap(true, Ordering::AcqRel) {
             return;
         }
-        let live = self.clone();
+        let handle = tokio::runtime::Handle::current();
+        let state = Arc::downgrade(&self.state);
+        let next_id = self.next_id.clone();
+        let ticking = self.ticking.clone();
         let period = coordinator.config().interval;
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                ticker.tick().await;
-                let id = coordinator.request();
-                live.barrier_hubs(id).await;
-            }
-        });
+        let started = std::thread::Builder::new()
+            .name("vigil-checkpoints".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(period);
+                    let Some(state) = state.upgrade() else {
+                        return;
+                    };
+                    let live = Live {
+                        state,
+                        next_id: next_id.clone(),
+                        coordinator: Some(coordinator.clone()),
+                        ticking: ticking.clone(),
+                    };
+                    let id = coordinator.request();
+                    handle.block_on(live.barrier_hubs(id));
+                }
+            });
+        if let Err(e) = started {
+            eprintln!("vigil: warning: no checkpoint timer: {e}");
+        }
     }
 
     /// Asks for a savepoint under `root` (see [`Coordinator::savepoint`]);
