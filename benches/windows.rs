@@ -10,24 +10,22 @@
 //!
 //! Run with `cargo bench --bench windows`; see `benches/README.md`.
 
-use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use datafusion::arrow::record_batch::RecordBatch;
-use vigil::connectors::Sink;
 use vigil::engine::{Engine, Outcome};
 use vigil::runtime::{RunnableQuery, run};
+
+mod common;
+use common::{CountSink, write_csv};
 
 /// Input rows per run.
 const ROWS: u64 = 200_000;
 /// Distinct hosts.
 const HOSTS: u64 = 100;
-/// Event time of the first row, epoch ms (2023-11-14).
-const BASE_MS: i64 = 1_700_000_000_000;
 
 const STREAM: &str = "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE,
   WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)
@@ -56,61 +54,6 @@ const QUERIES: &[(&str, &str)] = &[
          GROUP BY host, window_start, window_end;",
     ),
 ];
-
-/// SplitMix64: a small deterministic generator, so every run reads the same
-/// data.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
-
-/// Whether `host` is silent during second `sec` of the data: 7 s out of
-/// every 30 s, staggered across hosts. Longer than the 5 s session gap.
-fn quiet(host: u64, sec: u64) -> bool {
-    (sec + host * 3) % 30 < 7
-}
-
-/// Writes the input CSV: row `i` at `BASE_MS + i` ms, +-20 ms of jitter
-/// (well inside the 2 s watermark delay), on a random host that is not
-/// quiet at that time.
-fn write_csv(path: &Path) {
-    let mut rng = Rng(42);
-    let mut text = String::with_capacity(ROWS as usize * 32);
-    text.push_str("ts,host,cpu\n");
-    for i in 0..ROWS {
-        let jitter = (rng.next() % 41) as i64 - 20;
-        let ts = BASE_MS + i as i64 + jitter;
-        let sec = i / 1000;
-        let mut host = rng.next() % HOSTS;
-        while quiet(host, sec) {
-            host = (host + 1) % HOSTS;
-        }
-        let cpu = (rng.next() % 10_000) as f64 / 100.0;
-        writeln!(text, "{ts},host-{host:03},{cpu:.2}").expect("writing to a String");
-    }
-    std::fs::write(path, text).expect("writing the benchmark CSV");
-}
-
-/// Counts result rows.
-struct CountSink(Arc<AtomicU64>);
-
-impl Sink for CountSink {
-    fn write(&mut self, batch: &RecordBatch) -> vigil::error::Result<()> {
-        self.0.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
-        Ok(())
-    }
-
-    fn finish(&mut self) -> vigil::error::Result<()> {
-        Ok(())
-    }
-}
 
 /// Parses and plans `query` over the stream; relative paths resolve in
 /// `dir`.
@@ -148,7 +91,7 @@ fn execute(
 
 fn windows(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    write_csv(&dir.path().join("metrics.csv"));
+    write_csv(&dir.path().join("metrics.csv"), ROWS, HOSTS);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
