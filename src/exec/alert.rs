@@ -445,14 +445,8 @@ impl AlertOp {
     }
 
     fn keys_table(&self) -> Result<RecordBatch> {
-        let mut keys: Vec<(&OwnedRow, &KeyState)> = self.keys.iter().collect();
-        keys.sort_by(|a, b| a.0.cmp(b.0));
-        let mut columns = match self.spec.keys.is_empty() {
-            true => Vec::new(),
-            false => self
-                .converter
-                .convert_rows(keys.iter().map(|(k, _)| k.row()))?,
-        };
+        let (keys, mut columns) =
+            super::sorted_keys(&self.keys, &self.converter, !self.spec.keys.is_empty())?;
         let phases = keys.iter().map(|(_, s)| match s.phase {
             Phase::Inactive => (0, None, None),
             Phase::Pending { since, rows } => (1, Some(since), Some(rows as i64)),

@@ -181,14 +181,8 @@ impl InvariantOp {
     }
 
     fn keys_table(&self) -> Result<RecordBatch> {
-        let mut keys: Vec<(&OwnedRow, &Learned)> = self.keys.iter().collect();
-        keys.sort_by(|a, b| a.0.cmp(b.0));
-        let mut columns = match self.spec.keys.is_empty() {
-            true => Vec::new(),
-            false => self
-                .converter
-                .convert_rows(keys.iter().map(|(k, _)| k.row()))?,
-        };
+        let (keys, mut columns) =
+            super::sorted_keys(&self.keys, &self.converter, !self.spec.keys.is_empty())?;
         let learned = keys.iter().map(|(_, l)| *l);
         let mut sets = ListBuilder::new(StringBuilder::new());
         for l in learned.clone() {

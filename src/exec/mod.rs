@@ -131,6 +131,30 @@ pub(crate) fn conform(
     Ok(RecordBatch::try_new(output.clone(), columns)?)
 }
 
+/// A per-key map's entries in key order, and the key columns they start a
+/// state table with.
+pub(crate) type SortedKeys<'a, T> = (
+    Vec<(&'a datafusion::arrow::row::OwnedRow, &'a T)>,
+    Vec<datafusion::arrow::array::ArrayRef>,
+);
+
+/// The entries of a per-key map in key order (so a snapshot does not
+/// depend on hash order), and the key columns they start a state table
+/// with (none for an operator without keys).
+pub(crate) fn sorted_keys<'a, T>(
+    keys: &'a std::collections::HashMap<datafusion::arrow::row::OwnedRow, T>,
+    converter: &datafusion::arrow::row::RowConverter,
+    keyed: bool,
+) -> Result<SortedKeys<'a, T>> {
+    let mut sorted: Vec<_> = keys.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    let columns = match keyed {
+        true => converter.convert_rows(sorted.iter().map(|(k, _)| k.row()))?,
+        false => Vec::new(),
+    };
+    Ok((sorted, columns))
+}
+
 fn send_late(late: &LateRows, batch: &RecordBatch, keep: &[bool]) -> Result<()> {
     let mask: datafusion::arrow::array::BooleanArray = keep.iter().map(|k| Some(!k)).collect();
     late.send(&datafusion::arrow::compute::filter_record_batch(

@@ -249,6 +249,15 @@ fn run_source(
     Ok(())
 }
 
+/// Where `stats`'s source stands after the rows it has sent.
+fn current_position(stats: &SourceStats) -> Option<SourcePosition> {
+    stats
+        .position
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+}
+
 /// Sends a source's checkpoint barriers.
 struct Barriers {
     coordinator: Arc<Coordinator>,
@@ -281,11 +290,7 @@ impl Barriers {
             return false;
         }
         self.sent = id;
-        let position = stats
-            .position
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let position = current_position(stats);
         for subscriber in subscribers {
             if let Some(checkpoints) = &subscriber.checkpoints {
                 checkpoints.add_source(id, &self.stream, position.clone());
@@ -298,11 +303,7 @@ impl Barriers {
     /// The source read all of its input: checkpoints its queries complete
     /// later (their other inputs go on) record it as read to its end.
     fn ended(&self, stats: &SourceStats, subscribers: &[Subscriber]) {
-        let position = stats
-            .position
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let position = current_position(stats);
         for subscriber in subscribers {
             if let Some(checkpoints) = &subscriber.checkpoints {
                 checkpoints.source_ended(&self.stream, position.clone());
