@@ -117,6 +117,26 @@ struct Derived {
     reads: Vec<String>,
 }
 
+/// The instances of a key-partitioned stage unless set otherwise: one per
+/// core this process may use.
+pub fn default_parallelism() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(usize::from(crate::state::KEY_GROUPS))
+}
+
+/// `instances` if it is a parallelism a query can run at.
+pub fn check_parallelism(instances: usize) -> Result<usize> {
+    let most = usize::from(crate::state::KEY_GROUPS);
+    match instances {
+        1.. if instances <= most => Ok(instances),
+        _ => Err(Error::Plan(format!(
+            "parallelism must be between 1 and {most} (the key groups state is divided into), got {instances}"
+        ))),
+    }
+}
+
 /// Holds the declared streams and sinks and plans queries against them.
 #[derive(Debug, Default)]
 pub struct Engine {
@@ -133,6 +153,8 @@ pub struct Engine {
     batch_size: Option<usize>,
     /// The name `SET query_name` gave the next query.
     query_name: Option<String>,
+    /// Instances of each key-partitioned stage; `None` for one per core.
+    parallelism: Option<usize>,
     /// The declared views, alerts and invariants, in an order where each
     /// comes after what it reads.
     derived: Vec<Derived>,
@@ -162,6 +184,19 @@ impl Engine {
     /// Sets the execution mode of the queries planned from now on.
     pub fn set_execution_mode(&mut self, mode: ExecutionMode) {
         self.mode = Some(mode);
+    }
+
+    /// Runs each key-partitioned stage of the queries planned from now on
+    /// as `instances` instances (1 to [`crate::state::KEY_GROUPS`]); the
+    /// default is one per core.
+    pub fn set_parallelism(&mut self, instances: usize) -> Result<()> {
+        self.parallelism = Some(check_parallelism(instances)?);
+        Ok(())
+    }
+
+    /// The instances each key-partitioned stage of the next query runs as.
+    pub fn parallelism(&self) -> usize {
+        self.parallelism.unwrap_or_else(default_parallelism)
     }
 
     /// Reads stream `name` from `path` (relative to the working directory)
@@ -622,6 +657,14 @@ impl Engine {
                 self.mode = Some(ExecutionMode::parse(value)?);
                 Ok(())
             }
+            "parallelism" => {
+                let instances = value.trim().parse::<usize>().map_err(|_| {
+                    Error::Plan(format!(
+                        "parallelism must be a whole number of instances, got '{value}'"
+                    ))
+                })?;
+                self.set_parallelism(instances)
+            }
             "query_name" => {
                 let value = value.trim();
                 if value.is_empty() {
@@ -631,7 +674,7 @@ impl Engine {
                 Ok(())
             }
             _ => Err(Error::Plan(format!(
-                "unknown setting '{name}' (settings: execution_mode, query_name)"
+                "unknown setting '{name}' (settings: execution_mode, parallelism, query_name)"
             ))),
         }
     }
@@ -782,7 +825,7 @@ impl Engine {
             Some(EmitPolicy::Changes) => ExecutionMode::PerRecord,
             _ => ExecutionMode::MicroBatch,
         });
-        let graph = plan_incremental(&logical, mode)?;
+        let graph = plan_incremental(&logical, mode, self.parallelism())?;
         Ok((logical, graph))
     }
 
@@ -950,7 +993,7 @@ mod tests {
             panic!("plans")
         };
         assert_eq!(q.graph.stages.len(), 2);
-        assert_eq!(q.graph.stages[0].len(), 3, "{}", q.graph.describe());
+        assert_eq!(q.graph.stages[0].ops().len(), 3, "{}", q.graph.describe());
         assert!(q.graph.describe().contains("window aggregate"));
     }
 
@@ -1036,6 +1079,43 @@ mod tests {
             text.contains("hop(slide 5000 ms, size 15000 ms, panes of 5000 ms)"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn set_parallelism_splits_keyed_stages_into_instances() {
+        let mut engine = engine();
+        let query = "EXPLAIN SELECT window_start, host, avg(cpu) AS a \
+            FROM TUMBLE(m, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end, host";
+        let mut explain = |setting: &str| {
+            let script = format!("SET parallelism = {setting}; {query};");
+            let statements = parse_script(&script).unwrap();
+            let mut text = String::new();
+            for s in &statements {
+                match engine.execute(s, Path::new(".")) {
+                    Ok(Outcome::Explain(t)) => text = t,
+                    Ok(_) => {}
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            Ok(text)
+        };
+        let three = explain("3").unwrap();
+        let keyed = three
+            .lines()
+            .find(|l| l.contains("window aggregate"))
+            .unwrap();
+        assert!(
+            keyed.contains("[3 instances; exchange: rows by hash(host@1) into 128 key groups]"),
+            "{three}"
+        );
+        let watermark = three.lines().find(|l| l.contains("watermark(")).unwrap();
+        assert!(!watermark.contains("instances"), "{three}");
+        let one = explain("1").unwrap();
+        assert!(!one.contains("instances"), "{one}");
+        for bad in ["0", "129", "two"] {
+            let e = explain(bad).unwrap_err();
+            assert!(e.contains("parallelism must be"), "{e}");
+        }
     }
 
     #[test]

@@ -111,6 +111,7 @@ pub struct SessionBuilder {
     keep: Option<usize>,
     max_wal_bytes: Option<u64>,
     from_savepoint: Option<PathBuf>,
+    parallelism: Option<usize>,
 }
 
 impl SessionBuilder {
@@ -149,9 +150,19 @@ impl SessionBuilder {
         self
     }
 
+    /// Runs each stage whose state is per key as `instances` instances
+    /// (see [`Engine::set_parallelism`]); one per core unless set.
+    pub fn parallelism(mut self, instances: usize) -> Self {
+        self.parallelism = Some(instances);
+        self
+    }
+
     /// The session; a durable one creates its state folder.
     pub fn build(self) -> Result<Session> {
         let mut session = Session::new();
+        if let Some(instances) = self.parallelism {
+            session.engine.set_parallelism(instances)?;
+        }
         let Some(dir) = self.state_dir else {
             if self.from_savepoint.is_some() {
                 return Err(Error::Plan(

@@ -176,3 +176,99 @@ fn a_missing_savepoint_is_an_error_and_leaves_the_sink_alone() {
     let out = std::fs::read_to_string(dir.path().join("out.csv")).expect("output");
     assert_eq!(out, expected);
 }
+
+/// Keyed state of several kinds: windows, sessions (hosts fall silent
+/// for 20 s every minute) and an alert's episodes.
+const RESCALED: &str = "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE,
+  WATERMARK FOR ts AS ts - INTERVAL '2' SECOND) WITH (path = 'm.csv');
+CREATE SINK windows WITH (connector = 'file', path = 'windows.csv', format = 'csv');
+CREATE SINK sessions WITH (connector = 'file', path = 'sessions.csv', format = 'csv');
+CREATE SINK alerts WITH (connector = 'file', path = 'alerts.csv', format = 'csv');
+INSERT INTO windows SELECT window_start, host, count(*) AS n, avg(cpu) AS a
+  FROM TUMBLE(m, ts, INTERVAL '10' SECOND) GROUP BY window_start, host;
+INSERT INTO sessions SELECT host, window_start, window_end, count(*) AS n
+  FROM SESSION(m, ts, INTERVAL '5' SECOND) GROUP BY window_start, window_end, host;
+CREATE ALERT busy AS SELECT window_end, host, avg(cpu) AS a
+  FROM TUMBLE(m, ts, INTERVAL '10' SECOND) GROUP BY window_end, host
+  ALERT WHEN a > 40 FOR 2 WINDOWS RESOLVE WHEN a < 30;
+INSERT INTO alerts SELECT * FROM busy;";
+
+const RESCALED_SINKS: [&str; 3] = ["windows.csv", "sessions.csv", "alerts.csv"];
+
+/// 600 rows, one per second, over 5 hosts, each silent 20 s a minute.
+fn silent_spells() -> String {
+    let mut text = String::from("ts,host,cpu\n");
+    for i in 0..600 {
+        let host = i % 5;
+        if (i / 20) % 3 == host % 3 && host < 3 {
+            continue;
+        }
+        text.push_str(&format!(
+            "{},h{host},{}\n",
+            i * 1000,
+            (i * 37 + host * 11) % 100
+        ));
+    }
+    text
+}
+
+/// Each sink's lines, the header first and the rows sorted: instances of
+/// a stage write their results in another order at another parallelism.
+fn sink_rows(dir: &Path) -> Vec<Vec<String>> {
+    RESCALED_SINKS
+        .iter()
+        .map(|name| {
+            let text = std::fs::read_to_string(dir.join(name)).expect("sink file");
+            let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+            lines[1..].sort();
+            lines
+        })
+        .collect()
+}
+
+#[test]
+fn a_savepoint_at_parallelism_2_restores_at_1_and_at_3() {
+    let straight = tempfile::tempdir().expect("temp dir");
+    std::fs::write(straight.path().join("m.csv"), silent_spells()).expect("input");
+    std::fs::write(straight.path().join("q.sql"), RESCALED).expect("script");
+    let run = vigil(straight.path(), &["run", "q.sql", "--parallelism", "1"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let expected = sink_rows(straight.path());
+    assert!(expected.iter().all(|lines| lines.len() > 3), "{expected:?}");
+    for restored_at in ["1", "3"] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("m.csv"), silent_spells()).expect("input");
+        std::fs::write(dir.path().join("q.sql"), RESCALED).expect("script");
+        let first = run_checkpointed(
+            dir.path(),
+            &[
+                "--parallelism",
+                "2",
+                "--savepoint-on-stop",
+                "--stop-after-rows",
+                "250",
+            ],
+        );
+        assert!(first.status.success(), "{}", stderr(&first));
+        let err = stderr(&first);
+        let savepoint = err
+            .lines()
+            .find_map(|l| l.strip_prefix("vigil: savepoint written to "))
+            .unwrap_or_else(|| panic!("no savepoint line in {err}"));
+        let second = run_checkpointed(
+            dir.path(),
+            &["--parallelism", restored_at, "--from-savepoint", savepoint],
+        );
+        assert!(second.status.success(), "{}", stderr(&second));
+        assert!(
+            stderr(&second).contains("restored from savepoint"),
+            "{}",
+            stderr(&second)
+        );
+        assert_eq!(
+            sink_rows(dir.path()),
+            expected,
+            "taken at parallelism 2, restored at {restored_at}"
+        );
+    }
+}

@@ -46,9 +46,10 @@
 //!   line must occur in stderr, matched the same way. Without it the exit
 //!   code must be 0.
 //!
-//! Every case runs twice, with `--execution-mode micro-batch` and with
-//! `--execution-mode per-record` appended to its arguments: both modes must
-//! give the same results.
+//! Every case runs with `--execution-mode micro-batch` and with
+//! `--execution-mode per-record`, each at `--parallelism 1` and
+//! `--parallelism 3`, appended to its arguments: every mode and
+//! parallelism must give the same results.
 //!
 //! A run must never panic (`panicked at` on stderr fails the case) and is
 //! killed after [`TIMEOUT`]. Set `VIGIL_CASE=substring` to run only the cases
@@ -61,6 +62,10 @@ use std::time::{Duration, Instant};
 
 /// Every case runs once in each execution mode.
 const MODES: [&str; 2] = ["micro-batch", "per-record"];
+
+/// Every case runs at each parallelism; a restored run restores at the
+/// other one, so each restore is a rescale too.
+const PARALLELISMS: [usize; 2] = [1, 3];
 
 /// Longest a single case may run before it is killed and failed.
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -334,16 +339,21 @@ enum Way {
     Straight,
     /// Stopped with a savepoint after about half of its input (every
     /// source stops after half of the rows of the smallest input file),
-    /// then restored from the savepoint in a second run that finishes:
-    /// the two runs' stdout together, and the files at the end, must be
-    /// what one run gives.
+    /// then restored from the savepoint, at the other parallelism, in a
+    /// second run that finishes: the two runs' stdout together, and the
+    /// files at the end, must be what one run gives.
     Restored,
 }
 
 /// Runs one case; `Err` carries the full failure report. `Ok(true)` if
 /// the case was restored from a savepoint (a case whose sources ended
 /// before the stop ran whole in the first run).
-fn run_case(name: &str, text: &str, mode: &str, way: Way) -> Result<bool, String> {
+fn run_case(
+    name: &str,
+    text: &str,
+    (mode, parallelism): (&str, usize),
+    way: Way,
+) -> Result<bool, String> {
     let case = parse_case(text).map_err(|e| format!("=== {name}: bad case file: {e}"))?;
     let dir = tempfile::tempdir().expect("temp dir");
     for (file, content) in &case.files {
@@ -358,8 +368,11 @@ fn run_case(name: &str, text: &str, mode: &str, way: Way) -> Result<bool, String
     let mut args = case.args.clone().unwrap_or(default_args);
     args.extend(["--execution-mode".to_string(), mode.to_string()]);
     let (run, restored) = match way {
-        Way::Straight => (run_vigil(dir.path(), &args), false),
-        Way::Restored => run_restored(&case, dir.path(), &args),
+        Way::Straight => (
+            run_vigil(dir.path(), &with_parallelism(&args, parallelism)),
+            false,
+        ),
+        Way::Restored => run_restored(&case, dir.path(), &args, parallelism),
     };
 
     let mut problems = Vec::new();
@@ -403,7 +416,7 @@ fn run_case(name: &str, text: &str, mode: &str, way: Way) -> Result<bool, String
         return Ok(restored);
     }
     let mut report = format!(
-        "=== {name} [{mode}, {way:?}]: FAILED (exit code {:?})\n",
+        "=== {name} [{mode}, parallelism {parallelism}, {way:?}]: FAILED (exit code {:?})\n",
         run.code
     );
     for p in &problems {
@@ -415,6 +428,16 @@ fn run_case(name: &str, text: &str, mode: &str, way: Way) -> Result<bool, String
     report.push_str(&format!("  actual stdout:\n{}\n", indent(&run.stdout)));
     report.push_str(&format!("  stderr:\n{}\n", indent(&run.stderr)));
     Err(report)
+}
+
+/// `args` with `--parallelism parallelism` appended, unless the case sets
+/// its own.
+fn with_parallelism(args: &[String], parallelism: usize) -> Vec<String> {
+    let mut args = args.to_vec();
+    if !args.iter().any(|a| a == "--parallelism") {
+        args.extend(["--parallelism".to_string(), parallelism.to_string()]);
+    }
+    args
 }
 
 /// Whether a case can be stopped and restored: it must succeed, print CSV
@@ -446,13 +469,13 @@ fn half_of_smallest_input(case: &Case) -> usize {
 /// Runs a case stopped with a savepoint and then restored (see
 /// [`Way::Restored`]); one result standing for both runs, and whether the
 /// second run restored a savepoint.
-fn run_restored(case: &Case, dir: &Path, args: &[String]) -> (RunResult, bool) {
+fn run_restored(case: &Case, dir: &Path, args: &[String], parallelism: usize) -> (RunResult, bool) {
     if !restorable(case, args) {
-        return (run_vigil(dir, args), false);
+        return (run_vigil(dir, &with_parallelism(args, parallelism)), false);
     }
     let stop = half_of_smallest_input(case).to_string();
     let common = ["--checkpoint-dir", "checkpoints", "--batch-size", "1"];
-    let mut first_args = args.to_vec();
+    let mut first_args = with_parallelism(args, parallelism);
     first_args.extend(common.iter().map(|a| a.to_string()));
     first_args.extend(["--savepoint-on-stop", "--stop-after-rows", &stop].map(String::from));
     let first = run_vigil(dir, &first_args);
@@ -464,7 +487,11 @@ fn run_restored(case: &Case, dir: &Path, args: &[String]) -> (RunResult, bool) {
     let Some(savepoint) = savepoint.filter(|_| first.code == Some(0)) else {
         return (first, false);
     };
-    let mut second_args = args.to_vec();
+    let other = PARALLELISMS
+        .into_iter()
+        .find(|p| *p != parallelism)
+        .unwrap_or(parallelism);
+    let mut second_args = with_parallelism(args, other);
     second_args.extend(common.iter().map(|a| a.to_string()));
     second_args.extend(["--from-savepoint".to_string(), savepoint]);
     let second = run_vigil(dir, &second_args);
@@ -543,16 +570,22 @@ fn conformance_suite() {
             continue;
         }
         let text = std::fs::read_to_string(&path).expect("read case");
-        // Both execution modes must give the same results, straight and
-        // restored from a savepoint half-way.
-        for mode in MODES {
-            for way in [Way::Straight, Way::Restored] {
-                ran += 1;
-                match run_case(&name, &text, mode, way) {
-                    Ok(true) => restored += 1,
-                    Ok(false) => {}
-                    Err(report) => failures.push((format!("{name} [{mode}, {way:?}]"), report)),
-                }
+        // Both execution modes and every parallelism must give the same
+        // results, straight and restored (rescaled) from a savepoint
+        // half-way.
+        let runs = MODES
+            .into_iter()
+            .flat_map(|m| PARALLELISMS.map(|p| (m, p)))
+            .flat_map(|setting| [Way::Straight, Way::Restored].map(|w| (setting, w)));
+        for ((mode, parallelism), way) in runs {
+            ran += 1;
+            match run_case(&name, &text, (mode, parallelism), way) {
+                Ok(true) => restored += 1,
+                Ok(false) => {}
+                Err(report) => failures.push((
+                    format!("{name} [{mode}, parallelism {parallelism}, {way:?}]"),
+                    report,
+                )),
             }
         }
     }

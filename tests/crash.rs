@@ -2,7 +2,8 @@
 //! stateful feature over 2M rows, killed with SIGKILL at least 20 times
 //! (at named crash points and at random moments) and restarted each time
 //! from its checkpoints; at the end every sink file must equal, byte for
-//! byte, the one an uninterrupted run writes.
+//! byte, the one an uninterrupted run writes. Every run has two instances
+//! of each keyed stage.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -177,7 +178,16 @@ fn start(dir: &Path, checkpoints: bool, crash_at: Option<&str>, stderr: &Path) -
     let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
     command
         .current_dir(dir)
-        .args(["run", "script.sql", "--progress", "never"])
+        // Two instances of every keyed stage, whatever the machine: the
+        // restores must find each key's state where its rows go.
+        .args([
+            "run",
+            "script.sql",
+            "--progress",
+            "never",
+            "--parallelism",
+            "2",
+        ])
         .env_remove("VIGIL_CRASH_AT")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -28,6 +28,8 @@ type Taken = Arc<Mutex<Vec<(usize, usize, Option<OperatorState>)>>>;
 fn plan(script: &str, dir: &Path, mode: ExecutionMode) -> QueryGraph {
     let mut engine = Engine::new();
     engine.set_execution_mode(mode);
+    // The harness runs each stage as one chain.
+    engine.set_parallelism(1).expect("a parallelism");
     let mut graph = None;
     for statement in parse_script(script).expect("parses") {
         if let Outcome::Query(query) = engine.execute(&statement, dir).expect("plans") {
@@ -50,7 +52,7 @@ fn chains(graph: QueryGraph, taken: &Taken) -> Vec<Chain> {
         .enumerate()
         .map(|(stage, ops)| {
             let taken = taken.clone();
-            Chain::new(ops).with_snapshots(Box::new(move |_, op, state| {
+            Chain::new(ops.into_ops()).with_snapshots(Box::new(move |_, op, state| {
                 taken.lock().unwrap().push((stage, op, state));
                 Ok(())
             }))

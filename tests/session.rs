@@ -84,6 +84,55 @@ async fn an_alert_on_pushed_rows_fires_while_the_stream_is_open() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_at_parallelism_3_alerts_on_every_key_once() {
+    assert!(Session::builder().parallelism(0).build().is_err());
+    let mut session = Session::builder().parallelism(3).build().expect("builds");
+    let schema = Arc::new(Schema::new(vec![
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            false,
+        ),
+        Field::new("host", DataType::Utf8, false),
+        Field::new("cpu", DataType::Float64, false),
+    ]));
+    session
+        .register_stream("events", schema.clone(), Some("ts"), 0)
+        .expect("registers");
+    session
+        .execute(
+            "CREATE ALERT hot AS SELECT ts, host, cpu FROM events ALERT BY host WHEN cpu > 90;",
+        )
+        .expect("starts");
+    let mut alerts = session.alerts();
+    let hosts: Vec<String> = (0..40).map(|i| format!("h{i}")).collect();
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(TimestampMillisecondArray::from(vec![1000; 40])),
+            Arc::new(StringArray::from(hosts.clone())),
+            Arc::new(Float64Array::from(vec![95.0; 40])),
+        ],
+    )
+    .unwrap();
+    session.push("events", batch).await.expect("pushes");
+    let mut fired = Vec::new();
+    while fired.len() < hosts.len() {
+        let batch = tokio::time::timeout(WAIT, alerts.recv())
+            .await
+            .expect("every host's alert fires")
+            .expect("a batch");
+        let host = batch.column_by_name("host").unwrap().as_string::<i32>();
+        fired.extend(host.iter().map(|h| h.unwrap().to_string()));
+    }
+    fired.sort();
+    let mut expected = hosts;
+    expected.sort();
+    assert_eq!(fired, expected, "each host once");
+    session.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queries_are_listed_and_stopped() {
     let mut session = Session::new();
     let mut handles = started(

@@ -108,6 +108,11 @@ struct RunArgs {
     /// says (smaller batches: finer checkpoint positions, less throughput).
     #[arg(long, value_name = "ROWS", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     batch_size: Option<u64>,
+    /// Instances of each stage whose state is per key (a GROUP BY, an
+    /// alert's keys), rows routed to them by key, until a `SET
+    /// parallelism` says otherwise (default: one per core).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=128))]
+    parallelism: Option<u64>,
 }
 
 /// Checkpoint options of `vigil run`.
@@ -311,6 +316,9 @@ async fn run(args: RunArgs) -> Result<()> {
     }
     if let Some(rows) = args.batch_size {
         engine.set_batch_size(rows as usize);
+    }
+    if let Some(instances) = args.parallelism {
+        engine.set_parallelism(instances as usize)?;
     }
     let mut queries = Vec::new();
     let mut sinks = check::SinkColumns::default();

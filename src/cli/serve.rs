@@ -86,6 +86,10 @@ pub(super) struct ServeArgs {
     /// /savepoints) rather than from their newest checkpoints.
     #[arg(long, value_name = "PATH", requires = "state_dir")]
     from_savepoint: Option<PathBuf>,
+    /// Instances of each stage whose state is per key, until a `SET
+    /// parallelism` says otherwise (default: one per core).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=128))]
+    parallelism: Option<u64>,
     /// Scripts executed at start, in order, e.g. to declare streams, sinks
     /// and alerts. Their queries run like posted ones. With --state-dir
     /// they run on every start, before the recorded statements, and are
@@ -123,6 +127,9 @@ pub(super) async fn serve(args: ServeArgs) -> Result<()> {
     }
     if let Some(path) = &args.from_savepoint {
         builder = builder.from_savepoint(path);
+    }
+    if let Some(instances) = args.parallelism {
+        builder = builder.parallelism(instances as usize);
     }
     service::serve(builder.build()?, config).await
 }

@@ -276,7 +276,7 @@ pub(super) mod testing {
             .into_iter()
             .flat_map(|i| i.stages)
             .chain(stages)
-            .flatten()
+            .flat_map(|s| s.into_ops())
             .collect();
         (ops, batches)
     }

@@ -67,6 +67,12 @@ pub enum Message {
     /// the [`Chain`] snapshots each operator as the barrier passes it and
     /// hands the barrier on.
     Barrier(u64),
+    /// The end of an epoch of rows that an exchange split between the
+    /// instances of a key-partitioned stage: where their outputs meet, what
+    /// each instance produced before it is handed on in instance order, so
+    /// the result does not depend on thread timing. Operators never see
+    /// it: a [`Chain`] hands it on after what the rows before it produced.
+    Epoch,
 }
 
 /// What a batch of result rows is, under an emit policy.
@@ -367,6 +373,7 @@ impl Chain {
                         }
                         next.push(Message::Barrier(id));
                     }
+                    Message::Epoch => next.push(Message::Epoch),
                 }
             }
             current = next;

@@ -439,7 +439,8 @@ impl Operator for SessionAggregateOp {
     fn restore(&mut self, state: OperatorState) -> Result<()> {
         let table = checked_table(&state, "sessions", &self.session_fields()?)?;
         self.restore_sessions(&table)?;
-        self.next_id = state.scalar("meta", "next_id")?.unwrap_or(0) as u64;
+        let stored = state.scalar("meta", "next_id")?.unwrap_or(0) as u64;
+        self.next_id = stored.max(self.sessions.len() as u64);
         self.watermark = state.scalar("meta", "watermark")?.unwrap_or(i64::MIN);
         Ok(())
     }
@@ -606,7 +607,6 @@ impl SessionAggregateOp {
         let table = aggregate::sorted_by(table, &[0])?;
         let keys = self.spec.key_schema.fields().len();
         let widths = aggregate::state_widths(&self.spec.aggregates)?;
-        let ids = aggregate::int64s(&table, 0)?;
         let starts = aggregate::int64s(&table, 1)?;
         let ends = aggregate::int64s(&table, 2)?;
         let emitted = aggregate::booleans(&table, 3)?;
@@ -614,8 +614,10 @@ impl SessionAggregateOp {
         let key_columns = &table.columns()[SESSION_COLUMNS..SESSION_COLUMNS + keys];
         let key_rows = self.converter.convert_columns(key_columns)?;
         let states = &table.columns()[SESSION_COLUMNS + keys..];
+        // Ids are renumbered in their order: a state combined from several
+        // instances has the same ids more than once.
         for row in 0..table.num_rows() {
-            let id = ids.value(row) as u64;
+            let id = row as u64;
             let key: Box<[u8]> = match keys {
                 0 => Box::new([]),
                 _ => key_rows.row(row).data().into(),

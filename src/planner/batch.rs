@@ -70,7 +70,12 @@ pub(super) fn plan_batch(
     // input's rows kept apart.
     let (join, stages): (_, Stages) = match several {
         true => (Some(Box::new(op) as Box<_>), Vec::new()),
-        false => (None, vec![vec![Box::new(op) as Box<dyn Operator>]]),
+        false => (
+            None,
+            vec![super::Stage::single(
+                vec![Box::new(op) as Box<dyn Operator>],
+            )],
+        ),
     };
     Ok(QueryGraph {
         inputs,

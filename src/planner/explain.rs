@@ -57,7 +57,18 @@ fn source(stream: &StreamDef) -> String {
 fn stages(text: &mut String, stages: &Stages, indent: &str, task: &mut usize) {
     for stage in stages {
         *task += 1;
-        let ops: Vec<String> = stage.iter().map(|op| op.describe()).collect();
-        let _ = writeln!(text, "{indent}-> task {task}: {}", ops.join(" | "));
+        let ops: Vec<String> = stage.ops().iter().map(|op| op.describe()).collect();
+        let _ = write!(text, "{indent}-> task {task}: {}", ops.join(" | "));
+        if let Some(keys) = stage.keys.as_ref().filter(|_| stage.instances.len() > 1) {
+            let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+            let _ = write!(
+                text,
+                " [{} instances; exchange: rows by hash({}) into {} key groups]",
+                stage.instances.len(),
+                keys.join(", "),
+                crate::state::KEY_GROUPS
+            );
+        }
+        text.push('\n');
     }
 }

@@ -79,7 +79,38 @@ impl fmt::Display for ExecutionMode {
 }
 
 /// Tasks in data-flow order; each runs a chain of fused operators.
-pub type Stages = Vec<Vec<Box<dyn Operator>>>;
+pub type Stages = Vec<Stage>;
+
+/// One task of a query, run as one instance or, when it starts with an
+/// operator whose state is per key, as several instances that each own a
+/// share of the keys.
+pub struct Stage {
+    /// One chain of fused operators per instance, all alike.
+    pub instances: Vec<Vec<Box<dyn Operator>>>,
+    /// What rows are routed to an instance by (the key of the operator the
+    /// stage starts with): `None` for a stage that runs as one instance.
+    pub keys: Option<Vec<Arc<dyn PhysicalExpr>>>,
+}
+
+impl Stage {
+    /// A stage of one instance.
+    pub fn single(ops: Vec<Box<dyn Operator>>) -> Self {
+        Self {
+            instances: vec![ops],
+            keys: None,
+        }
+    }
+
+    /// The operators of its first instance (every instance has the same).
+    pub fn ops(&self) -> &[Box<dyn Operator>] {
+        &self.instances[0]
+    }
+
+    /// Its first instance's operators, for running the stage as one.
+    pub fn into_ops(self) -> Vec<Box<dyn Operator>> {
+        self.instances.into_iter().next().unwrap_or_default()
+    }
+}
 
 /// A query rewritten for incremental execution: one or more streams, each
 /// feeding a line of tasks; where there are several, their rows merge (with
@@ -122,18 +153,29 @@ impl QueryGraph {
     pub fn describe(&self) -> String {
         explain::describe(self)
     }
+
+    /// How many of its stages are key-partitioned (whatever their
+    /// instances).
+    pub fn keyed_stages(&self) -> usize {
+        self.inputs
+            .iter()
+            .flat_map(|i| &i.stages)
+            .chain(&self.stages)
+            .filter(|s| s.keys.is_some())
+            .count()
+    }
 }
 
-/// Plans `plan` for incremental execution in `mode`.
-pub fn plan_incremental(plan: &LogicalPlan, mode: ExecutionMode) -> Result<QueryGraph> {
+/// Plans `plan` for incremental execution in `mode`, with each
+/// key-partitioned stage run as `parallelism` instances (at least 1, at
+/// most [`crate::state::KEY_GROUPS`]).
+pub fn plan_incremental(
+    plan: &LogicalPlan,
+    mode: ExecutionMode,
+    parallelism: usize,
+) -> Result<QueryGraph> {
     let stats = Arc::new(QueryStats::default());
-    let mut builder = Builder {
-        late_outputs: Vec::new(),
-        emit: None,
-        stats: stats.clone(),
-        props: ExecutionProps::new(),
-        planning: PhysicalPlanningContext::default(),
-    };
+    let mut builder = Builder::new(stats.clone(), Vec::new());
     let built = match builder.build(plan) {
         Ok(built) => built,
         // A query the streaming rules reject may still be a bounded
@@ -146,8 +188,16 @@ pub fn plan_incremental(plan: &LogicalPlan, mode: ExecutionMode) -> Result<Query
     if built.window.is_some_and(|w| w.holds_panes()) {
         return Err(window_without_aggregate());
     }
-    let schema = Arc::new(plan.schema().as_arrow().clone());
-    let inputs = built
+    let mut graph = QueryGraph {
+        inputs: Vec::new(),
+        join: built.join,
+        stages: fuse(built.ops),
+        schema: Arc::new(plan.schema().as_arrow().clone()),
+        mode,
+        stats,
+        late_outputs: builder.late_outputs.clone(),
+    };
+    graph.inputs = built
         .inputs
         .into_iter()
         .map(|(stream, ops)| QueryInput {
@@ -155,32 +205,97 @@ pub fn plan_incremental(plan: &LogicalPlan, mode: ExecutionMode) -> Result<Query
             stages: fuse(ops),
         })
         .collect();
-    Ok(QueryGraph {
-        inputs,
-        join: built.join,
-        stages: fuse(built.ops),
-        schema,
-        mode,
-        stats,
-        late_outputs: builder.late_outputs,
-    })
+    let instances = parallelism.clamp(1, usize::from(crate::state::KEY_GROUPS));
+    if instances > 1 && graph.keyed_stages() > 0 {
+        for _ in 1..instances {
+            let mut again = Builder::new(graph.stats.clone(), builder.late_pool());
+            add_instances(&mut graph, again.build(plan)?);
+        }
+    }
+    Ok(graph)
 }
 
-/// Fuses operators into tasks: a new task starts at each stateful one.
-fn fuse(ops: Vec<(Box<dyn Operator>, bool)>) -> Stages {
-    let mut stages: Stages = vec![Vec::new()];
-    for (op, stateful) in ops {
-        if stateful && !stages.last().is_some_and(|s| s.is_empty()) {
-            stages.push(Vec::new());
-        }
-        stages.last_mut().expect("never empty").push(op);
+/// Adds the keyed stages of `built`, another build of the same plan, to
+/// `graph`'s as one more instance each.
+fn add_instances(graph: &mut QueryGraph, built: Built) {
+    let inputs = graph.inputs.iter_mut().zip(built.inputs);
+    for (input, (_, ops)) in inputs {
+        add_instance(&mut input.stages, fuse(ops));
     }
-    stages.retain(|s| !s.is_empty());
+    add_instance(&mut graph.stages, fuse(built.ops));
+}
+
+fn add_instance(stages: &mut Stages, again: Stages) {
+    for (stage, other) in stages.iter_mut().zip(again) {
+        if stage.keys.is_some() {
+            stage.instances.push(other.into_ops());
+        }
+    }
+}
+
+/// Fuses operators into tasks: a new task starts at each operator that
+/// keeps state, and at a serial one after a key-partitioned task.
+fn fuse(ops: Ops) -> Stages {
+    let mut stages: Stages = Vec::new();
+    for (op, placement) in ops {
+        let new_stage = match (&placement, stages.last()) {
+            (_, None) => true,
+            (Placement::Fused, Some(_)) => false,
+            (Placement::Serial, Some(last)) => last.keys.is_some(),
+            (Placement::Stage(_), Some(last)) => !last.ops().is_empty(),
+        };
+        if new_stage {
+            stages.push(Stage::single(Vec::new()));
+        }
+        let stage = stages.last_mut().expect("just pushed");
+        if let Placement::Stage(keys) = placement {
+            stage.keys = keys.filter(|k| !k.is_empty());
+        }
+        stage.instances[0].push(op);
+    }
     stages
 }
 
-/// Operators, each with whether it keeps state across batches.
-type Ops = Vec<(Box<dyn Operator>, bool)>;
+/// Column expressions for columns `indices` of `schema`.
+fn columns(schema: &SchemaRef, indices: &[usize]) -> Vec<Arc<dyn PhysicalExpr>> {
+    indices
+        .iter()
+        .map(|&i| {
+            Arc::new(datafusion::physical_expr::expressions::Column::new(
+                schema.field(i).name(),
+                i,
+            )) as Arc<dyn PhysicalExpr>
+        })
+        .collect()
+}
+
+/// The `PARTITION BY` of OVER functions that all partition alike, to route
+/// their rows by; `None` (one instance) when they differ.
+fn shared_partition(specs: &[OverSpec]) -> Option<Vec<Arc<dyn PhysicalExpr>>> {
+    let text = |spec: &OverSpec| -> Vec<String> {
+        spec.partition_by.iter().map(|e| e.to_string()).collect()
+    };
+    let first = specs.first()?;
+    specs
+        .iter()
+        .all(|s| text(s) == text(first))
+        .then(|| first.partition_by.clone())
+}
+
+/// Where an operator may run.
+enum Placement {
+    /// Anywhere: it keeps nothing between batches.
+    Fused,
+    /// In a task of one instance: what it does depends on every row before
+    /// it (a watermark generator, a limit), but it needs no task of its own.
+    Serial,
+    /// At the start of a task of its own, since it keeps state: run as
+    /// several instances routed by the key given, or as one (`None`).
+    Stage(Option<Vec<Arc<dyn PhysicalExpr>>>),
+}
+
+/// Operators, each with where it may run.
+type Ops = Vec<(Box<dyn Operator>, Placement)>;
 
 /// The operators built so far for a subtree, bottom first.
 struct Built {
@@ -270,6 +385,8 @@ impl WindowColumns {
 struct Builder {
     /// Late-row outputs of the window operators built, by stream.
     late_outputs: Vec<(String, Arc<LateRows>)>,
+    /// Late-row outputs of an earlier build of the same plan, to share.
+    late_pool: Vec<(String, Arc<LateRows>)>,
     /// The emit policy, until the outermost aggregate takes it.
     emit: Option<EmitPolicy>,
     stats: Arc<QueryStats>,
@@ -299,6 +416,36 @@ fn unbounded(rule: &'static str, message: impl Into<String>) -> Error {
 }
 
 impl Builder {
+    /// A builder whose operators count into `stats`; its window operators
+    /// send late rows to `late_pool`'s receivers, in order, before any new
+    /// one (so every build of one plan shares them).
+    fn new(stats: Arc<QueryStats>, late_pool: Vec<(String, Arc<LateRows>)>) -> Self {
+        Self {
+            late_outputs: Vec::new(),
+            late_pool,
+            emit: None,
+            stats,
+            props: ExecutionProps::new(),
+            planning: PhysicalPlanningContext::default(),
+        }
+    }
+
+    /// The late-row receivers this builder made or took from its pool.
+    fn late_pool(&self) -> Vec<(String, Arc<LateRows>)> {
+        self.late_outputs.clone()
+    }
+
+    /// Where the next window operator over `stream` sends its late rows.
+    fn late_rows(&mut self, stream: &str) -> Arc<LateRows> {
+        let next = self.late_outputs.len();
+        let late = match self.late_pool.get(next) {
+            Some((_, late)) => late.clone(),
+            None => Arc::new(LateRows::default()),
+        };
+        self.late_outputs.push((stream.to_string(), late.clone()));
+        late
+    }
+
     fn build(&mut self, plan: &LogicalPlan) -> Result<Built> {
         match plan {
             LogicalPlan::TableScan(scan) => self.scan(scan),
@@ -309,7 +456,9 @@ impl Builder {
                     window.check_reads(&filter.predicate, filter.input.schema())?;
                 }
                 let predicate = self.physical(&filter.predicate, filter.input.schema())?;
-                built.ops.push((Box::new(FilterOp::new(predicate)), false));
+                built
+                    .ops
+                    .push((Box::new(FilterOp::new(predicate)), Placement::Fused));
                 Ok(built)
             }
             LogicalPlan::Projection(projection) => {
@@ -337,7 +486,7 @@ impl Builder {
                 }
                 built
                     .ops
-                    .push((Box::new(ProjectOp::new(exprs, schema)), false));
+                    .push((Box::new(ProjectOp::new(exprs, schema)), Placement::Fused));
                 Ok(built)
             }
             LogicalPlan::SubqueryAlias(alias) => self.build(&alias.input),
@@ -392,7 +541,7 @@ impl Builder {
                 .collect();
             built
                 .ops
-                .push((Box::new(ProjectOp::new(exprs, schema)), false));
+                .push((Box::new(ProjectOp::new(exprs, schema)), Placement::Fused));
         }
         Ok(built)
     }
@@ -411,7 +560,7 @@ impl Builder {
                 let schema = Arc::new(node.schema().as_arrow().clone());
                 built
                     .ops
-                    .push((Box::new(MarkOp::new(emit.policy, schema)), false));
+                    .push((Box::new(MarkOp::new(emit.policy, schema)), Placement::Fused));
             }
             return Ok(built);
         }
@@ -419,8 +568,9 @@ impl Builder {
             let mut built = self.build(&alert.input)?;
             let input = Arc::new(alert.input.schema().as_arrow().clone());
             let output = Arc::new(node.schema().as_arrow().clone());
+            let keys = columns(&input, &alert.spec.keys);
             let op = AlertOp::try_new(alert.spec.clone(), input, output)?;
-            built.ops.push((Box::new(op), true));
+            built.ops.push((Box::new(op), Placement::Stage(Some(keys))));
             built.window = None;
             return Ok(built);
         }
@@ -429,13 +579,15 @@ impl Builder {
             let input = Arc::new(invariant.input.schema().as_arrow().clone());
             let output = Arc::new(node.schema().as_arrow().clone());
             let op = InvariantOp::try_new(invariant.spec.clone(), input, output)?;
-            built.ops.push((Box::new(op), true));
+            // One instance: its training period starts at the first row of
+            // any key.
+            built.ops.push((Box::new(op), Placement::Stage(None)));
             return Ok(built);
         }
         if let Some(watermark) = node.as_any().downcast_ref::<WatermarkNode>() {
             let mut built = self.build(&watermark.input)?;
             let op = WatermarkOp::new(watermark.time_column, watermark.delay_ms);
-            built.ops.push((Box::new(op), false));
+            built.ops.push((Box::new(op), Placement::Serial));
             return Ok(built);
         }
         if let Some(window) = node.as_any().downcast_ref::<WindowNode>() {
@@ -451,9 +603,7 @@ impl Builder {
                 false => (built.stream().delay_ms, 0),
             };
             let (time, stats) = (window.time_column, self.stats.clone());
-            let late_rows = Arc::new(LateRows::default());
-            self.late_outputs
-                .push((built.stream().name.clone(), late_rows.clone()));
+            let late_rows = self.late_rows(&built.stream().name.clone());
             let (op, kind): (Box<dyn Operator>, _) = match window.window {
                 Window::Aligned(spec) => (
                     Box::new(WindowAssignOp::new(
@@ -468,7 +618,7 @@ impl Builder {
                     Windowing::Session { gap_ms },
                 ),
             };
-            built.ops.push((op, false));
+            built.ops.push((op, Placement::Serial));
             let start = window.window_start_index();
             built.window = Some(WindowColumns {
                 start: Some(start),
@@ -549,6 +699,7 @@ impl Builder {
                 let start = window.start.ok_or_else(|| {
                     Error::Plan("SESSION's window_start is not available to the aggregate".into())
                 })?;
+                let placement = Placement::Stage(Some(keys.clone()));
                 let op = SessionAggregateOp::new(SessionAggregateSpec {
                     keys,
                     key_schema,
@@ -562,7 +713,7 @@ impl Builder {
                     aggregates,
                     schema,
                 })?;
-                built.ops.push((Box::new(op), true));
+                built.ops.push((Box::new(op), placement));
                 // Sessions differ in length: their results are not windows
                 // a later aggregate could group again.
                 built.window = None;
@@ -585,6 +736,7 @@ impl Builder {
             end: layout.iter().position(|s| *s == GroupSlot::WindowEnd),
             kind: Windowing::Grid(WindowGrid::Exact { size_ms }),
         });
+        let placement = Placement::Stage(Some(keys.clone()));
         let op = WindowAggregateOp::new(WindowAggregateSpec {
             keys,
             key_schema,
@@ -596,7 +748,7 @@ impl Builder {
             early_every,
             lateness_ms,
         });
-        built.ops.push((Box::new(op), true));
+        built.ops.push((Box::new(op), placement));
         Ok(built)
     }
 
@@ -663,6 +815,7 @@ impl Builder {
             .collect::<Result<Vec<_>>>()?;
         let output = aggregate.schema.as_arrow();
         let group_schema = Arc::new(Schema::new(output.fields()[..groups.len()].to_vec()));
+        let placement = Placement::Stage(Some(groups.clone()));
         let op = ChangelogAggregateOp::new(ChangelogAggregateSpec {
             groups,
             group_schema,
@@ -671,7 +824,7 @@ impl Builder {
             aggregates: self.lower_aggregates(aggregate)?,
             schema: Arc::new(output.clone()),
         });
-        built.ops.push((Box::new(op), true));
+        built.ops.push((Box::new(op), placement));
         built.window = None;
         Ok(built)
     }
@@ -695,7 +848,9 @@ impl Builder {
         }
         if self.over_peers(window, windows)? {
             let mut built = built;
-            built.ops.push((Box::new(peer::peer_op(window)?), true));
+            // Peers are the rows of one window, of every key: one instance.
+            let op = peer::peer_op(window)?;
+            built.ops.push((Box::new(op), Placement::Stage(None)));
             return Ok(built);
         }
         let specs = window
@@ -708,10 +863,11 @@ impl Builder {
             })
             .collect::<Result<Vec<_>>>()?;
         let schema = Arc::new(window.schema.as_arrow().clone());
+        let placement = Placement::Stage(shared_partition(&specs));
         let mut built = built;
         built
             .ops
-            .push((Box::new(OverOp::new(specs, schema)?), true));
+            .push((Box::new(OverOp::new(specs, schema)?), placement));
         Ok(built)
     }
 
@@ -1012,7 +1168,9 @@ impl Builder {
                 return Err(Error::Plan("LIMIT must be a constant".into()));
             }
         };
-        built.ops.push((Box::new(LimitOp::new(skip, fetch)), false));
+        built
+            .ops
+            .push((Box::new(LimitOp::new(skip, fetch)), Placement::Serial));
         Ok(built)
     }
 

@@ -260,6 +260,9 @@ struct Partial {
     sources: Vec<SourceEntry>,
 }
 
+/// The snapshots of an operator's instances taken so far, by instance.
+type InstanceStates = Vec<Option<OperatorState>>;
+
 /// Collects one query's checkpoints and writes them.
 pub struct QueryCheckpoints {
     name: String,
@@ -271,6 +274,9 @@ pub struct QueryCheckpoints {
     ended: Mutex<Vec<SourceEntry>>,
     /// The merge's watermarks restored, until the merge takes them.
     merge_watermarks: Mutex<Option<OperatorState>>,
+    /// Snapshots of some instances of an operator, by barrier and operator
+    /// id, until all of them are in.
+    parts: Mutex<HashMap<(u64, String), InstanceStates>>,
 }
 
 impl QueryCheckpoints {
@@ -288,6 +294,7 @@ impl QueryCheckpoints {
             partial: Mutex::new(BTreeMap::new()),
             ended: Mutex::new(Vec::new()),
             merge_watermarks: Mutex::new(None),
+            parts: Mutex::new(HashMap::new()),
         })
     }
 
@@ -320,9 +327,18 @@ impl QueryCheckpoints {
             .push(operator);
     }
 
-    /// A sink for the snapshots of `chain`, whose operators get ids
-    /// `PREFIX.oK`.
-    pub fn chain_sink(self: &Arc<Self>, prefix: &str, chain: &Chain) -> crate::exec::SnapshotSink {
+    /// A sink for the snapshots of `chain`, instance `instance` of
+    /// `instances` of its stage, whose operators get ids `PREFIX.oK`. The
+    /// instances' snapshots of one operator are stored as one (see
+    /// [`OperatorState::combine`]), so a checkpoint can be restored at
+    /// another parallelism.
+    pub fn chain_sink(
+        self: &Arc<Self>,
+        prefix: &str,
+        chain: &Chain,
+        instance: usize,
+        instances: usize,
+    ) -> crate::exec::SnapshotSink {
         let names: Vec<(String, String)> = chain
             .ops()
             .iter()
@@ -331,19 +347,54 @@ impl QueryCheckpoints {
             .collect();
         let this = self.clone();
         Box::new(move |id, index, state| {
-            if let Some(state) = state {
-                let (name, describe) = names[index].clone();
-                this.add_operator(
-                    id,
-                    OperatorEntry {
-                        id: name,
-                        describe,
-                        state,
-                    },
-                );
-            }
+            let Some(state) = state else {
+                return Ok(());
+            };
+            let (name, describe) = names[index].clone();
+            let state = match instances {
+                1 => state,
+                _ => match this.add_part(id, &name, instance, instances, state)? {
+                    Some(combined) => combined,
+                    None => return Ok(()),
+                },
+            };
+            this.add_operator(
+                id,
+                OperatorEntry {
+                    id: name,
+                    describe,
+                    state,
+                },
+            );
             Ok(())
         })
+    }
+
+    /// Keeps instance `instance`'s snapshot of operator `op` at barrier
+    /// `id`; once every instance's is in, their combination.
+    fn add_part(
+        &self,
+        id: u64,
+        op: &str,
+        instance: usize,
+        instances: usize,
+        state: OperatorState,
+    ) -> Result<Option<OperatorState>> {
+        let mut parts = lock(&self.parts);
+        let key = (id, op.to_string());
+        let slots = parts
+            .entry(key.clone())
+            .or_insert_with(|| vec![None; instances]);
+        slots[instance] = Some(state);
+        if slots.iter().any(Option::is_none) {
+            return Ok(None);
+        }
+        let all = parts.remove(&key).unwrap_or_default().into_iter().flatten();
+        // Older barriers of this operator can no longer complete: each
+        // instance passed them before this one. (Other operators, in later
+        // stages, may still be collecting them.)
+        parts.retain(|(other, name), _| name != op || *other > id);
+        OperatorState::combine(all.collect()).map(Some)
     }
 
     /// Notes the merge's watermarks (per input, and the one it sent) at
@@ -524,12 +575,19 @@ impl QueryCheckpoints {
                 self.name, mismatch.operator, mismatch.what
             );
         }
-        for (id, mut op) in operators {
+        for (id, instances) in operators {
             if mismatches.iter().any(|m| m.operator == id) {
                 continue;
             }
-            if let Some(entry) = checkpoint.operators.iter().find(|o| o.id == id) {
-                op.restore(entry.state.clone())?;
+            let Some(entry) = checkpoint.operators.iter().find(|o| o.id == id) else {
+                continue;
+            };
+            let n = instances.len();
+            for (instance, mut op) in instances.into_iter().enumerate() {
+                match n {
+                    1 => op.restore(entry.state.clone())?,
+                    _ => op.restore(entry.state.split(instance, n)?)?,
+                }
             }
         }
         if let Some(entry) = checkpoint.operators.iter().find(|o| o.id == STATS_ID) {
@@ -596,27 +654,43 @@ impl AnyOp<'_> {
     }
 }
 
-/// Every operator of `graph` with the id its snapshots are stored under:
-/// `inI.sJ.oK` for operator K of stage J of input I, `merge`, and `sJ.oK`
-/// after the merge.
-fn operators_of(graph: &mut QueryGraph) -> Vec<(String, AnyOp<'_>)> {
+/// Every operator of `graph`, each with its instances, under the id its
+/// snapshots are stored under: `inI.sJ.oK` for operator K of stage J of
+/// input I, `merge`, and `sJ.oK` after the merge.
+fn operators_of(graph: &mut QueryGraph) -> Vec<(String, Vec<AnyOp<'_>>)> {
     let mut all = Vec::new();
     for (i, input) in graph.inputs.iter_mut().enumerate() {
         for (j, stage) in input.stages.iter_mut().enumerate() {
-            for (k, op) in stage.iter_mut().enumerate() {
-                all.push((format!("{}.o{k}", input_prefix(i, j)), AnyOp::Chained(op)));
-            }
+            stage_operators(&mut all, &input_prefix(i, j), stage);
         }
     }
     if let Some(join) = &mut graph.join {
-        all.push((MERGE_ID.to_string(), AnyOp::Merge(join)));
+        all.push((MERGE_ID.to_string(), vec![AnyOp::Merge(join)]));
     }
     for (j, stage) in graph.stages.iter_mut().enumerate() {
-        for (k, op) in stage.iter_mut().enumerate() {
-            all.push((format!("{}.o{k}", stage_prefix(j)), AnyOp::Chained(op)));
-        }
+        stage_operators(&mut all, &stage_prefix(j), stage);
     }
     all
+}
+
+/// The operators of `stage`, operator by operator, each with its instances.
+fn stage_operators<'a>(
+    all: &mut Vec<(String, Vec<AnyOp<'a>>)>,
+    prefix: &str,
+    stage: &'a mut crate::planner::Stage,
+) {
+    let mut by_op: Vec<Vec<AnyOp<'a>>> = Vec::new();
+    for chain in stage.instances.iter_mut() {
+        for (k, op) in chain.iter_mut().enumerate() {
+            if by_op.len() <= k {
+                by_op.push(Vec::new());
+            }
+            by_op[k].push(AnyOp::Chained(op));
+        }
+    }
+    for (k, instances) in by_op.into_iter().enumerate() {
+        all.push((format!("{prefix}.o{k}"), instances));
+    }
 }
 
 /// The id prefix of stage `stage` of input `input`.
@@ -630,9 +704,12 @@ pub fn stage_prefix(stage: usize) -> String {
 }
 
 /// The state shapes of fresh operators (their snapshots are empty).
-fn shapes_of(operators: &mut [(String, AnyOp<'_>)]) -> Result<Vec<OperatorShape>> {
+fn shapes_of(operators: &mut [(String, Vec<AnyOp<'_>>)]) -> Result<Vec<OperatorShape>> {
     let mut shapes = Vec::new();
-    for (id, op) in operators.iter_mut() {
+    for (id, instances) in operators.iter_mut() {
+        let Some(op) = instances.first_mut() else {
+            continue;
+        };
         if let Some(state) = op.snapshot()? {
             shapes.push(OperatorShape::of(id, &op.describe(), &state));
         }

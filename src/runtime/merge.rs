@@ -84,6 +84,8 @@ pub async fn run(
                         None
                     }
                     Some(Message::Watermark(w)) => state.observe(index, Some(w)),
+                    // Epochs end where instances meet, before any merge.
+                    Some(Message::Epoch) => None,
                     Some(rows) => {
                         state.observe(index, None);
                         match (&mut join, rows) {

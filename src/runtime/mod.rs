@@ -2,13 +2,16 @@
 //!
 //! Each stream used by a run gets one source task, which reads it once and
 //! fans its batches out to every query over it. Each query is a line of
-//! tasks (one per fused operator chain) ending in a sink task. Channels are
+//! tasks (one per fused operator chain, or several instances of a chain
+//! whose state is per key, joined by exchanges: see [`exchange`]) ending
+//! in a sink task. Channels are
 //! bounded, so a slow sink slows the source instead of buffering without
 //! limit. At the end of a finite input the source sends the final
 //! watermark, every window fires, and the tasks end in order.
 
 pub mod checkpoint;
 pub mod crashpoint;
+mod exchange;
 pub mod live;
 mod merge;
 pub mod wal;
@@ -27,6 +30,7 @@ use crate::error::{Error, Result};
 use crate::exec::{Chain, END_OF_INPUT, Message, QueryStats};
 use crate::planner::{QueryGraph, Stages};
 use checkpoint::{Coordinator, QueryCheckpoints};
+use exchange::{Inbox, Outbox};
 use live::Live;
 
 /// Messages buffered between two tasks before the sender waits.
@@ -115,26 +119,92 @@ pub async fn run_on(
 /// stage.
 type StageIds<'a> = (&'a Arc<QueryCheckpoints>, &'a dyn Fn(usize) -> String);
 
-/// Starts one task per stage, chained; returns the last one's output.
-/// With `checkpoints`, stage J's operators send their snapshots there under
-/// the ids `prefix(J).oK`.
+/// Tasks whose output is not wired yet: each with its chain (`None` for the
+/// input itself, read by whatever comes next) and where it reads from.
+type Upstream = Vec<(Option<Chain>, Inbox)>;
+
+/// Starts the tasks of every stage, chained: an instance per chain of a
+/// stage, with exchanges where the number of instances or the key changes;
+/// returns the last stage's output. With `checkpoints`, stage J's
+/// operators send their snapshots there under the ids `prefix(J).oK`.
 fn spawn_stages(
     stages: Stages,
-    mut input: Receiver<Message>,
+    input: Receiver<Message>,
     tasks: &mut Vec<JoinHandle<Result<()>>>,
     checkpoints: Option<StageIds<'_>>,
 ) -> Receiver<Message> {
+    let mut upstream: Upstream = vec![(None, Inbox::One(input))];
     for (j, stage) in stages.into_iter().enumerate() {
-        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-        let mut chain = Chain::new(stage);
-        if let Some((checkpoints, prefix)) = checkpoints {
-            let sink = checkpoints.chain_sink(&prefix(j), &chain);
-            chain = chain.with_snapshots(sink);
-        }
-        tasks.push(tokio::spawn(run_stage(chain, input, tx)));
-        input = rx;
+        let n = stage.instances.len();
+        let inboxes = connect(upstream, n, stage.keys, tasks);
+        upstream = stage
+            .instances
+            .into_iter()
+            .zip(inboxes)
+            .enumerate()
+            .map(|(instance, (ops, inbox))| {
+                let mut chain = Chain::new(ops);
+                if let Some((checkpoints, prefix)) = checkpoints {
+                    let sink = checkpoints.chain_sink(&prefix(j), &chain, instance, n);
+                    chain = chain.with_snapshots(sink);
+                }
+                (Some(chain), inbox)
+            })
+            .collect();
     }
-    input
+    match connect(upstream, 1, None, tasks).pop() {
+        Some(Inbox::One(rx)) => rx,
+        Some(gather) => {
+            let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+            let meet = run_stage(Chain::new(Vec::new()), gather, Outbox::One(tx));
+            tasks.push(tokio::spawn(meet));
+            rx
+        }
+        None => unreachable!("connect gives one inbox per instance"),
+    }
+}
+
+/// Starts the `upstream` tasks, their outputs feeding `n` new inboxes: one
+/// channel when both sides are single, else a channel from every upstream
+/// task to every instance, rows routed by `keys`.
+fn connect(
+    mut upstream: Upstream,
+    n: usize,
+    keys: Option<Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>>,
+    tasks: &mut Vec<JoinHandle<Result<()>>>,
+) -> Vec<Inbox> {
+    let m = upstream.len();
+    if m == 1 && n == 1 {
+        let (chain, inbox) = upstream.pop().expect("one upstream task");
+        let Some(chain) = chain else {
+            return vec![inbox];
+        };
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        tasks.push(tokio::spawn(run_stage(chain, inbox, Outbox::One(tx))));
+        return vec![Inbox::One(rx)];
+    }
+    let mut receivers: Vec<Vec<Receiver<Message>>> = (0..n).map(|_| Vec::new()).collect();
+    for (chain, inbox) in upstream {
+        let mut senders = Vec::with_capacity(n);
+        for column in receivers.iter_mut() {
+            let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+            senders.push(tx);
+            column.push(rx);
+        }
+        let outbox = match (n, &keys) {
+            (1, _) | (_, None) => Outbox::One(senders.remove(0)),
+            (_, Some(keys)) => Outbox::Route(exchange::Router::new(senders, keys.clone(), m == 1)),
+        };
+        let chain = chain.unwrap_or_else(|| Chain::new(Vec::new()));
+        tasks.push(tokio::spawn(run_stage(chain, inbox, outbox)));
+    }
+    receivers
+        .into_iter()
+        .map(|mut inputs| match inputs.len() {
+            1 => Inbox::One(inputs.remove(0)),
+            _ => Inbox::Gather(exchange::Gather::new(inputs)),
+        })
+        .collect()
 }
 
 /// A query reading a source.
@@ -312,11 +382,7 @@ impl Barriers {
     }
 }
 
-async fn run_stage(
-    mut chain: Chain,
-    mut input: Receiver<Message>,
-    output: Sender<Message>,
-) -> Result<()> {
+async fn run_stage(mut chain: Chain, mut input: Inbox, mut output: Outbox) -> Result<()> {
     let mut ticker = chain.tick_interval().map(|period| {
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -324,16 +390,14 @@ async fn run_stage(
     });
     loop {
         let produced = tokio::select! {
-            message = input.recv() => match message {
+            message = input.recv() => match message? {
                 Some(message) => chain.process(message)?,
                 None => return Ok(()),
             },
             _ = next_tick(&mut ticker) => chain.tick()?,
         };
-        for out in produced {
-            if output.send(out).await.is_err() {
-                return Ok(());
-            }
+        if !output.send(produced).await? {
+            return Ok(());
         }
         if chain.finished() {
             return Ok(());
@@ -374,7 +438,7 @@ fn run_sink(
                     checkpoints.complete(id, commit);
                 }
             }
-            Message::Watermark(_) => {}
+            Message::Watermark(_) | Message::Epoch => {}
         }
     }
     sink.finish()
