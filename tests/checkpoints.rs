@@ -187,7 +187,7 @@ CREATE SINK alerts WITH (connector = 'file', path = 'alerts.csv', format = 'csv'
 INSERT INTO windows SELECT window_start, host, count(*) AS n, avg(cpu) AS a
   FROM TUMBLE(m, ts, INTERVAL '10' SECOND) GROUP BY window_start, host;
 INSERT INTO sessions SELECT host, window_start, window_end, count(*) AS n
-  FROM SESSION(m, ts, INTERVAL '5' SECOND) GROUP BY window_start, window_end, host;
+  FROM SESSION(m, ts, INTERVAL '6' SECOND) GROUP BY window_start, window_end, host;
 CREATE ALERT busy AS SELECT window_end, host, avg(cpu) AS a
   FROM TUMBLE(m, ts, INTERVAL '10' SECOND) GROUP BY window_end, host
   ALERT WHEN a > 40 FOR 2 WINDOWS RESOLVE WHEN a < 30;

@@ -20,6 +20,12 @@
 //! older one. A query's checkpoint completes only with a barrier every one
 //! of its inputs sent.
 //!
+//! The instances of a key-partitioned stage each snapshot their share of
+//! an operator; the shares are stored as one operator state
+//! ([`OperatorState::combine`]), so a checkpoint does not depend on the
+//! parallelism it was taken at, and a restore at any parallelism gives
+//! each instance the key groups it owns ([`OperatorState::split`]).
+//!
 //! On restore, each query reads the newest complete checkpoint in its
 //! folder, refuses it if a stateful operator changed (unless told to start
 //! the changed ones empty), gives every operator its state, rewinds its
