@@ -144,12 +144,10 @@ impl History {
         extra: Option<&ArrayRef>,
         data_type: &DataType,
     ) -> Result<ArrayRef> {
-        let mut sources: Vec<&dyn Array> =
-            self.batches.iter().map(|b| b[arg].as_ref()).collect();
+        let mut sources: Vec<&dyn Array> = self.batches.iter().map(|b| b[arg].as_ref()).collect();
         sources.extend(extra.map(|a| a.as_ref()));
-        let indices: Vec<(usize, usize)> = entries
-            .map(|e| (e.slot as usize, e.row as usize))
-            .collect();
+        let indices: Vec<(usize, usize)> =
+            entries.map(|e| (e.slot as usize, e.row as usize)).collect();
         if indices.is_empty() || sources.is_empty() {
             return Ok(new_empty_array(data_type));
         }
