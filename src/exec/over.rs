@@ -107,6 +107,9 @@ struct Entry {
 struct History {
     batches: Vec<Vec<ArrayRef>>,
     rows: usize,
+    /// Rows pointed at when last counted: counting visits every
+    /// partition, so it is done only once `rows` has doubled past it.
+    counted: usize,
 }
 
 impl History {
@@ -419,12 +422,17 @@ impl OverOp {
     /// kept batches hold more than twice as many rows (and more than a
     /// few thousand).
     fn compact(&mut self, index: usize) -> Result<()> {
+        let limit = |live: usize| (2 * live).max(4096);
+        if self.histories[index].rows <= limit(self.histories[index].counted) {
+            return Ok(());
+        }
         let live: usize = self.partitions[index]
             .values()
             .map(|p| p.history.len())
             .sum();
+        self.histories[index].counted = live;
         let history = &self.histories[index];
-        if history.rows <= (2 * live).max(4096) {
+        if history.rows <= limit(live) {
             return Ok(());
         }
         let fields = self.arg_fields(index)?;
@@ -445,6 +453,7 @@ impl OverOp {
         let history = &mut self.histories[index];
         *history = History::default();
         history.keep(columns, live);
+        history.counted = live;
         Ok(())
     }
 }

@@ -319,7 +319,7 @@ mod tests {
             for seed in 0..6 {
                 let (values, group_indices, filter) = batch(seed, 500, total);
                 let filter = (seed % 2 == 0).then_some(&filter);
-                acc.update_batch(&[values.clone()], &group_indices, filter, total)
+                acc.update_batch(std::slice::from_ref(&values), &group_indices, filter, total)
                     .unwrap();
                 other
                     .update_batch(&[values], &group_indices, None, total)
