@@ -997,6 +997,48 @@ mod tests {
         }
     }
 
+    /// Rows are grouped by pane in arrival order, late panes marked; a
+    /// pane's consecutive rows are sliced and scattered ones gathered.
+    #[test]
+    fn rows_are_grouped_by_pane_and_selected() {
+        let panes = [10, 10, 20, 10, 20, 20, 30];
+        let groups = rows_by_pane(&panes, |pane| pane == 30);
+        let found: Vec<(i64, Vec<u32>, bool)> = groups
+            .iter()
+            .map(|g| (g.pane, g.rows.clone(), g.late))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (10, vec![0, 1, 3], false),
+                (20, vec![2, 4, 5], false),
+                (30, vec![6], true)
+            ]
+        );
+        let values: ArrayRef = Arc::new(Int64Array::from_iter_values(0..7));
+        let inputs = Inputs {
+            keys: vec![values.clone()],
+            aggregates: AggregateInputs {
+                args: vec![vec![values.clone()]],
+                filters: vec![Some(Arc::new(BooleanArray::from(vec![true; 7])))],
+            },
+            rows: 7,
+        };
+        for rows in [&[0, 1, 3][..], &[4, 5], &[0, 1, 2, 3, 4, 5, 6]] {
+            let picked = inputs.select(rows).unwrap();
+            let expected: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+            assert_eq!(picked.rows, rows.len());
+            for column in [&picked.keys[0], &picked.aggregates.args[0][0]] {
+                let column = column.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+                assert_eq!(column.values().to_vec(), expected);
+            }
+            assert_eq!(
+                picked.aggregates.filters[0].as_ref().unwrap().len(),
+                rows.len()
+            );
+        }
+    }
+
     /// A snapshot drains every accumulator and merges its state back: what
     /// the groups give afterwards, and what groups rebuilt from the
     /// snapshot give, is exactly what they would have given, to the bit.
