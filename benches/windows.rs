@@ -47,6 +47,12 @@ const QUERIES: &[(&str, &str)] = &[
          GROUP BY window_start, window_end, host;",
     ),
     (
+        "median_10s",
+        "SELECT window_start, window_end, host, median(cpu) AS median_cpu
+         FROM TUMBLE(m, ts, INTERVAL '10' SECOND)
+         GROUP BY window_start, window_end, host;",
+    ),
+    (
         "session_5s",
         "SELECT host, window_start, window_end,
                 avg(cpu) AS avg_cpu, max(cpu) AS max_cpu, count(*) AS n

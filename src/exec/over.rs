@@ -6,10 +6,12 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Int64Array, new_empty_array, new_null_array,
+    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, ListArray, UInt64Array,
+    new_empty_array, new_null_array,
 };
-use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use datafusion::arrow::buffer::OffsetBuffer;
+use datafusion::arrow::compute::{cast, interleave};
+use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
@@ -59,28 +61,265 @@ pub struct OverSpec {
 
 /// Appends one column per [`OverSpec`] to each row. Rows must arrive in
 /// the `ORDER BY` order, which a stream of window results does: windows
-/// fire in order of their end. Its input is one row per key and window,
-/// so per-row work here is small next to the aggregation before it.
+/// fire in order of their end.
+///
+/// A partition's history (the rows `lag` and a sliding frame look back at)
+/// points into the argument columns of the batches they came in, kept as
+/// Arrow arrays ([`History`]), so no row is converted to a `ScalarValue`
+/// on the way in. `median` and `mad` of `DOUBLE` keep their frame as a
+/// sorted vector ([`Ordered`]): a row is inserted and the leaving one
+/// removed by binary search, and both statistics read it without sorting.
 pub struct OverOp {
     specs: Vec<OverSpec>,
     converters: Vec<RowConverter>,
+    /// Per `OVER` column, its order statistic if it has one.
+    statistics: Vec<Option<Statistic>>,
     partitions: Vec<HashMap<Box<[u8]>, Partition>>,
+    histories: Vec<History>,
     schema: SchemaRef,
 }
 
 #[derive(Default)]
 struct Partition {
-    /// Argument values of the latest rows, newest last.
-    history: VecDeque<Vec<ScalarValue>>,
-    /// For an unbounded frame, the running aggregate.
+    /// Where the argument values of the latest rows are, newest last.
+    history: VecDeque<Entry>,
+    /// For an unbounded frame, or a sliding one that can retract, the
+    /// running aggregate.
     running: Option<Box<dyn Accumulator>>,
+    /// For `median` and `mad`, the frame's non-NULL values in order.
+    ordered: Ordered,
     rows: u64,
+}
+
+/// One row of a [`History`]: which kept batch, which row of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    slot: u32,
+    row: u32,
+}
+
+/// The argument columns of the batches an `OVER` column's histories point
+/// into. Batches are kept whole; once they hold more than twice the rows
+/// still pointed at, the live rows are copied into one batch
+/// ([`OverOp::compact`]), so memory stays within twice the histories' size
+/// plus a batch, whatever the key churn.
+#[derive(Default)]
+struct History {
+    batches: Vec<Vec<ArrayRef>>,
+    rows: usize,
+    /// Rows pointed at when last counted: counting visits every
+    /// partition, so it is done only once `rows` has doubled past it.
+    counted: usize,
+}
+
+impl History {
+    /// Keeps `columns` and returns its slot.
+    fn keep(&mut self, columns: Vec<ArrayRef>, rows: usize) -> u32 {
+        self.batches.push(columns);
+        self.rows += rows;
+        (self.batches.len() - 1) as u32
+    }
+
+    /// Argument `arg` of `entry`, as a one-row array (zero-copy).
+    fn value(&self, entry: Entry, arg: usize) -> ArrayRef {
+        self.batches[entry.slot as usize][arg].slice(entry.row as usize, 1)
+    }
+
+    /// Every argument of `entry`, as one-row arrays.
+    fn row(&self, entry: Entry) -> Vec<ArrayRef> {
+        let columns = self.batches[entry.slot as usize].len();
+        (0..columns).map(|arg| self.value(entry, arg)).collect()
+    }
+
+    /// Argument `arg` of `entry` as a DOUBLE, `None` when NULL.
+    fn float(&self, entry: Entry, arg: usize) -> Option<f64> {
+        let column = self.batches[entry.slot as usize][arg].as_primitive::<Float64Type>();
+        let row = entry.row as usize;
+        column.is_valid(row).then(|| column.value(row))
+    }
+
+    /// Argument `arg` of `entries`, in order, as one array; `extra` is
+    /// appended to the sources as slot `batches.len()` (a default value).
+    fn gather(
+        &self,
+        arg: usize,
+        entries: impl Iterator<Item = Entry>,
+        extra: Option<&ArrayRef>,
+        data_type: &DataType,
+    ) -> Result<ArrayRef> {
+        let mut sources: Vec<&dyn Array> = self.batches.iter().map(|b| b[arg].as_ref()).collect();
+        sources.extend(extra.map(|a| a.as_ref()));
+        let indices: Vec<(usize, usize)> =
+            entries.map(|e| (e.slot as usize, e.row as usize)).collect();
+        if indices.is_empty() || sources.is_empty() {
+            return Ok(new_empty_array(data_type));
+        }
+        Ok(interleave(&sources, &indices)?)
+    }
+}
+
+/// An aggregate kept as an order statistic of its frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Statistic {
+    Median,
+    Mad,
+}
+
+impl Statistic {
+    /// The statistic `function` computes, if it is one kept in order:
+    /// `median` or `mad` of one `DOUBLE` argument, not `DISTINCT`.
+    fn of(function: &AggregateFunctionExpr, schema: &Schema) -> Result<Option<Self>> {
+        let statistic = match function.fun().name() {
+            "median" => Statistic::Median,
+            "mad" => Statistic::Mad,
+            _ => return Ok(None),
+        };
+        let args = function.expressions();
+        let double = args.len() == 1
+            && args[0].data_type(schema)? == DataType::Float64
+            && function.field().data_type() == &DataType::Float64;
+        Ok((double && !function.is_distinct()).then_some(statistic))
+    }
+
+    fn evaluate(self, ordered: &Ordered) -> Option<f64> {
+        match self {
+            Statistic::Median => ordered.median(),
+            Statistic::Mad => ordered.mad(),
+        }
+    }
+}
+
+/// A multiset of DOUBLEs kept sorted by `f64::total_cmp`.
+///
+/// Its `median` and `mad` are those of `median(x)` and `mad(x)` over the
+/// same values, to the bit: the even case averages the two middle values
+/// as both do, and `mad` finds the middle deviations by a selection over
+/// the deviations left and right of the center, which are each sorted
+/// since rounding is monotonic.
+#[derive(Debug, Default, Clone)]
+struct Ordered(Vec<f64>);
+
+impl Ordered {
+    fn position(&self, value: f64) -> usize {
+        self.0.partition_point(|x| x.total_cmp(&value).is_lt())
+    }
+
+    fn insert(&mut self, value: f64) {
+        let at = self.position(value);
+        self.0.insert(at, value);
+    }
+
+    /// Removes one occurrence of `value`, if there is one.
+    fn remove(&mut self, value: f64) {
+        let at = self.position(value);
+        if self.0.get(at).is_some_and(|x| x.total_cmp(&value).is_eq()) {
+            self.0.remove(at);
+        }
+    }
+
+    fn median(&self) -> Option<f64> {
+        let values = &self.0;
+        let mid = values.len() / 2;
+        match values.len() {
+            0 => None,
+            n if n % 2 == 0 => Some((values[mid - 1] + values[mid]) / 2.0),
+            _ => Some(values[mid]),
+        }
+    }
+
+    fn mad(&self) -> Option<f64> {
+        let center = self.median()?;
+        let values = &self.0;
+        let split = self.position(center);
+        // Deviations of the values below the center, nearest first, and
+        // of the rest, nearest first: two ascending sequences.
+        let below = |i: usize| (values[split - 1 - i] - center).abs();
+        let above = |i: usize| (values[split + i] - center).abs();
+        let sides = (split, values.len() - split);
+        let n = values.len();
+        let kth = |k: usize| kth_of_two(&below, &above, sides, k);
+        Some(match n % 2 {
+            0 => (kth(n / 2 - 1) + kth(n / 2)) / 2.0,
+            _ => kth(n / 2),
+        })
+    }
+
+    /// The values as a one-row list, a median or mad accumulator's state.
+    fn state(&self) -> ScalarValue {
+        let values: ArrayRef = Arc::new(Float64Array::from(self.0.clone()));
+        ScalarValue::List(Arc::new(ListArray::new(
+            Arc::new(Field::new_list_field(DataType::Float64, true)),
+            OffsetBuffer::from_lengths([values.len()]),
+            values,
+            None,
+        )))
+    }
+
+    /// The values of a [`Ordered::state`] (or of the state of DataFusion's
+    /// median accumulator).
+    fn from_state(state: &ScalarValue) -> Result<Self> {
+        let mut ordered = Ordered::default();
+        if let ScalarValue::List(list) = state {
+            for values in list.iter().flatten() {
+                let values = values.as_primitive_opt::<Float64Type>().ok_or_else(|| {
+                    Error::Plan("over state: a median state that is not DOUBLE".into())
+                })?;
+                ordered.0.extend(values.iter().flatten());
+            }
+        }
+        ordered.0.sort_by(f64::total_cmp);
+        Ok(ordered)
+    }
+}
+
+/// The `k`-th smallest (from 0) of two ascending sequences of `lengths`,
+/// read through `a` and `b`, in logarithmic time: the number `i` of the
+/// `k + 1` smallest taken from `a` is the least with `a(i) >= b(k - i)`.
+fn kth_of_two(
+    a: &impl Fn(usize) -> f64,
+    b: &impl Fn(usize) -> f64,
+    (a_len, b_len): (usize, usize),
+    k: usize,
+) -> f64 {
+    let take = k + 1;
+    let (mut lo, mut hi) = (take.saturating_sub(b_len), take.min(a_len));
+    while lo < hi {
+        let i = (lo + hi) / 2;
+        if a(i).total_cmp(&b(take - i - 1)).is_lt() {
+            lo = i + 1;
+        } else {
+            hi = i;
+        }
+    }
+    let j = take - lo;
+    match (lo.checked_sub(1).map(a), j.checked_sub(1).map(b)) {
+        (Some(x), Some(y)) => match x.total_cmp(&y) {
+            std::cmp::Ordering::Less => y,
+            _ => x,
+        },
+        (Some(x), None) => x,
+        (None, Some(y)) => y,
+        (None, None) => unreachable!("k is below the total length"),
+    }
+}
+
+/// One `OVER` column's values for a batch, built as it goes.
+enum Output {
+    /// `row_number()`.
+    Numbers(Vec<u64>),
+    /// `lag`: the history entries looked back at.
+    Picks(Vec<Entry>),
+    /// An order statistic.
+    Floats(Vec<Option<f64>>),
+    /// Any other aggregate, as its accumulator evaluates.
+    Scalars(Vec<ScalarValue>),
 }
 
 impl OverOp {
     /// Computes `specs`; `schema` is the input's plus one column each.
     pub fn new(specs: Vec<OverSpec>, schema: SchemaRef) -> Result<Self> {
         let mut converters = Vec::with_capacity(specs.len());
+        let mut statistics = Vec::with_capacity(specs.len());
         for spec in &specs {
             let fields = spec
                 .partition_by
@@ -88,17 +327,25 @@ impl OverOp {
                 .map(|e| Ok(SortField::new(e.data_type(&schema)?)))
                 .collect::<Result<Vec<_>>>()?;
             converters.push(RowConverter::new(fields)?);
+            statistics.push(match &spec.function {
+                OverFunction::Aggregate { function, .. } => Statistic::of(function, &schema)?,
+                _ => None,
+            });
         }
         let partitions = specs.iter().map(|_| HashMap::new()).collect();
+        let histories = specs.iter().map(|_| History::default()).collect();
         Ok(Self {
             specs,
             converters,
+            statistics,
             partitions,
+            histories,
             schema,
         })
     }
 
     fn column(&mut self, index: usize, batch: &RecordBatch) -> Result<ArrayRef> {
+        self.compact(index)?;
         let spec = &self.specs[index];
         let keys = evaluate_all(&spec.partition_by, batch)?;
         let rows = self.converters[index].convert_columns(&keys)?;
@@ -109,110 +356,232 @@ impl OverOp {
             }
             OverFunction::RowNumber => Vec::new(),
         };
-        let mut values = Vec::with_capacity(batch.num_rows());
+        let history = &mut self.histories[index];
+        let slot = history.keep(args, batch.num_rows());
+        let mut output = match (&spec.function, self.statistics[index]) {
+            (OverFunction::RowNumber, _) => Output::Numbers(Vec::new()),
+            (OverFunction::Lag { .. }, _) => Output::Picks(Vec::new()),
+            (_, Some(_)) => Output::Floats(Vec::new()),
+            _ => Output::Scalars(Vec::new()),
+        };
+        let partitions = &mut self.partitions[index];
+        let step = Step {
+            function: &spec.function,
+            statistic: self.statistics[index],
+            history,
+        };
         for row in 0..batch.num_rows() {
             let key: &[u8] = if keys.is_empty() {
                 &[]
             } else {
                 rows.row(row).data()
             };
-            let current = args
-                .iter()
-                .map(|a| ScalarValue::try_from_array(a, row))
-                .collect::<datafusion::error::Result<Vec<_>>>()?;
-            let partition = self.partitions[index].entry(key.into()).or_default();
-            values.push(next_value(&spec.function, partition, current)?);
+            if !partitions.contains_key(key) {
+                partitions.insert(key.into(), Partition::default());
+            }
+            let partition = partitions.get_mut(key).expect("inserted above");
+            let entry = Entry {
+                slot,
+                row: row as u32,
+            };
+            step.next(partition, entry, &mut output)?;
         }
-        if values.is_empty() {
-            return Ok(new_null_array(&spec.data_type, 0));
-        }
-        let array = ScalarValue::iter_to_array(values)?;
+        self.finish(index, output)
+    }
+
+    /// The column of `output`, of the `OVER` column's type.
+    fn finish(&self, index: usize, output: Output) -> Result<ArrayRef> {
+        let spec = &self.specs[index];
+        let array: ArrayRef = match output {
+            Output::Numbers(numbers) => Arc::new(UInt64Array::from(numbers)),
+            Output::Floats(floats) => Arc::new(Float64Array::from(floats)),
+            Output::Scalars(values) if values.is_empty() => {
+                return Ok(new_null_array(&spec.data_type, 0));
+            }
+            Output::Scalars(values) => ScalarValue::iter_to_array(values)?,
+            Output::Picks(picks) => {
+                let OverFunction::Lag { default, .. } = &spec.function else {
+                    unreachable!("picks are lag's");
+                };
+                let history = &self.histories[index];
+                let arg_type = self.arg_fields(index)?[0].data_type().clone();
+                let mut default = default.to_array_of_size(1)?;
+                if default.data_type() != &arg_type {
+                    default = cast(&default, &arg_type)?;
+                }
+                history.gather(0, picks.into_iter(), Some(&default), &arg_type)?
+            }
+        };
         if array.data_type() == &spec.data_type {
             return Ok(array);
         }
-        Ok(datafusion::arrow::compute::cast(&array, &spec.data_type)?)
+        Ok(cast(&array, &spec.data_type)?)
+    }
+
+    /// Copies the history rows still pointed at into one batch once the
+    /// kept batches hold more than twice as many rows (and more than a
+    /// few thousand).
+    fn compact(&mut self, index: usize) -> Result<()> {
+        let limit = |live: usize| (2 * live).max(4096);
+        if self.histories[index].rows <= limit(self.histories[index].counted) {
+            return Ok(());
+        }
+        let live: usize = self.partitions[index]
+            .values()
+            .map(|p| p.history.len())
+            .sum();
+        self.histories[index].counted = live;
+        let history = &self.histories[index];
+        if history.rows <= limit(live) {
+            return Ok(());
+        }
+        let fields = self.arg_fields(index)?;
+        let partitions = &mut self.partitions[index];
+        let entries = || partitions.values().flat_map(|p| p.history.iter().copied());
+        let columns = fields
+            .iter()
+            .enumerate()
+            .map(|(arg, f)| history.gather(arg, entries(), None, f.data_type()))
+            .collect::<Result<Vec<_>>>()?;
+        let mut row = 0;
+        for partition in partitions.values_mut() {
+            for entry in partition.history.iter_mut() {
+                *entry = Entry { slot: 0, row };
+                row += 1;
+            }
+        }
+        let history = &mut self.histories[index];
+        *history = History::default();
+        history.keep(columns, live);
+        history.counted = live;
+        Ok(())
     }
 }
 
-/// The function's value for the partition's next row, with `current` its
-/// arguments.
-fn next_value(
-    function: &OverFunction,
-    partition: &mut Partition,
-    current: Vec<ScalarValue>,
-) -> Result<ScalarValue> {
-    partition.rows += 1;
-    match function {
-        OverFunction::RowNumber => Ok(ScalarValue::UInt64(Some(partition.rows))),
-        OverFunction::Lag {
-            offset, default, ..
-        } => {
-            let history = &mut partition.history;
-            let value = match history.len().checked_sub(*offset) {
-                Some(i) if *offset > 0 => history[i][0].clone(),
-                _ if *offset == 0 => current[0].clone(),
-                _ => default.clone(),
-            };
-            history.push_back(current);
-            while history.len() > *offset {
-                history.pop_front();
+/// What the rows of one `OVER` column share as each is computed.
+struct Step<'a> {
+    function: &'a OverFunction,
+    statistic: Option<Statistic>,
+    history: &'a History,
+}
+
+impl Step<'_> {
+    /// Computes the function for the partition's next row, `entry` holding
+    /// its arguments, and appends the value to `output`.
+    fn next(&self, partition: &mut Partition, entry: Entry, output: &mut Output) -> Result<()> {
+        partition.rows += 1;
+        match (self.function, output) {
+            (OverFunction::RowNumber, Output::Numbers(numbers)) => numbers.push(partition.rows),
+            (OverFunction::Lag { offset, .. }, Output::Picks(picks)) => {
+                picks.push(self.lag(partition, entry, *offset));
             }
-            Ok(value)
+            (OverFunction::Aggregate { preceding, .. }, Output::Floats(floats)) => {
+                let statistic = self.statistic.expect("floats are order statistics'");
+                floats.push(self.ordered(partition, entry, *preceding, statistic));
+            }
+            (
+                OverFunction::Aggregate {
+                    function,
+                    preceding,
+                },
+                Output::Scalars(values),
+            ) => values.push(self.aggregate(partition, entry, function, *preceding)?),
+            _ => unreachable!("the output is made for the function"),
         }
-        OverFunction::Aggregate {
-            function,
-            preceding: None,
-        } => {
+        Ok(())
+    }
+
+    /// The entry `offset` rows back (the default's when there is none).
+    fn lag(&self, partition: &mut Partition, entry: Entry, offset: usize) -> Entry {
+        if offset == 0 {
+            return entry;
+        }
+        let history = &mut partition.history;
+        let default = Entry {
+            slot: self.history.batches.len() as u32,
+            row: 0,
+        };
+        let value = match history.len().checked_sub(offset) {
+            Some(i) => history[i],
+            None => default,
+        };
+        history.push_back(entry);
+        while history.len() > offset {
+            history.pop_front();
+        }
+        value
+    }
+
+    /// An order statistic of the frame after `entry` joins it.
+    fn ordered(
+        &self,
+        partition: &mut Partition,
+        entry: Entry,
+        preceding: Option<usize>,
+        statistic: Statistic,
+    ) -> Option<f64> {
+        if let Some(value) = self.history.float(entry, 0) {
+            partition.ordered.insert(value);
+        }
+        if let Some(n) = preceding {
+            partition.history.push_back(entry);
+            if partition.history.len() > n + 1 {
+                let old = partition.history.pop_front().expect("longer than n + 1");
+                if let Some(value) = self.history.float(old, 0) {
+                    partition.ordered.remove(value);
+                }
+            }
+        }
+        statistic.evaluate(&partition.ordered)
+    }
+
+    /// Any other aggregate of the frame after `entry` joins it.
+    fn aggregate(
+        &self,
+        partition: &mut Partition,
+        entry: Entry,
+        function: &AggregateFunctionExpr,
+        preceding: Option<usize>,
+    ) -> Result<ScalarValue> {
+        let Some(n) = preceding else {
             if partition.running.is_none() {
                 partition.running = Some(function.create_accumulator()?);
             }
             let running = partition.running.as_mut().expect("created above");
-            running.update_batch(&arrays_of(std::slice::from_ref(&current))?)?;
-            Ok(running.evaluate()?)
-        }
-        OverFunction::Aggregate {
-            function,
-            preceding: Some(n),
-        } => {
-            let history = &mut partition.history;
-            history.push_back(current);
-            let leaving = (history.len() > n + 1)
-                .then(|| history.pop_front())
-                .flatten();
-            if partition.running.is_none() {
-                let accumulator = function.create_accumulator()?;
-                // An accumulator that can retract slides along the frame:
-                // each row is added once and taken out once.
-                if accumulator.supports_retract_batch() {
-                    partition.running = Some(accumulator);
-                } else {
-                    let mut accumulator = accumulator;
-                    let rows: Vec<Vec<ScalarValue>> = history.iter().cloned().collect();
-                    accumulator.update_batch(&arrays_of(&rows)?)?;
-                    return Ok(accumulator.evaluate()?);
-                }
+            running.update_batch(&self.history.row(entry))?;
+            return Ok(running.evaluate()?);
+        };
+        let history = &mut partition.history;
+        history.push_back(entry);
+        let leaving = (history.len() > n + 1)
+            .then(|| history.pop_front())
+            .flatten();
+        if partition.running.is_none() {
+            let mut accumulator = function.create_accumulator()?;
+            // An accumulator that can retract slides along the frame:
+            // each row is added once and taken out once.
+            if accumulator.supports_retract_batch() {
+                partition.running = Some(accumulator);
+            } else {
+                let arity = self.history.batches[entry.slot as usize].len();
+                let frame = (0..arity)
+                    .map(|arg| {
+                        let data_type = self.history.batches[entry.slot as usize][arg].data_type();
+                        self.history
+                            .gather(arg, history.iter().copied(), None, data_type)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                accumulator.update_batch(&frame)?;
+                return Ok(accumulator.evaluate()?);
             }
-            let sliding = partition.running.as_mut().expect("created above");
-            let newest = history.back().expect("just pushed").clone();
-            sliding.update_batch(&arrays_of(std::slice::from_ref(&newest))?)?;
-            if let Some(old) = leaving {
-                sliding.retract_batch(&arrays_of(std::slice::from_ref(&old))?)?;
-            }
-            Ok(sliding.evaluate()?)
         }
+        let sliding = partition.running.as_mut().expect("created above");
+        sliding.update_batch(&self.history.row(entry))?;
+        if let Some(old) = leaving {
+            sliding.retract_batch(&self.history.row(old))?;
+        }
+        Ok(sliding.evaluate()?)
     }
-}
-
-/// Column arrays of a few rows of argument values.
-fn arrays_of(rows: &[Vec<ScalarValue>]) -> Result<Vec<ArrayRef>> {
-    let width = rows.first().map_or(0, |r| r.len());
-    (0..width)
-        .map(|i| {
-            Ok(ScalarValue::iter_to_array(
-                rows.iter().map(|r| r[i].clone()),
-            )?)
-        })
-        .collect()
 }
 
 /// A partition's key and its accumulator's state, if it has one.
@@ -307,6 +676,15 @@ impl OverOp {
                     partition.running = Some(rebuilt(function, &state)?);
                     Some(state)
                 }
+                // An unbounded order statistic keeps every value, as the
+                // accumulator's state does; a sliding one is rebuilt from
+                // the history.
+                (
+                    OverFunction::Aggregate {
+                        preceding: None, ..
+                    },
+                    None,
+                ) if self.statistics[index].is_some() => Some(vec![partition.ordered.state()]),
                 _ => None,
             };
             states.push((key.clone(), state));
@@ -350,11 +728,13 @@ impl OverOp {
             .iter()
             .flat_map(|s| std::iter::repeat_n(s.key, s.partition.history.len()));
         let mut columns = self.key_arrays(index, history_keys)?;
+        let history = &self.histories[index];
         for (i, field) in self.arg_fields(index)?.iter().enumerate() {
-            let values = saved
+            let entries = saved
                 .iter()
-                .flat_map(|s| s.partition.history.iter().map(|row| row[i].clone()));
-            columns.push(scalars_to_array(values.collect(), field)?);
+                .flat_map(|s| s.partition.history.iter().copied());
+            let column = history.gather(i, entries, None, field.data_type())?;
+            columns.push(column);
         }
         let history = RecordBatch::try_new(history_schema, columns)?;
         Ok((partitions, history))
@@ -391,12 +771,19 @@ impl OverOp {
         let history = state.table_of(&format!("over{index}_history"), &history_schema)?;
         let width = self.specs[index].partition_by.len();
         let mut restored: HashMap<Box<[u8]>, Partition> = HashMap::new();
+        let mut kept = History::default();
+        let slot = kept.keep(history.columns()[width..].to_vec(), history.num_rows());
+        let statistic = self.statistics[index];
         for (row, key) in self.table_keys(index, &history)?.into_iter().enumerate() {
-            let values = history.columns()[width..]
-                .iter()
-                .map(|c| ScalarValue::try_from_array(c, row))
-                .collect::<datafusion::error::Result<Vec<_>>>()?;
-            restored.entry(key).or_default().history.push_back(values);
+            let entry = Entry {
+                slot,
+                row: row as u32,
+            };
+            let partition = restored.entry(key).or_default();
+            partition.history.push_back(entry);
+            if let (Some(_), Some(value)) = (statistic, kept.float(entry, 0)) {
+                partition.ordered.insert(value);
+            }
         }
         let rows = partitions.column(width).as_primitive::<Int64Type>();
         let running = partitions.column(width + 1).as_boolean();
@@ -410,7 +797,10 @@ impl OverOp {
                     .iter()
                     .map(|c| ScalarValue::try_from_array(c, row))
                     .collect::<datafusion::error::Result<Vec<_>>>()?;
-                partition.running = Some(rebuilt(function, &state)?);
+                match statistic {
+                    Some(_) => partition.ordered = Ordered::from_state(&state[0])?,
+                    None => partition.running = Some(rebuilt(function, &state)?),
+                }
             }
         }
         if width == 0 && restored.len() > 1 {
@@ -419,6 +809,7 @@ impl OverOp {
             ));
         }
         self.partitions[index] = restored;
+        self.histories[index] = kept;
         Ok(())
     }
 }
@@ -512,6 +903,7 @@ mod tests {
     use super::*;
     use datafusion::arrow::array::{Float64Array, StringArray};
     use datafusion::arrow::util::display::array_value_to_string;
+    use datafusion::execution::SessionStateBuilder;
     use datafusion::functions_aggregate::{
         average::avg_udaf, median::median_udaf, min_max::min_udaf, stddev::stddev_udaf,
         sum::sum_udaf,
@@ -525,6 +917,13 @@ mod tests {
             Field::new("host", DataType::Utf8, true),
             Field::new("v", DataType::Float64, true),
         ]))
+    }
+
+    /// An aggregate as vigil registers it (its own `median` and `mad`).
+    fn registered(name: &str) -> Arc<AggregateUDF> {
+        let mut state = SessionStateBuilder::new().with_default_features().build();
+        crate::functions::register(&mut state).unwrap();
+        state.aggregate_functions()[name].clone()
     }
 
     fn aggregate(udaf: Arc<AggregateUDF>, preceding: Option<usize>) -> OverSpec {
@@ -567,6 +966,10 @@ mod tests {
             aggregate(stddev_udaf(), None),
             aggregate(sum_udaf(), None),
             lag,
+            aggregate(registered("median"), Some(2)),
+            aggregate(registered("mad"), Some(3)),
+            aggregate(registered("median"), None),
+            aggregate(registered("mad"), None),
         ];
         let mut fields = schema.fields().to_vec();
         for i in 0..specs.len() {
@@ -638,10 +1041,115 @@ mod tests {
     #[test]
     fn a_fresh_snapshot_has_every_table_empty() {
         let state = op().snapshot().unwrap().expect("a state");
-        assert_eq!(state.tables.len(), 14);
+        assert_eq!(state.tables.len(), 22);
         assert_eq!(state.rows(), 0);
         let mut other = op();
         other.restore(state).unwrap();
         assert!(other.partitions.iter().all(|p| p.is_empty()));
+    }
+
+    /// Values with duplicates, both zeros and magnitudes far apart, the
+    /// same every run.
+    fn values(count: usize) -> Vec<f64> {
+        let mut x: u64 = 7;
+        (0..count)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let r = x >> 33;
+                match r % 7 {
+                    0 => -0.0,
+                    1 => 0.0,
+                    2 => (r % 5) as f64,
+                    3 => (r % 1000) as f64 * 1e12,
+                    _ => (r % 100_000) as f64 / 7.0 - 5000.0,
+                }
+            })
+            .collect()
+    }
+
+    /// Today's value of `name` over `frame`: a fresh accumulator of the
+    /// registered aggregate, fed the frame.
+    fn recomputed(name: &str, frame: &[f64]) -> ScalarValue {
+        let OverFunction::Aggregate { function, .. } = aggregate(registered(name), None).function
+        else {
+            unreachable!()
+        };
+        let mut accumulator = function.create_accumulator().unwrap();
+        let values: ArrayRef = Arc::new(Float64Array::from(frame.to_vec()));
+        accumulator.update_batch(&[values]).unwrap();
+        accumulator.evaluate().unwrap()
+    }
+
+    /// The sorted frame's median and mad are those of `median` and `mad`
+    /// recomputed over the frame, to the bit, as the frame slides.
+    #[test]
+    fn ordered_statistics_match_a_recomputation_to_the_bit() {
+        let values = values(400);
+        for size in [1, 2, 3, 4, 7, 16, 51] {
+            let mut ordered = Ordered::default();
+            for (i, &value) in values.iter().enumerate() {
+                ordered.insert(value);
+                if i >= size {
+                    ordered.remove(values[i - size]);
+                }
+                let frame = &values[(i + 1).saturating_sub(size)..=i];
+                for (name, got) in [("median", ordered.median()), ("mad", ordered.mad())] {
+                    let ScalarValue::Float64(expected) = recomputed(name, frame) else {
+                        panic!("{name} is DOUBLE");
+                    };
+                    assert_eq!(
+                        got.map(f64::to_bits),
+                        expected.map(f64::to_bits),
+                        "{name} of {frame:?}"
+                    );
+                }
+            }
+        }
+        assert_eq!(Ordered::default().mad(), None);
+    }
+
+    /// Histories point into kept batches; with a new key in every batch
+    /// the kept rows are compacted, and `lag` still reads the right rows.
+    #[test]
+    fn history_batches_are_compacted_under_key_churn() {
+        let schema = input_schema();
+        let lag = OverSpec {
+            partition_by: vec![col("host", &schema).unwrap()],
+            function: OverFunction::Lag {
+                arg: col("v", &schema).unwrap(),
+                offset: 1,
+                default: ScalarValue::Float64(Some(-1.0)),
+            },
+            data_type: DataType::Float64,
+        };
+        let mut fields = schema.fields().to_vec();
+        fields.push(Arc::new(Field::new("o", DataType::Float64, true)));
+        let mut op = OverOp::new(vec![lag], Arc::new(Schema::new(fields))).unwrap();
+        for i in 0..400 {
+            // Host "h{i}" twice (once new, once looking back), and 100 rows
+            // of a host that never comes back.
+            let mut hosts = vec![format!("h{i}"), format!("h{i}")];
+            hosts.extend((0..100).map(|j| format!("gone{i}_{j}")));
+            let v: Vec<f64> = (0..hosts.len()).map(|j| (i * 1000 + j) as f64).collect();
+            let batch = RecordBatch::try_new(
+                input_schema(),
+                vec![
+                    Arc::new(StringArray::from(hosts)),
+                    Arc::new(Float64Array::from(v)),
+                ],
+            )
+            .unwrap();
+            let mut out = Vec::new();
+            op.on_batch(batch, &mut out).unwrap();
+            let Message::Batch(b) = &out[0] else { panic!() };
+            let lagged = b.column(2).as_primitive::<Float64Type>();
+            assert_eq!(lagged.value(0), -1.0);
+            assert_eq!(lagged.value(1), (i * 1000) as f64);
+            assert!(op.histories[0].rows <= (2 * op.partitions[0].len()).max(4096) + 102);
+        }
+        let state = op.snapshot().unwrap().unwrap();
+        assert_eq!(state.table("over0_history").unwrap().num_rows(), 400 * 101);
     }
 }

@@ -1,4 +1,4 @@
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -93,6 +93,75 @@ impl Inputs {
             rows: batch.num_rows(),
         })
     }
+
+    /// The inputs of `rows` only (ascending row numbers): a zero-copy
+    /// slice when they are consecutive, as rows of one pane mostly are,
+    /// else a `take`.
+    fn select(&self, rows: &[u32]) -> Result<Inputs> {
+        let (first, last) = (rows[0] as usize, rows[rows.len() - 1] as usize);
+        if first == 0 && rows.len() == self.rows {
+            return self.map(self.rows, |a| Ok(a.clone()));
+        }
+        if last - first + 1 == rows.len() {
+            return self.map(rows.len(), |a| Ok(a.slice(first, rows.len())));
+        }
+        let indices = UInt32Array::from(rows.to_vec());
+        self.map(rows.len(), |a| Ok(take(a, &indices, None)?))
+    }
+
+    fn map(&self, rows: usize, f: impl Fn(&ArrayRef) -> Result<ArrayRef>) -> Result<Inputs> {
+        let all = |arrays: &[ArrayRef]| arrays.iter().map(&f).collect::<Result<Vec<_>>>();
+        Ok(Inputs {
+            keys: all(&self.keys)?,
+            aggregates: AggregateInputs {
+                args: self
+                    .aggregates
+                    .args
+                    .iter()
+                    .map(|a| all(a))
+                    .collect::<Result<_>>()?,
+                filters: self
+                    .aggregates
+                    .filters
+                    .iter()
+                    .map(|filter| filter.as_ref().map(&f).transpose())
+                    .collect::<Result<_>>()?,
+            },
+            rows,
+        })
+    }
+}
+
+/// The rows of one batch that fall in one pane, in arrival order.
+struct PaneRows {
+    pane: i64,
+    rows: Vec<u32>,
+    /// True if a window holding the pane has fired (allowed lateness).
+    late: bool,
+}
+
+/// Groups a batch's rows by pane. A batch spans few panes, so a short
+/// list searched from the last pane hit beats a hash map per row.
+fn rows_by_pane(panes: &[i64], is_late: impl Fn(i64) -> bool) -> Vec<PaneRows> {
+    let mut groups: Vec<PaneRows> = Vec::new();
+    let mut current = usize::MAX;
+    for (row, &pane) in panes.iter().enumerate() {
+        if groups.get(current).is_none_or(|g| g.pane != pane) {
+            current = match groups.iter().position(|g| g.pane == pane) {
+                Some(i) => i,
+                None => {
+                    groups.push(PaneRows {
+                        pane,
+                        rows: Vec::new(),
+                        late: is_late(pane),
+                    });
+                    groups.len() - 1
+                }
+            };
+        }
+        groups[current].rows.push(row as u32);
+    }
+    groups
 }
 
 /// Grouped aggregation per event-time window.
@@ -221,8 +290,8 @@ impl WindowAggregateOp {
         Ok(values.iter().map(|v| v - back).collect())
     }
 
-    /// Folds rows (all of the batch when `rows` is `None`) into `pane`.
-    fn add(&mut self, pane: i64, rows: Option<&UInt32Array>, inputs: &Inputs) -> Result<()> {
+    /// Folds `inputs` into `pane`.
+    fn add(&mut self, pane: i64, inputs: &Inputs) -> Result<()> {
         if !self.panes.contains_key(&pane) {
             let live = self.new_groups()?;
             self.panes.insert(
@@ -242,35 +311,21 @@ impl WindowAggregateOp {
                 }
             }
         }
-        let keys = pick(&inputs.keys, rows)?;
-        let args: Vec<Vec<ArrayRef>> = inputs
-            .aggregates
-            .args
-            .iter()
-            .map(|a| pick(a, rows))
-            .collect::<Result<_>>()?;
         let filters: Vec<Option<BooleanArray>> = inputs
             .aggregates
             .filters
             .iter()
-            .map(|f| {
-                f.as_ref()
-                    .map(|f| {
-                        Ok(pick(std::slice::from_ref(f), rows)?
-                            .remove(0)
-                            .as_boolean()
-                            .clone())
-                    })
-                    .transpose()
-            })
-            .collect::<Result<_>>()?;
-        let count = rows.map_or(inputs.rows, |r| r.len());
+            .map(|f| f.as_ref().map(|f| f.as_boolean().clone()))
+            .collect();
         let live = &mut self.panes.get_mut(&pane).expect("inserted above").live;
-        live.update(&keys, count, &args, &filters)
+        live.update(&inputs.keys, inputs.rows, &inputs.aggregates.args, &filters)
     }
 
     /// Fired windows (still within allowed lateness) that hold `pane`.
     fn fired_windows_of(&self, pane: i64) -> Vec<i64> {
+        if self.fired.is_empty() {
+            return Vec::new();
+        }
         self.windows_of(pane)
             .into_iter()
             .filter(|w| self.fired.contains(w))
@@ -659,16 +714,6 @@ fn constant_time(value: i64, rows: usize) -> ArrayRef {
     Arc::new(TimestampMillisecondArray::from(vec![value; rows]))
 }
 
-fn pick(arrays: &[ArrayRef], rows: Option<&UInt32Array>) -> Result<Vec<ArrayRef>> {
-    match rows {
-        None => Ok(arrays.to_vec()),
-        Some(rows) => Ok(arrays
-            .iter()
-            .map(|a| take(a, rows, None))
-            .collect::<std::result::Result<_, _>>()?),
-    }
-}
-
 impl Operator for WindowAggregateOp {
     fn describe(&self) -> String {
         let grid = match self.spec.grid {
@@ -690,29 +735,27 @@ impl Operator for WindowAggregateOp {
     }
 
     fn on_batch(&mut self, batch: RecordBatch, out: &mut Vec<Message>) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
         let inputs = Inputs::evaluate(&self.spec, &batch)?;
         let panes = self.row_panes(&batch)?;
-        if panes.iter().all(|p| *p == panes[0]) && self.fired_windows_of(panes[0]).is_empty() {
-            return self.add(panes[0], None, &inputs);
-        }
+        let groups = rows_by_pane(&panes, |pane| !self.fired_windows_of(pane).is_empty());
         // Rows for windows that already fired (within allowed lateness)
         // make them fire again, one row at a time in arrival order, as if
         // rows came one by one; the other rows go in per pane.
-        let mut on_time: HashMap<i64, Vec<u32>> = HashMap::new();
         let mut late = Vec::new();
-        for (row, &pane) in panes.iter().enumerate() {
-            if self.fired_windows_of(pane).is_empty() {
-                on_time.entry(pane).or_default().push(row as u32);
+        for group in groups {
+            if group.late {
+                late.extend(group.rows);
             } else {
-                late.push(row as u32);
+                self.add(group.pane, &inputs.select(&group.rows)?)?;
             }
         }
-        for (pane, rows) in on_time {
-            self.add(pane, Some(&UInt32Array::from(rows)), &inputs)?;
-        }
+        late.sort_unstable();
         for row in late {
             let pane = panes[row as usize];
-            self.add(pane, Some(&UInt32Array::from(vec![row])), &inputs)?;
+            self.add(pane, &inputs.select(&[row])?)?;
             for window in self.fired_windows_of(pane) {
                 let span = self.pane_span(window);
                 let evaluated = self.merge_panes(span)?;
@@ -951,6 +994,48 @@ mod tests {
             for ((a, b), spec) in values.iter().zip(&other_values).zip(&specs) {
                 check(a, b, spec.function.name());
             }
+        }
+    }
+
+    /// Rows are grouped by pane in arrival order, late panes marked; a
+    /// pane's consecutive rows are sliced and scattered ones gathered.
+    #[test]
+    fn rows_are_grouped_by_pane_and_selected() {
+        let panes = [10, 10, 20, 10, 20, 20, 30];
+        let groups = rows_by_pane(&panes, |pane| pane == 30);
+        let found: Vec<(i64, Vec<u32>, bool)> = groups
+            .iter()
+            .map(|g| (g.pane, g.rows.clone(), g.late))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (10, vec![0, 1, 3], false),
+                (20, vec![2, 4, 5], false),
+                (30, vec![6], true)
+            ]
+        );
+        let values: ArrayRef = Arc::new(Int64Array::from_iter_values(0..7));
+        let inputs = Inputs {
+            keys: vec![values.clone()],
+            aggregates: AggregateInputs {
+                args: vec![vec![values.clone()]],
+                filters: vec![Some(Arc::new(BooleanArray::from(vec![true; 7])))],
+            },
+            rows: 7,
+        };
+        for rows in [&[0, 1, 3][..], &[4, 5], &[0, 1, 2, 3, 4, 5, 6]] {
+            let picked = inputs.select(rows).unwrap();
+            let expected: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+            assert_eq!(picked.rows, rows.len());
+            for column in [&picked.keys[0], &picked.aggregates.args[0][0]] {
+                let column = column.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+                assert_eq!(column.values().to_vec(), expected);
+            }
+            assert_eq!(
+                picked.aggregates.filters[0].as_ref().unwrap().len(),
+                rows.len()
+            );
         }
     }
 

@@ -73,38 +73,44 @@ impl Operator for WindowAssignOp {
             .column(self.time_column)
             .as_primitive::<TimestampMillisecondType>();
         let size = self.spec.size_ms();
+        // The pane length is a gcd: worked out once, not per row.
+        let (pane_ms, WindowSpec::Aligned { offset_ms, .. }) = (self.spec.pane_ms(), self.spec);
         let mut keep = Vec::with_capacity(times.len());
         let mut panes = Vec::with_capacity(times.len());
         let mut segment_start = 0;
         let mut late = 0;
+        let mut watermark = self.max_seen.saturating_sub(self.delay_ms);
         for (row, t) in times.iter().enumerate() {
             let Some(t) = t else {
                 keep.push(false);
                 late += 1;
                 continue;
             };
-            self.max_seen = self.max_seen.max(t);
-            let watermark = self.max_seen.saturating_sub(self.delay_ms);
-            let closed = self.spec.closed_windows(watermark);
-            if closed > self.closed {
-                // The first row only starts the clock: nothing has closed.
-                let started = self.closed != i64::MIN;
-                self.closed = closed;
-                if started {
-                    let segment = Segment {
-                        rows: segment_start..row,
-                        keep: &keep[segment_start..row],
-                        panes: std::mem::take(&mut panes),
-                    };
-                    self.emit(&batch, segment, out)?;
-                    out.push(Message::Watermark(watermark));
-                    segment_start = row;
+            // Only a new largest event time moves the watermark.
+            if t > self.max_seen {
+                self.max_seen = t;
+                watermark = self.max_seen.saturating_sub(self.delay_ms);
+                let closed = self.spec.closed_windows(watermark);
+                if closed > self.closed {
+                    // The first row only starts the clock: nothing has closed.
+                    let started = self.closed != i64::MIN;
+                    self.closed = closed;
+                    if started {
+                        let segment = Segment {
+                            rows: segment_start..row,
+                            keep: &keep[segment_start..row],
+                            panes: std::mem::take(&mut panes),
+                        };
+                        self.emit(&batch, segment, out)?;
+                        out.push(Message::Watermark(watermark));
+                        segment_start = row;
+                    }
                 }
             }
             let on_time = self.spec.last_window_start(t) + size + self.lateness_ms > watermark;
             keep.push(on_time);
             if on_time {
-                panes.push(self.spec.pane_start(t));
+                panes.push(t - (t - offset_ms).rem_euclid(pane_ms));
             } else {
                 late += 1;
             }
