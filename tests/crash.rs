@@ -206,7 +206,7 @@ fn start(dir: &Path, checkpoints: bool, crash_at: Option<&str>, stderr: &Path) -
 enum Kill {
     /// At crash point `point`, its `n`-th hit.
     At(&'static str, u64),
-    /// By the test, after this long.
+    /// By the test, this long after the run reported its restores.
     After(Duration),
     /// By the test, once every query has a complete checkpoint.
     AfterFirstCheckpoint,
@@ -246,6 +246,19 @@ fn queries_checkpointed(ck: &Path) -> usize {
         .count()
 }
 
+/// The queries a run's stderr says were restored.
+fn count_restores(stderr: &str) -> usize {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("vigil: query ") && l.contains(" restored from checkpoint "))
+        .count()
+}
+
+/// The restores the run writing `stderr` has reported so far.
+fn restore_lines(stderr: &Path) -> usize {
+    fs::read_to_string(stderr).map_or(0, |text| count_restores(&text))
+}
+
 fn run_once(dir: &Path, kill: &Kill, index: usize) -> Outcome {
     let stderr_path = dir.join(format!("stderr-{index}.txt"));
     let crash_at = match kill {
@@ -254,12 +267,19 @@ fn run_once(dir: &Path, kill: &Kill, index: usize) -> Outcome {
     };
     let started = Instant::now();
     let mut child = start(dir, true, crash_at.as_deref(), &stderr_path);
+    // A random kill's delay counts from when the run has restored its
+    // queries, so that a slow start on a loaded machine cannot make it
+    // die before it restored anything.
+    let mut restored_at = None;
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
+        if restored_at.is_none() && restore_lines(&stderr_path) >= SINKS.len() {
+            restored_at = Some(Instant::now());
+        }
         let due = match kill {
-            Kill::After(delay) => started.elapsed() >= *delay,
+            Kill::After(delay) => restored_at.is_some_and(|t| t.elapsed() >= *delay),
             Kill::AfterFirstCheckpoint => queries_checkpointed(&dir.join("ck")) == SINKS.len(),
             _ => false,
         };
@@ -283,10 +303,7 @@ fn run_once(dir: &Path, kill: &Kill, index: usize) -> Outcome {
             "run {index} died of SIGKILL elsewhere than at {point}:{n}\n{stderr}"
         );
     }
-    let restores = stderr
-        .lines()
-        .filter(|l| l.starts_with("vigil: query ") && l.contains(" restored from checkpoint "))
-        .count();
+    let restores = count_restores(&stderr);
     Outcome {
         killed,
         restores,

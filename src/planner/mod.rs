@@ -736,7 +736,13 @@ impl Builder {
             end: layout.iter().position(|s| *s == GroupSlot::WindowEnd),
             kind: Windowing::Grid(WindowGrid::Exact { size_ms }),
         });
-        let placement = Placement::Stage(Some(keys.clone()));
+        // Early results come on processing-time ticks, which no epoch of
+        // the input orders: such an aggregate runs as one instance, so they
+        // are handed on as they come.
+        let placement = match early_every {
+            Some(_) => Placement::Stage(None),
+            None => Placement::Stage(Some(keys.clone())),
+        };
         let op = WindowAggregateOp::new(WindowAggregateSpec {
             keys,
             key_schema,
