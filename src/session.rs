@@ -576,6 +576,7 @@ impl Session {
                     rows: self.live.pushed(stream),
                     ..Default::default()
                 }),
+                ended: false,
             })
             .collect();
         let start = durable.start_of(&name, now)?;

@@ -787,10 +787,12 @@ fn write_checkpoint(root: &Path) {
                     rows: 4,
                     ..Default::default()
                 }),
+                ended: false,
             },
             SourceEntry {
                 stream: "events".into(),
                 position: None,
+                ended: false,
             },
         ],
         sinks: vec![SinkEntry {

@@ -98,6 +98,10 @@ pub struct SourceEntry {
     pub stream: String,
     /// `None`: the source cannot go back (stdin, host metrics).
     pub position: Option<SourcePosition>,
+    /// The source had read all of its input: the operators it fed had
+    /// handed on everything, and may be missing from the checkpoint.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ended: bool,
 }
 
 /// One sink's commit point in a checkpoint.
@@ -343,6 +347,9 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
+/// What [`compare`] says of an operator the checkpoint has no state of.
+pub const NOT_IN_CHECKPOINT: &str = "is not in the checkpoint";
+
 /// How the stored checkpoint differs from the query now: one entry per
 /// stateful operator that is new, gone, or whose description or state
 /// schema differs (several differences of one operator are joined with
@@ -360,7 +367,7 @@ pub fn compare(stored: &Checkpoint, current: &[OperatorShape]) -> Vec<Mismatch> 
     let mut found = Vec::new();
     for now in current {
         match stored.iter().find(|s| s.id == now.id) {
-            None => found.push(mismatch(&now.id, "is not in the checkpoint".into())),
+            None => found.push(mismatch(&now.id, NOT_IN_CHECKPOINT.into())),
             Some(then) => {
                 let differences = shape_differences(then, now);
                 if !differences.is_empty() {

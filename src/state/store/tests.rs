@@ -66,10 +66,12 @@ fn checkpoint(id: u64, savepoint: bool) -> Checkpoint {
                     bad_rows: 1,
                     extra: serde_json::json!({"reference": 5}),
                 }),
+                ended: false,
             },
             SourceEntry {
                 stream: "stdin".into(),
                 position: None,
+                ended: false,
             },
         ],
         sinks: vec![
