@@ -17,3 +17,11 @@ mod service;
 mod session;
 mod statement_gen;
 mod webhook;
+
+// The benchmark harness's data generator, tested here so that `cargo test`
+// runs its tests without building the harness.
+#[allow(dead_code)]
+#[path = "../benches/harness/data.rs"]
+mod bench_data;
+#[path = "../benches/harness/data_tests.rs"]
+mod bench_data_tests;
