@@ -899,3 +899,56 @@ fn checkpoints_errors_are_one_line_with_exit_code_1() {
         assert!(out.stdout.is_empty(), "{args:?}");
     }
 }
+
+/// Peer functions over more than a megabyte of window results in several
+/// batches (five windows fire together at the end): the sort of those rows
+/// merges its runs in spawned tasks, which once waited forever behind the
+/// operator that waited for them.
+#[test]
+fn peers_over_a_window_of_many_rows_do_not_hang() {
+    let mut rows = String::from("ts,k,v\n");
+    for i in 0..60_000 {
+        let ts = (i / 12_000) * 10_000 + i % 1000;
+        rows.push_str(&format!("{ts},key-{:05},{}\n", i % 12_000, i % 97));
+    }
+    let dir = setup(&[
+        ("m.csv", &rows),
+        (
+            "q.sql",
+            "CREATE STREAM m (ts TIMESTAMP, k TEXT, v BIGINT,
+               WATERMARK FOR ts AS ts - INTERVAL '1' HOUR) WITH (path = 'm.csv');
+             SELECT k, n FROM (
+               SELECT k, n, max(n) OVER (PARTITION BY window_end) AS most
+               FROM (SELECT window_end, k, count(*) AS n
+                     FROM TUMBLE(m, ts, INTERVAL '10' SECOND) GROUP BY window_end, k))
+             WHERE n >= most;",
+        ),
+    ]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(["run", "q.sql", "--output", "out.csv"])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("vigil starts");
+    let started = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(120) {
+            child.kill().expect("kill");
+            panic!("the run hung");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().expect("output");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let out = std::fs::read_to_string(dir.path().join("out.csv")).expect("results");
+    // Every key has one row in each window: all of them tie for the most.
+    assert_eq!(
+        out.lines().count(),
+        60_001,
+        "{}",
+        &out[..out.len().min(300)]
+    );
+    assert!(out.lines().skip(1).all(|l| l.ends_with(",1")), "{out:.300}");
+}

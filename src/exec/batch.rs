@@ -170,12 +170,15 @@ impl BatchOp {
 }
 
 /// Runs `plan` to completion on a thread of its own, with a tokio runtime
-/// of its own. Unlike the peer operator's plans, a query's plan may spawn
-/// tasks (a `UnionExec` under a `CoalescePartitionsExec` reads its inputs
-/// in tasks); spawned from this operator's worker, those would wait in that
-/// worker's own queue while the worker waits for them, and the query would
-/// hang.
-fn execute(plan: Arc<dyn ExecutionPlan>, task: Arc<TaskContext>) -> Result<Vec<RecordBatch>> {
+/// of its own. A plan may spawn tasks (a `UnionExec` under a
+/// `CoalescePartitionsExec` reads its inputs in tasks, a large sort merges
+/// its runs in buffered tasks); spawned from an operator's worker, those
+/// would wait in that worker's own queue while the worker waits for them,
+/// and the query would hang.
+pub(crate) fn execute(
+    plan: Arc<dyn ExecutionPlan>,
+    task: Arc<TaskContext>,
+) -> Result<Vec<RecordBatch>> {
     std::thread::scope(|scope| {
         let thread = std::thread::Builder::new()
             .name("vigil-batch".into())

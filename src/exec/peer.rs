@@ -17,7 +17,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::memory::MemorySourceConfig;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::execution::TaskContext;
-use datafusion::physical_plan::{ExecutionPlan, collect};
+use datafusion::physical_plan::ExecutionPlan;
 
 use super::{Message, Operator};
 use crate::error::Result;
@@ -70,15 +70,10 @@ impl PeerOp {
                 })
             })?
             .data;
-        // The plan is in-memory and single-partition: nothing in it waits
-        // on I/O or spawns, so driving it to completion here is quick. It
-        // must run outside tokio's cooperative budget: DataFusion's streams
-        // spend the budget of the tokio task this operator runs in, and once
-        // it is spent they return Pending with their wake-up deferred until
-        // that task yields, which it cannot do inside `block_on`: the query
-        // would hang.
-        let collected = tokio::task::coop::unconstrained(collect(plan, self.task.clone()));
-        let batches = futures::executor::block_on(collected)?;
+        // Even in memory and in one partition, a plan over many rows spawns
+        // tasks (its sort merges runs in buffered tasks): it runs on a
+        // thread and runtime of its own, not on this operator's worker.
+        let batches = super::batch::execute(plan, self.task.clone())?;
         let all = concat_batches(&self.plan.schema(), &batches)?;
         Ok(Some(super::conform(&all, &self.output)?))
     }
