@@ -292,8 +292,10 @@ fn a_join_restores_after_one_of_its_inputs_ended() {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(dir.path().join("m.csv"), metrics()).expect("input");
     let mut hosts = String::from("ts,host,rack\n");
-    for i in 0..6 {
-        hosts.push_str(&format!("{},h{},r{}\n", i * 1000, i % 3, i % 2));
+    // Sparse over the whole run: its last rows wait in the join for the
+    // metrics of their windows when it ends.
+    for i in 0..10 {
+        hosts.push_str(&format!("{},h{},r{}\n", i * 20_000, i % 3, i % 2));
     }
     std::fs::write(dir.path().join("hosts.csv"), hosts).expect("input");
     std::fs::write(dir.path().join("q.sql"), JOINED).expect("script");
@@ -312,8 +314,27 @@ fn a_join_restores_after_one_of_its_inputs_ended() {
         .lines()
         .find_map(|l| l.strip_prefix("vigil: savepoint written to "))
         .unwrap_or_else(|| panic!("no savepoint line in {err}"));
-    let second = run_checkpointed(dir.path(), &["--from-savepoint", savepoint]);
+    // Restored with the short input at its end, stopped again: the second
+    // savepoint must still say where that input ended, or the third run
+    // would read it again.
+    let second = run_checkpointed(
+        dir.path(),
+        &[
+            "--from-savepoint",
+            savepoint,
+            "--savepoint-on-stop",
+            "--stop-after-rows",
+            "150",
+        ],
+    );
     assert!(second.status.success(), "{}", stderr(&second));
+    let err = stderr(&second);
+    let again = err
+        .lines()
+        .find_map(|l| l.strip_prefix("vigil: savepoint written to "))
+        .unwrap_or_else(|| panic!("no savepoint line in {err}"));
+    let third = run_checkpointed(dir.path(), &["--from-savepoint", again]);
+    assert!(third.status.success(), "{}", stderr(&third));
     let out = std::fs::read_to_string(dir.path().join("out.csv")).expect("output");
     assert_eq!(out, expected);
 }

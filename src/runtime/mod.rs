@@ -287,6 +287,12 @@ fn run_source(
     coordinator: Option<(Arc<Coordinator>, u64)>,
 ) -> Result<()> {
     let mut barriers = coordinator.map(|(c, sent)| Barriers::new(c, &config.stream, sent));
+    // Until it sends rows, the source stands where it starts: a source
+    // restored at its end sends none, and must not record that it ended
+    // anywhere else (a later restore would read it again).
+    if let Some(start) = &start {
+        *stats.position.lock().unwrap_or_else(|e| e.into_inner()) = Some(start.clone());
+    }
     let mut emit = |batch: RecordBatch| {
         let mut alive = false;
         for subscriber in &subscribers {
