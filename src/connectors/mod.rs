@@ -116,8 +116,17 @@ pub struct SourceConfig {
 }
 
 /// The default [`SourceConfig::decode_threads`]: the available cores, at
-/// most 4 (more rarely pays off: the rows are taken in order on one).
+/// most 4 (more rarely pays off: the rows are taken in order on one), or
+/// the environment variable `VIGIL_DECODE_THREADS` when it is a positive
+/// number (for benchmarks).
 pub fn default_decode_threads() -> usize {
+    if let Some(n) = std::env::var("VIGIL_DECODE_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+    {
+        return n;
+    }
     std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(4)

@@ -73,10 +73,7 @@ impl Lines {
         };
         let mut start = 0;
         while start < bytes.len() {
-            let end = bytes[start..]
-                .iter()
-                .position(|&b| b == b'\n')
-                .map_or(bytes.len(), |i| start + i + 1);
+            let end = memchr::memchr(b'\n', &bytes[start..]).map_or(bytes.len(), |i| start + i + 1);
             let entry = match &self.csv {
                 Some(header) => self.csv_line(header, &bytes[start..end], scratch, &mut out),
                 None => self.json_line(&bytes[start..end], scratch, &mut out),
