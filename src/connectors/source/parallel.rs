@@ -63,14 +63,9 @@ impl Lines {
         }
     }
 
-    /// Decodes the lines of one chunk.
-    fn decode(&self, bytes: Vec<u8>, scratch: &mut Scratch) -> Decoded {
-        let mut out = Decoded {
-            bytes: Vec::new(),
-            entries: Vec::new(),
-            vals: Vec::new(),
-            text: Vec::new(),
-        };
+    /// Decodes the lines of the chunk in `out.bytes` into `out`.
+    fn decode(&self, mut out: Decoded, scratch: &mut Scratch) -> Decoded {
+        let bytes = std::mem::take(&mut out.bytes);
         let mut start = 0;
         while start < bytes.len() {
             let end = memchr::memchr(b'\n', &bytes[start..]).map_or(bytes.len(), |i| start + i + 1);
@@ -154,7 +149,9 @@ struct Scratch {
     arena: String,
 }
 
-/// The lines of a chunk, decoded.
+/// The lines of a chunk, decoded. Its buffers go round: a chunk driven
+/// is read into and decoded into again.
+#[derive(Default)]
 struct Decoded {
     /// The chunk.
     bytes: Vec<u8>,
@@ -222,7 +219,7 @@ enum What {
 
 /// A chunk for a decoder thread, and where its result goes.
 struct Job {
-    bytes: Vec<u8>,
+    chunk: Decoded,
     done: SyncSender<Decoded>,
 }
 
@@ -261,7 +258,7 @@ fn work_on(lines: &Lines, jobs: &Mutex<Receiver<Job>>) {
         };
         let Ok(job) = job else { return };
         // The reader may have stopped waiting for it.
-        let _ = job.done.send(lines.decode(job.bytes, &mut scratch));
+        let _ = job.done.send(lines.decode(job.chunk, &mut scratch));
     }
 }
 
@@ -286,9 +283,9 @@ fn hand_out<R: Read>(
             let chunk = chunks
                 .next(&mut input.reader)
                 .map_err(|e| Error::io(format!("reading {name}"), e))?;
-            let Some(bytes) = chunk else { break };
+            let Some(chunk) = chunk else { break };
             let (done, result) = sync_channel(1);
-            work.send(Job { bytes, done })
+            work.send(Job { chunk, done })
                 .map_err(|_| decoder_failed(d))?;
             pending.push_back(result);
         }
@@ -299,7 +296,7 @@ fn hand_out<R: Read>(
         if !drive(&decoded, input, d)? {
             return Ok(false);
         }
-        chunks.recycle(decoded.bytes);
+        chunks.recycle(decoded, in_flight);
     }
 }
 
@@ -354,17 +351,18 @@ struct Chunks {
     carry: Vec<u8>,
     size: usize,
     done: bool,
-    /// Buffers of chunks driven, to read into again.
-    free: Vec<Vec<u8>>,
+    /// Chunks driven, to read into again.
+    free: Vec<Decoded>,
 }
 
 impl Chunks {
-    /// The next chunk; `None` at the end of the input.
-    fn next(&mut self, reader: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
+    /// The next chunk, in `bytes`; `None` at the end of the input.
+    fn next(&mut self, reader: &mut impl Read) -> io::Result<Option<Decoded>> {
         if self.done {
             return Ok(None);
         }
-        let mut buf = self.free.pop().unwrap_or_default();
+        let mut chunk = self.free.pop().unwrap_or_default();
+        let buf = &mut chunk.bytes;
         buf.clear();
         buf.append(&mut self.carry);
         let mut want = self.size;
@@ -373,7 +371,7 @@ impl Chunks {
                 if let Some(last) = buf.iter().rposition(|&b| b == b'\n') {
                     self.carry.extend_from_slice(&buf[last + 1..]);
                     buf.truncate(last + 1);
-                    return Ok(Some(buf));
+                    return Ok(Some(chunk));
                 }
                 // A line longer than a chunk: its chunk grows.
                 want = buf.len() * 2;
@@ -390,14 +388,18 @@ impl Chunks {
             buf.truncate(filled + read);
             if read == 0 {
                 self.done = true;
-                return Ok((!buf.is_empty()).then_some(buf));
+                return Ok((!buf.is_empty()).then_some(chunk));
             }
         }
     }
 
-    fn recycle(&mut self, buf: Vec<u8>) {
-        if self.free.len() < 2 {
-            self.free.push(buf);
+    /// Keeps a driven chunk's buffers, at most `most` of them.
+    fn recycle(&mut self, mut chunk: Decoded, most: usize) {
+        if self.free.len() < most {
+            chunk.entries.clear();
+            chunk.vals.clear();
+            chunk.text.clear();
+            self.free.push(chunk);
         }
     }
 }
