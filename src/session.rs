@@ -743,6 +743,7 @@ impl Session {
             batch_size: 8192,
             dead_letter: None,
             follow: false,
+            decode_threads: 1,
             decode: Decoding::default(),
         };
         self.engine.add_stream(StreamDef {

@@ -244,6 +244,7 @@ fn row_config(format: Format) -> SourceConfig {
         batch_size: 3,
         dead_letter: None,
         follow: false,
+        decode_threads: 1,
         decode: Default::default(),
     }
 }

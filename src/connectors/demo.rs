@@ -212,6 +212,7 @@ mod tests {
             batch_size: DEFAULT_BATCH_SIZE,
             dead_letter: None,
             follow: false,
+            decode_threads: 1,
             decode: Default::default(),
         }
     }

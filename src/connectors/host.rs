@@ -354,6 +354,7 @@ mod tests {
             batch_size: 1,
             dead_letter: None,
             follow: false,
+            decode_threads: 1,
             decode: Default::default(),
         }
     }

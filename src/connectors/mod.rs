@@ -105,6 +105,31 @@ pub struct SourceConfig {
     /// How rows are decoded: record boundaries, timestamp units and the
     /// event-time guard.
     pub decode: Decoding,
+    /// Threads that decode a file source: its lines are cut into chunks
+    /// that these threads decode at once, handed on in file order, so
+    /// rows, bad rows, the watermark and positions are those of one
+    /// thread. 1 decodes on the reading thread. Used for JSON lines, and
+    /// for CSV unless `multiline` (a quoted field spanning lines ties a
+    /// line to the ones before); a followed file, stdin, a pipe and pushed
+    /// rows always use one. Default: [`default_decode_threads`].
+    pub decode_threads: usize,
+}
+
+/// The default [`SourceConfig::decode_threads`]: the available cores, at
+/// most 4 (more rarely pays off: the rows are taken in order on one), or
+/// the environment variable `VIGIL_DECODE_THREADS` when it is a positive
+/// number (for benchmarks).
+pub fn default_decode_threads() -> usize {
+    if let Some(n) = std::env::var("VIGIL_DECODE_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+    {
+        return n;
+    }
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4)
 }
 
 /// Default bound of a CSV record that spans lines (`max_record_size`).

@@ -288,6 +288,7 @@ impl SourceConfig {
             batch_size,
             dead_letter,
             follow,
+            decode_threads: super::default_decode_threads(),
             decode,
         })
     }
@@ -438,6 +439,7 @@ fn live_source(
         batch_size: DEFAULT_BATCH_SIZE,
         dead_letter: None,
         follow: false,
+        decode_threads: super::default_decode_threads(),
         decode: Decoding::default(),
     })
 }

@@ -16,6 +16,11 @@
 //! checks of the `guard` module (`max_future`, `ts_unit`) before they
 //! reach the watermark.
 //!
+//! A file read to its end can be decoded by several threads
+//! ([`SourceConfig::decode_threads`], see the `parallel` module): its lines
+//! are cut into chunks decoded at once and taken in file order, so that
+//! everything above holds as with one thread.
+//!
 //! A regular file can be read again from a position ([`SourcePosition`]):
 //! before each batch goes out, the reader stores where it stands after it,
 //! with what the decoder keeps that later rows depend on, and
@@ -51,6 +56,8 @@ use super::{
     TsUnit,
 };
 use crate::error::{Error, Result};
+
+mod parallel;
 
 /// Size of the read buffer for files and stdin.
 const READ_BUFFER: usize = 1 << 16;
@@ -274,6 +281,8 @@ pub fn read_bytes(
     emit: &mut dyn FnMut(RecordBatch) -> bool,
 ) -> Result<()> {
     let mut driver = Driver::new(config, stats, emit)?;
+    // A push is small: threads would cost more than they save.
+    driver.threads = 1;
     read_format(
         format,
         Input::new(bytes, "<pushed rows>", false),
@@ -1027,6 +1036,11 @@ struct Driver<'a> {
     /// The input is consumed up to here: every row before it is emitted,
     /// bad, or kept by the driver (held, accepted).
     mark: Mark,
+    /// Threads that decode a file whose lines decode on their own (see
+    /// [`parallel`]); 1 decodes on the reading thread.
+    threads: usize,
+    /// Bytes of input per chunk for those threads.
+    chunk_size: usize,
 }
 
 impl<'a> Driver<'a> {
@@ -1071,6 +1085,8 @@ impl<'a> Driver<'a> {
             max_event_time: i64::MIN,
             replayable: false,
             mark: Mark::default(),
+            threads: config.decode_threads.max(1),
+            chunk_size: parallel::chunk_size(),
         })
     }
 
@@ -1355,6 +1371,13 @@ impl<'a> Driver<'a> {
         Ok(state.file)
     }
 
+    /// Whether the lines of `input` are decoded by several threads: a
+    /// file read to its end (not followed, not a pipe), when there are
+    /// several. The decoders say whether their format allows it.
+    fn parallel<R: Read>(&self, input: &Input<'_, R>) -> bool {
+        self.threads > 1 && !input.live && input.opened.is_none()
+    }
+
     /// On live input, emits the pending rows before a read that may block.
     fn flush_if_dry<R: Read>(&mut self, input: &Input<'_, R>) -> Result<bool> {
         if input.dry() && self.batcher.len > 0 {
@@ -1604,6 +1627,8 @@ struct CsvRecord {
     start: Mark,
     /// The raw lines of a record that spans lines (empty for one line).
     raw: Vec<u8>,
+    /// Nothing of the record is fed yet.
+    fresh: bool,
 }
 
 impl std::fmt::Debug for CsvRecord {
@@ -1623,6 +1648,7 @@ impl CsvRecord {
             first_line: 0,
             start: Mark::default(),
             raw: Vec::new(),
+            fresh: true,
         }
     }
 
@@ -1631,17 +1657,23 @@ impl CsvRecord {
     }
 
     fn start(&mut self, at: &LineAt) {
-        self.fields.clear();
+        self.restart();
         self.raw.clear();
-        // A record abandoned as bad may have left the reader inside a
-        // quoted field.
-        self.reader.reset();
         self.first_line = at.number;
         self.start = at.before;
     }
 
     fn close(&mut self) {
         self.first_line = 0;
+    }
+
+    /// Empties the fields for a new record.
+    fn restart(&mut self) {
+        self.fields.clear();
+        // A record abandoned as bad may have left the reader inside a
+        // quoted field.
+        self.reader.reset();
+        self.fresh = true;
     }
 
     /// Splits one line's content into fields, continuing a quoted field
@@ -1655,7 +1687,32 @@ impl CsvRecord {
         } else {
             terminator
         };
+        let fresh = std::mem::take(&mut self.fresh);
+        if fresh && self.split_plain(content) {
+            return true;
+        }
         self.feed_bytes(content) || self.feed_bytes(terminator)
+    }
+
+    /// Splits a whole record's line that has no quote and no carriage
+    /// return at its commas, which is what csv-core makes of it, without
+    /// its byte-at-a-time machine. Returns false, having done nothing, for
+    /// any other line.
+    fn split_plain(&mut self, content: &[u8]) -> bool {
+        if content.is_empty() || memchr::memchr2(b'"', b'\r', content).is_some() {
+            return false;
+        }
+        let text = &mut self.fields.text;
+        let ends = &mut self.fields.ends;
+        let mut start = 0;
+        for comma in memchr::memchr_iter(b',', content) {
+            text.extend_from_slice(&content[start..comma]);
+            ends.push(text.len());
+            start = comma + 1;
+        }
+        text.extend_from_slice(&content[start..]);
+        ends.push(text.len());
+        true
     }
 
     /// Feeds bytes to the reader; true when they complete the record.
@@ -1785,12 +1842,51 @@ fn unclosed_reason(multiline: bool, at: &str) -> String {
 }
 
 /// Where each declared column is in a CSV file's header.
+#[derive(Debug, Clone)]
 struct CsvHeader {
     /// Each declared column's field index; `None` for a column the header
     /// lacks.
     columns: Vec<Option<usize>>,
     /// The number of fields of the header.
     len: usize,
+}
+
+/// What turns a CSV record's fields into a row: the header, and the
+/// declared columns.
+struct CsvColumns<'a> {
+    header: &'a CsvHeader,
+    schema: &'a SchemaRef,
+    kinds: &'a [Kind],
+    event_time: Option<usize>,
+    unit: TsUnit,
+}
+
+impl CsvColumns<'_> {
+    /// Parses a complete record's fields into `vals`; returns whether the
+    /// event time was written as an epoch number, or why the row is bad.
+    fn parse(&self, fields: &Fields, vals: &mut [Val]) -> std::result::Result<bool, String> {
+        if fields.len() != self.header.len {
+            return Err(format!(
+                "expected {} fields, found {}",
+                self.header.len,
+                fields.len()
+            ));
+        }
+        let mut epoch_time = false;
+        for (i, (column, &kind)) in self.header.columns.iter().zip(self.kinds).enumerate() {
+            let Some(index) = *column else {
+                vals[i] = Val::Null;
+                continue;
+            };
+            let bytes = fields.get(index);
+            let start = fields.range(index).start;
+            vals[i] = parse_csv_field(kind, self.schema.field(i).name(), bytes, start, self.unit)?;
+            if self.event_time == Some(i) {
+                epoch_time = std::str::from_utf8(bytes).is_ok_and(is_epoch_number);
+            }
+        }
+        Ok(epoch_time)
+    }
 }
 
 /// The decoder state of one CSV input: its header and the record being
@@ -1837,8 +1933,17 @@ fn read_csv<R: Read>(
     if !d.accept_pending()? {
         return Ok(());
     }
+    // Quoted fields spanning lines tie a line to the ones before it.
+    let parallel = d.parallel(&input) && !csv.multiline;
     let mut line = Vec::new();
     loop {
+        if let (true, Some(header)) = (parallel, &csv.header) {
+            let lines = parallel::Lines::new(d, Some(header.clone()));
+            if !parallel::decode(&mut input, d, &lines)? {
+                return Ok(());
+            }
+            break;
+        }
         let new_file = match input.next_line(&mut line)? {
             Next::Line { new_file } => new_file,
             Next::Idle if d.idle()? => continue,
@@ -1956,39 +2061,27 @@ impl CsvReader {
             return Ok(true);
         };
         let fields = &self.record.fields;
-        if fields.len() != header.len {
-            let reason = format!("expected {} fields, found {}", header.len, fields.len());
-            d.bad_record(first, reason, raw)?;
-            return Ok(true);
-        }
-        let schema = &d.batcher.schema;
-        let mut epoch_time = false;
-        for (i, (column, &kind)) in header.columns.iter().zip(&d.batcher.kinds).enumerate() {
-            let Some(index) = *column else {
-                self.vals[i] = Val::Null;
-                continue;
-            };
-            let bytes = fields.get(index);
-            let start = fields.range(index).start;
-            match parse_csv_field(kind, schema.field(i).name(), bytes, start, self.unit) {
-                Ok(v) => self.vals[i] = v,
-                Err(reason) => {
-                    d.bad_record(first, reason, raw)?;
-                    return Ok(true);
-                }
-            }
-            if d.batcher.event_time == Some(i) {
-                epoch_time = std::str::from_utf8(bytes).is_ok_and(is_epoch_number);
+        let columns = CsvColumns {
+            header,
+            schema: &d.batcher.schema,
+            kinds: &d.batcher.kinds,
+            event_time: d.batcher.event_time,
+            unit: self.unit,
+        };
+        match columns.parse(fields, &mut self.vals) {
+            Ok(epoch_time) => d.row(Row {
+                line: first,
+                vals: &self.vals,
+                text: &fields.text,
+                raw,
+                epoch_time,
+                end,
+            }),
+            Err(reason) => {
+                d.bad_record(first, reason, raw)?;
+                Ok(true)
             }
         }
-        d.row(Row {
-            line: first,
-            vals: &self.vals,
-            text: &fields.text,
-            raw,
-            epoch_time,
-            end,
-        })
     }
 
     /// A record that cannot be completed: all its lines are bad rows. A
@@ -2135,7 +2228,60 @@ fn json_error(e: &serde_json::Error) -> String {
 
 /// Parses one JSON line into `vals`; returns whether the event time (at
 /// `event_time`) was written as a number.
+///
+/// A row goes through [`fast_json_row`] first, which allocates nothing; a
+/// row it does not take (an error, a key matched only ignoring case, a
+/// nested value) is parsed again by [`slow_json_row`], whose result and
+/// error texts are the reference: the fast path only takes rows on which
+/// both agree.
 fn parse_json_row(
+    text: &[u8],
+    schema: &SchemaRef,
+    kinds: &[Kind],
+    unit: TsUnit,
+    event_time: Option<usize>,
+    vals: &mut [Val],
+    arena: &mut String,
+) -> std::result::Result<bool, String> {
+    if let Some(epoch_time) = fast_json_row(text, schema, kinds, unit, event_time, vals, arena) {
+        return Ok(epoch_time);
+    }
+    slow_json_row(text, schema, kinds, unit, event_time, vals, arena)
+}
+
+/// Parses one JSON line straight into `vals` with a serde visitor (no
+/// `Value` tree); `None` when the row needs [`slow_json_row`].
+fn fast_json_row(
+    text: &[u8],
+    schema: &SchemaRef,
+    kinds: &[Kind],
+    unit: TsUnit,
+    event_time: Option<usize>,
+    vals: &mut [Val],
+    arena: &mut String,
+) -> Option<bool> {
+    use serde::de::DeserializeSeed;
+    arena.clear();
+    vals.fill(Val::Null);
+    let mut epoch_time = false;
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let seed = fast_json::RowSeed {
+        schema,
+        kinds,
+        unit,
+        event_time,
+        vals,
+        arena,
+        epoch_time: &mut epoch_time,
+    };
+    seed.deserialize(&mut de).ok()?;
+    de.end().ok()?;
+    Some(epoch_time)
+}
+
+/// Parses one JSON line through a `serde_json::Value`: the reference for
+/// what a row decodes to and why a bad one is bad.
+fn slow_json_row(
     text: &[u8],
     schema: &SchemaRef,
     kinds: &[Kind],
@@ -2174,6 +2320,170 @@ fn parse_json_row(
     Ok(epoch_time)
 }
 
+/// The serde visitors of [`fast_json_row`]. Every value is judged by
+/// [`json_value`], as in the slow path; strings, which a `Value` would
+/// allocate, are handled here the way `json_value` handles them. Anything
+/// else fails, sending the row to the slow path.
+mod fast_json {
+    use std::fmt;
+
+    use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+    use serde_json::Value;
+
+    use super::{Kind, SchemaRef, TsUnit, Val, json_value, parse_timestamp};
+
+    /// Why the fast path gave up; never shown.
+    fn give_up<E: serde::de::Error>() -> E {
+        E::custom("not on the fast path")
+    }
+
+    pub(super) struct RowSeed<'a> {
+        pub schema: &'a SchemaRef,
+        pub kinds: &'a [Kind],
+        pub unit: TsUnit,
+        pub event_time: Option<usize>,
+        pub vals: &'a mut [Val],
+        pub arena: &'a mut String,
+        pub epoch_time: &'a mut bool,
+    }
+
+    impl<'de> DeserializeSeed<'de> for RowSeed<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for RowSeed<'_> {
+        type Value = ();
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key_seed(KeySeed(self.schema))? {
+                let Some(i) = key else {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                };
+                let value = ValueSeed {
+                    kind: self.kinds[i],
+                    column: self.schema.field(i).name(),
+                    unit: self.unit,
+                    arena: self.arena,
+                };
+                let (val, number) = map.next_value_seed(value)?;
+                self.vals[i] = val;
+                if self.event_time == Some(i) {
+                    *self.epoch_time = number;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    /// A key: the index of the column it names exactly, `None` for a key
+    /// no column has in any case; a key that names a column only ignoring
+    /// case fails (the slow path decides which key wins then).
+    struct KeySeed<'a>(&'a SchemaRef);
+
+    impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
+        type Value = Option<usize>;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<usize>, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for KeySeed<'_> {
+        type Value = Option<usize>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a key")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Option<usize>, E> {
+            let fields = self.0.fields();
+            let exact = fields.iter().position(|f| f.name() == key);
+            // Another column may read this key too, ignoring case.
+            let near = fields.iter().filter(|f| f.name().eq_ignore_ascii_case(key));
+            match (exact, near.count()) {
+                (Some(i), 1) => Ok(Some(i)),
+                (None, 0) => Ok(None),
+                _ => Err(give_up()),
+            }
+        }
+    }
+
+    /// A column's value, and whether it was a number.
+    struct ValueSeed<'a> {
+        kind: Kind,
+        column: &'a str,
+        unit: TsUnit,
+        arena: &'a mut String,
+    }
+
+    impl ValueSeed<'_> {
+        fn judge<E: serde::de::Error>(self, value: Value) -> Result<(Val, bool), E> {
+            let number = value.is_number();
+            let val = json_value(self.kind, self.column, &value, self.unit, self.arena)
+                .map_err(|_| give_up::<E>())?;
+            Ok((val, number))
+        }
+    }
+
+    impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
+        type Value = (Val, bool);
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(Val, bool), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for ValueSeed<'_> {
+        type Value = (Val, bool);
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a scalar")
+        }
+
+        fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<(Val, bool), E> {
+            self.judge(Value::Bool(b))
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<(Val, bool), E> {
+            self.judge(Value::from(n))
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<(Val, bool), E> {
+            self.judge(Value::from(n))
+        }
+
+        fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<(Val, bool), E> {
+            match serde_json::Number::from_f64(n) {
+                Some(n) => self.judge(Value::Number(n)),
+                None => Err(give_up()),
+            }
+        }
+
+        fn visit_unit<E: serde::de::Error>(self) -> Result<(Val, bool), E> {
+            self.judge(Value::Null)
+        }
+
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<(Val, bool), E> {
+            let val = match self.kind {
+                Kind::Text => {
+                    let start = self.arena.len();
+                    self.arena.push_str(s);
+                    Val::Text(start, self.arena.len())
+                }
+                Kind::Timestamp => Val::Int(parse_timestamp(s, self.unit).ok_or_else(give_up)?),
+                _ => return Err(give_up()),
+            };
+            Ok((val, false))
+        }
+    }
+}
+
 fn read_jsonl<R: Read>(mut input: Input<'_, R>, d: &mut Driver<'_>) -> Result<()> {
     let schema = d.batcher.schema.clone();
     let kinds = d.batcher.kinds.clone();
@@ -2184,7 +2494,15 @@ fn read_jsonl<R: Read>(mut input: Input<'_, R>, d: &mut Driver<'_>) -> Result<()
     if !d.accept_pending()? {
         return Ok(());
     }
+    let parallel = d.parallel(&input);
     loop {
+        if parallel {
+            let lines = parallel::Lines::new(d, None);
+            if !parallel::decode(&mut input, d, &lines)? {
+                return Ok(());
+            }
+            break;
+        }
         match input.next_line(&mut buf)? {
             Next::Line { .. } => {}
             Next::Idle if d.idle()? => continue,
@@ -2265,6 +2583,7 @@ mod tests {
             batch_size: 100,
             dead_letter: None,
             follow: false,
+            decode_threads: 3,
             decode: Default::default(),
         }
     }
@@ -2422,6 +2741,36 @@ mod tests {
         let run = run_reader(&cfg, Cursor::new(text.as_bytes().to_vec()), false);
         assert!(run.result.is_ok(), "{:?}", run.result);
         run
+    }
+
+    /// Splits a line into fields with csv-core alone, or as `feed` does.
+    fn split(content: &[u8], terminator: &[u8], plain: bool) -> (bool, Vec<Vec<u8>>) {
+        let mut record = CsvRecord::new();
+        record.fresh = plain;
+        let done = record.feed(content, terminator);
+        let fields = (0..record.fields.len())
+            .map(|i| record.fields.get(i).to_vec())
+            .collect();
+        (done, fields)
+    }
+
+    #[test]
+    fn plain_lines_split_as_csv_core_splits_them() {
+        let mut rng = Lcg(7);
+        let alphabet: &[&[u8]] = &[b"a", b",", b"\"", b"\r", b" ", "\u{e9}".as_bytes(), b"\xff"];
+        for _ in 0..20_000 {
+            let len = rng.next(12) as usize;
+            let content: Vec<u8> = (0..len)
+                .flat_map(|_| alphabet[rng.next(alphabet.len() as u64) as usize].to_vec())
+                .collect();
+            for terminator in [&b"\n"[..], b"\r\n", b""] {
+                assert_eq!(
+                    split(&content, terminator, true),
+                    split(&content, terminator, false),
+                    "{content:?}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -3037,6 +3386,103 @@ mod tests {
         );
     }
 
+    /// Decodes a JSON line with the fast path (falling back) and with the
+    /// slow one alone; both must give the same values and text, or the
+    /// same error.
+    fn fast_and_slow_agree(line: &str, unit: TsUnit) {
+        let schema = schema();
+        let kinds: Vec<Kind> = schema
+            .fields()
+            .iter()
+            .map(|f| Kind::of(f.data_type()).unwrap())
+            .collect();
+        let decode = |slow: bool| {
+            let mut vals = vec![Val::Int(7); kinds.len()];
+            let mut arena = String::new();
+            let args = (line.as_bytes(), &schema, &kinds[..], unit, Some(0));
+            let result = if slow {
+                slow_json_row(
+                    args.0, args.1, args.2, args.3, args.4, &mut vals, &mut arena,
+                )
+            } else {
+                parse_json_row(
+                    args.0, args.1, args.2, args.3, args.4, &mut vals, &mut arena,
+                )
+            };
+            // A text is compared by its value: a key given twice may
+            // leave the first value unused in the arena.
+            result.map(|epoch| {
+                let vals: Vec<std::result::Result<Val, String>> = vals
+                    .iter()
+                    .map(|v| match *v {
+                        Val::Text(a, b) => Err(arena[a..b].to_string()),
+                        v => Ok(v),
+                    })
+                    .collect();
+                (epoch, vals)
+            })
+        };
+        assert_eq!(decode(false), decode(true), "{line}");
+    }
+
+    #[test]
+    fn the_fast_json_path_decodes_as_the_slow_one() {
+        let lines = [
+            r#"{"ts":1000,"host":"a","cpu":1.5,"n":3,"up":true}"#,
+            r#"{"ts":"2024-01-01T00:00:00Z","host":"a\"b\u00e9"}"#,
+            r#"{"ts":1.5,"n":2.0,"cpu":3}"#,
+            r#"{"ts":1.5e3,"n":1e2,"cpu":-0.0}"#,
+            r#"{"ts":18446744073709551615}"#,
+            r#"{"ts":-5,"n":9223372036854775807}"#,
+            r#"{"ts":1000,"n":18446744073709551615}"#,
+            r#"{"ts":1000,"n":1.5}"#,
+            r#"{"ts":1000,"host":1}"#,
+            r#"{"ts":1000,"cpu":"1.5"}"#,
+            r#"{"ts":1000,"up":"true"}"#,
+            r#"{"ts":null,"host":null}"#,
+            r#"{"TS":1000,"Host":"x"}"#,
+            r#"{"ts":1000,"TS":2000}"#,
+            r#"{"ts":1000,"ts":2000,"host":"a","host":"b"}"#,
+            r#"{"ts":1000,"host":"a","host":2}"#,
+            r#"{"ts":1000,"x":[1,{"y":[]}],"z":{"a":null}}"#,
+            r#"{"ts":1000,"host":["a"]}"#,
+            r#"{"ts":1000} x"#,
+            r#"{"ts":1000,}"#,
+            r#"[1,2]"#,
+            r#""text""#,
+            r#"12"#,
+            r#"null"#,
+            r#"{"ts":"soon"}"#,
+            r#"{"ts":99999999999999999999}"#,
+            r#"{"host":"a"}"#,
+            r#"{}"#,
+        ];
+        for unit in [TsUnit::Millis, TsUnit::Seconds, TsUnit::Micros] {
+            for line in lines {
+                fast_and_slow_agree(line, unit);
+            }
+        }
+        // The common row takes the fast path.
+        let schema = schema();
+        let kinds: Vec<Kind> = schema
+            .fields()
+            .iter()
+            .map(|f| Kind::of(f.data_type()).unwrap())
+            .collect();
+        let mut vals = vec![Val::Null; kinds.len()];
+        let mut arena = String::new();
+        let fast = fast_json_row(
+            lines[0].as_bytes(),
+            &schema,
+            &kinds,
+            TsUnit::Millis,
+            Some(0),
+            &mut vals,
+            &mut arena,
+        );
+        assert_eq!(fast, Some(true));
+    }
+
     #[test]
     fn jsonl_bad_rows_and_blank_lines() {
         let run = run_jsonl(
@@ -3451,6 +3897,7 @@ mod resume_tests {
             batch_size,
             dead_letter: Some(dead.to_path_buf()),
             follow: false,
+            decode_threads: 3,
             decode: Decoding {
                 multiline: format == Format::Csv,
                 ..Decoding::default()
@@ -3938,6 +4385,7 @@ mod properties {
             batch_size: 7,
             dead_letter: None,
             follow: false,
+            decode_threads: 1,
             decode: Decoding {
                 // The guard's own property is tested elsewhere; here every
                 // line must be judged on its text alone.
