@@ -1627,8 +1627,6 @@ struct CsvRecord {
     start: Mark,
     /// The raw lines of a record that spans lines (empty for one line).
     raw: Vec<u8>,
-    /// Nothing of the record is fed yet.
-    fresh: bool,
 }
 
 impl std::fmt::Debug for CsvRecord {
@@ -1648,7 +1646,6 @@ impl CsvRecord {
             first_line: 0,
             start: Mark::default(),
             raw: Vec::new(),
-            fresh: true,
         }
     }
 
@@ -1673,7 +1670,6 @@ impl CsvRecord {
         // A record abandoned as bad may have left the reader inside a
         // quoted field.
         self.reader.reset();
-        self.fresh = true;
     }
 
     /// Splits one line's content into fields, continuing a quoted field
@@ -1687,32 +1683,7 @@ impl CsvRecord {
         } else {
             terminator
         };
-        let fresh = std::mem::take(&mut self.fresh);
-        if fresh && self.split_plain(content) {
-            return true;
-        }
         self.feed_bytes(content) || self.feed_bytes(terminator)
-    }
-
-    /// Splits a whole record's line that has no quote and no carriage
-    /// return at its commas, which is what csv-core makes of it, without
-    /// its byte-at-a-time machine. Returns false, having done nothing, for
-    /// any other line.
-    fn split_plain(&mut self, content: &[u8]) -> bool {
-        if content.is_empty() || memchr::memchr2(b'"', b'\r', content).is_some() {
-            return false;
-        }
-        let text = &mut self.fields.text;
-        let ends = &mut self.fields.ends;
-        let mut start = 0;
-        for comma in memchr::memchr_iter(b',', content) {
-            text.extend_from_slice(&content[start..comma]);
-            ends.push(text.len());
-            start = comma + 1;
-        }
-        text.extend_from_slice(&content[start..]);
-        ends.push(text.len());
-        true
     }
 
     /// Feeds bytes to the reader; true when they complete the record.
@@ -2741,36 +2712,6 @@ mod tests {
         let run = run_reader(&cfg, Cursor::new(text.as_bytes().to_vec()), false);
         assert!(run.result.is_ok(), "{:?}", run.result);
         run
-    }
-
-    /// Splits a line into fields with csv-core alone, or as `feed` does.
-    fn split(content: &[u8], terminator: &[u8], plain: bool) -> (bool, Vec<Vec<u8>>) {
-        let mut record = CsvRecord::new();
-        record.fresh = plain;
-        let done = record.feed(content, terminator);
-        let fields = (0..record.fields.len())
-            .map(|i| record.fields.get(i).to_vec())
-            .collect();
-        (done, fields)
-    }
-
-    #[test]
-    fn plain_lines_split_as_csv_core_splits_them() {
-        let mut rng = Lcg(7);
-        let alphabet: &[&[u8]] = &[b"a", b",", b"\"", b"\r", b" ", "\u{e9}".as_bytes(), b"\xff"];
-        for _ in 0..20_000 {
-            let len = rng.next(12) as usize;
-            let content: Vec<u8> = (0..len)
-                .flat_map(|_| alphabet[rng.next(alphabet.len() as u64) as usize].to_vec())
-                .collect();
-            for terminator in [&b"\n"[..], b"\r\n", b""] {
-                assert_eq!(
-                    split(&content, terminator, true),
-                    split(&content, terminator, false),
-                    "{content:?}"
-                );
-            }
-        }
     }
 
     #[test]
