@@ -51,6 +51,15 @@ fn setup() -> (tempfile::TempDir, String) {
     (dir, expected)
 }
 
+/// The savepoint a run that stopped says it wrote.
+fn savepoint_written(output: &Output) -> String {
+    let err = stderr(output);
+    err.lines()
+        .find_map(|l| l.strip_prefix("vigil: savepoint written to "))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no savepoint line in {err}"))
+}
+
 fn run_checkpointed(dir: &Path, extra: &[&str]) -> Output {
     let mut args = vec![
         "run",
@@ -72,23 +81,19 @@ fn a_savepoint_taken_on_stop_resumes_to_the_same_file() {
         &["--savepoint-on-stop", "--stop-after-rows", "90"],
     );
     assert!(first.status.success(), "{}", stderr(&first));
-    let err = stderr(&first);
-    let savepoint = err
-        .lines()
-        .find_map(|l| l.strip_prefix("vigil: savepoint written to "))
-        .unwrap_or_else(|| panic!("no savepoint line in {err}"));
+    let savepoint = savepoint_written(&first);
     let partial = std::fs::read_to_string(dir.path().join("out.csv")).expect("output");
     assert!(
         partial.len() < expected.len() && expected.starts_with(&partial),
         "the first run stopped part-way:\n{partial}"
     );
-    let listing = vigil(dir.path(), &["checkpoints", savepoint]);
+    let listing = vigil(dir.path(), &["checkpoints", &savepoint]);
     assert!(
         String::from_utf8_lossy(&listing.stdout).contains("savepoint"),
         "{}",
         String::from_utf8_lossy(&listing.stdout)
     );
-    let second = run_checkpointed(dir.path(), &["--from-savepoint", savepoint]);
+    let second = run_checkpointed(dir.path(), &["--from-savepoint", &savepoint]);
     assert!(second.status.success(), "{}", stderr(&second));
     assert!(stderr(&second).contains("rows=200"), "{}", stderr(&second));
     let out = std::fs::read_to_string(dir.path().join("out.csv")).expect("output");
@@ -250,14 +255,10 @@ fn a_savepoint_at_parallelism_2_restores_at_1_and_at_3() {
             ],
         );
         assert!(first.status.success(), "{}", stderr(&first));
-        let err = stderr(&first);
-        let savepoint = err
-            .lines()
-            .find_map(|l| l.strip_prefix("vigil: savepoint written to "))
-            .unwrap_or_else(|| panic!("no savepoint line in {err}"));
+        let savepoint = savepoint_written(&first);
         let second = run_checkpointed(
             dir.path(),
-            &["--parallelism", restored_at, "--from-savepoint", savepoint],
+            &["--parallelism", restored_at, "--from-savepoint", &savepoint],
         );
         assert!(second.status.success(), "{}", stderr(&second));
         assert!(
@@ -309,11 +310,7 @@ fn a_join_restores_after_one_of_its_inputs_ended() {
         &["--savepoint-on-stop", "--stop-after-rows", "100"],
     );
     assert!(first.status.success(), "{}", stderr(&first));
-    let err = stderr(&first);
-    let savepoint = err
-        .lines()
-        .find_map(|l| l.strip_prefix("vigil: savepoint written to "))
-        .unwrap_or_else(|| panic!("no savepoint line in {err}"));
+    let savepoint = savepoint_written(&first);
     // Restored with the short input at its end, stopped again: the second
     // savepoint must still say where that input ended, or the third run
     // would read it again.
@@ -321,19 +318,15 @@ fn a_join_restores_after_one_of_its_inputs_ended() {
         dir.path(),
         &[
             "--from-savepoint",
-            savepoint,
+            &savepoint,
             "--savepoint-on-stop",
             "--stop-after-rows",
             "150",
         ],
     );
     assert!(second.status.success(), "{}", stderr(&second));
-    let err = stderr(&second);
-    let again = err
-        .lines()
-        .find_map(|l| l.strip_prefix("vigil: savepoint written to "))
-        .unwrap_or_else(|| panic!("no savepoint line in {err}"));
-    let third = run_checkpointed(dir.path(), &["--from-savepoint", again]);
+    let again = savepoint_written(&second);
+    let third = run_checkpointed(dir.path(), &["--from-savepoint", &again]);
     assert!(third.status.success(), "{}", stderr(&third));
     let out = std::fs::read_to_string(dir.path().join("out.csv")).expect("output");
     assert_eq!(out, expected);

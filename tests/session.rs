@@ -41,9 +41,9 @@ async fn the_embedding_example_prints_its_alerts() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_alert_on_pushed_rows_fires_while_the_stream_is_open() {
-    let mut session = Session::new();
+/// Registers push stream `events` (ts, host, cpu) in `session` and starts
+/// alert `hot` on it (by host, when cpu > 90); the stream's schema.
+fn start_hot_alert(session: &mut Session) -> Arc<Schema> {
     let schema = Arc::new(Schema::new(vec![
         Field::new(
             "ts",
@@ -61,6 +61,13 @@ async fn an_alert_on_pushed_rows_fires_while_the_stream_is_open() {
             "CREATE ALERT hot AS SELECT ts, host, cpu FROM events ALERT BY host WHEN cpu > 90;",
         )
         .expect("starts");
+    schema
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alert_on_pushed_rows_fires_while_the_stream_is_open() {
+    let mut session = Session::new();
+    let schema = start_hot_alert(&mut session);
     let mut alerts = session.alerts();
     let batch = RecordBatch::try_new(
         schema,
@@ -87,23 +94,7 @@ async fn an_alert_on_pushed_rows_fires_while_the_stream_is_open() {
 async fn a_session_at_parallelism_3_alerts_on_every_key_once() {
     assert!(Session::builder().parallelism(0).build().is_err());
     let mut session = Session::builder().parallelism(3).build().expect("builds");
-    let schema = Arc::new(Schema::new(vec![
-        Field::new(
-            "ts",
-            DataType::Timestamp(TimeUnit::Millisecond, None),
-            false,
-        ),
-        Field::new("host", DataType::Utf8, false),
-        Field::new("cpu", DataType::Float64, false),
-    ]));
-    session
-        .register_stream("events", schema.clone(), Some("ts"), 0)
-        .expect("registers");
-    session
-        .execute(
-            "CREATE ALERT hot AS SELECT ts, host, cpu FROM events ALERT BY host WHEN cpu > 90;",
-        )
-        .expect("starts");
+    let schema = start_hot_alert(&mut session);
     let mut alerts = session.alerts();
     let hosts: Vec<String> = (0..40).map(|i| format!("h{i}")).collect();
     let batch = RecordBatch::try_new(
