@@ -16,6 +16,7 @@ mod invariant;
 mod join;
 mod limit;
 mod mark;
+pub mod metrics;
 mod over;
 mod peer;
 mod project;
@@ -170,12 +171,31 @@ fn send_late(late: &LateRows, batch: &RecordBatch, keep: &[bool]) -> Result<()> 
 }
 
 /// Counters one query's operators update, read for the run summary.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct QueryStats {
     /// Result rows produced.
     pub rows_out: AtomicU64,
     /// Rows dropped because every window they belong to had closed.
     pub late_rows: AtomicU64,
+    /// Input rows its load shedder dropped.
+    pub shed_rows: AtomicU64,
+    /// The last watermark its sink saw, in epoch milliseconds (`i64::MIN`
+    /// before the first): wall clock minus this is its watermark lag.
+    pub watermark: std::sync::atomic::AtomicI64,
+    /// Its queues, operators and result latency.
+    pub metrics: metrics::QueryMetrics,
+}
+
+impl Default for QueryStats {
+    fn default() -> Self {
+        Self {
+            rows_out: AtomicU64::new(0),
+            late_rows: AtomicU64::new(0),
+            shed_rows: AtomicU64::new(0),
+            watermark: std::sync::atomic::AtomicI64::new(i64::MIN),
+            metrics: metrics::QueryMetrics::default(),
+        }
+    }
 }
 
 /// A streaming operator.
@@ -316,15 +336,42 @@ pub type SnapshotSink =
 pub struct Chain {
     ops: Vec<Box<dyn Operator>>,
     snapshots: Option<SnapshotSink>,
+    /// Per operator, what it took, gave and cost.
+    metrics: Vec<std::sync::Arc<metrics::OperatorMetrics>>,
 }
 
 impl Chain {
-    /// Fuses `ops`, first to last.
+    /// Fuses `ops`, first to last, as instance 0 of stage 0.
     pub fn new(ops: Vec<Box<dyn Operator>>) -> Self {
+        Self::placed(ops, 0, 0)
+    }
+
+    /// Fuses `ops` as instance `instance` of stage `stage` (what its
+    /// operators' [`metrics::OperatorMetrics`] say).
+    pub fn placed(ops: Vec<Box<dyn Operator>>, stage: usize, instance: usize) -> Self {
+        let metrics = ops
+            .iter()
+            .enumerate()
+            .map(|(index, op)| {
+                std::sync::Arc::new(metrics::OperatorMetrics {
+                    name: op.describe(),
+                    stage,
+                    instance,
+                    index,
+                    ..Default::default()
+                })
+            })
+            .collect();
         Self {
             ops,
             snapshots: None,
+            metrics,
         }
+    }
+
+    /// Per operator, first to last, its measurements.
+    pub fn metrics(&self) -> &[std::sync::Arc<metrics::OperatorMetrics>] {
+        &self.metrics
     }
 
     /// Sends each operator's snapshot to `sink` when a barrier passes it.
