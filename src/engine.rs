@@ -17,7 +17,9 @@ use crate::plan::catalog::{ALLOWED_LATENESS, IDLE_TIMEOUT, StreamTiming, stream_
 use crate::plan::listing::{self, Listing};
 use crate::plan::{AlertNode, EmitNode, EmitPolicy, windows_take_late_rows};
 use crate::plan::{Catalog, SqlPlanner};
-use crate::planner::{ExecutionMode, QueryGraph, plan_incremental};
+use crate::exec::{ShedConfig, ShedPolicy, ShedSettings};
+use crate::plan::StreamDef;
+use crate::planner::{ExecutionMode, QueryGraph, plan_incremental_shed};
 use crate::sql::{AlertClause, CreateStream, Emit, Statement, StatementKind};
 use crate::sql::{ObjectKind, Show, declared_name};
 
@@ -155,6 +157,10 @@ pub struct Engine {
     query_name: Option<String>,
     /// Instances of each key-partitioned stage; `None` for one per core.
     parallelism: Option<usize>,
+    /// Load shedding by stream, as their `WITH (...)` options say.
+    stream_shed: std::collections::BTreeMap<String, ShedSettings>,
+    /// Load shedding as `SET` says, over every stream's.
+    shed: ShedSettings,
     /// The declared views, alerts and invariants, in an order where each
     /// comes after what it reads.
     derived: Vec<Derived>,
@@ -665,6 +671,13 @@ impl Engine {
                 })?;
                 self.set_parallelism(instances)
             }
+            _ if ShedSettings::KEYS.contains(&name) => {
+                let mut settings = self.shed.clone();
+                settings.set(name, value);
+                self.check_shed_setting(&settings)?;
+                self.shed = settings;
+                Ok(())
+            }
             "query_name" => {
                 let value = value.trim();
                 if value.is_empty() {
@@ -674,7 +687,7 @@ impl Engine {
                 Ok(())
             }
             _ => Err(Error::Plan(format!(
-                "unknown setting '{name}' (settings: execution_mode, parallelism, query_name)"
+                "unknown setting '{name}' (settings: execution_mode, parallelism, query_name, shed, max_latency, shed_keep, shed_scale)"
             ))),
         }
     }
@@ -705,6 +718,10 @@ impl Engine {
                 .map(|ms| std::time::Duration::from_millis(ms as u64)),
         };
         let mut create = self.with_input_override(create);
+        let shed = ShedSettings::from_options(&create.options);
+        create
+            .options
+            .retain(|(k, _)| !ShedSettings::KEYS.contains(&k.as_str()));
         let reads_file = create
             .options
             .iter()
@@ -720,8 +737,100 @@ impl Engine {
             create.options.retain(|(k, _)| k != "follow");
             create.options.push(("follow".into(), follow.to_string()));
         }
-        self.catalog
-            .add_stream(stream_def(&create, timing, base_dir)?)
+        let def = stream_def(&create, timing, base_dir)?;
+        self.shed_config(&def, &shed)?;
+        self.catalog.add_stream(def)?;
+        self.stream_shed.insert(create.name.clone(), shed);
+        Ok(())
+    }
+
+    /// Checks `SET` shedding settings as far as they go without a stream:
+    /// the policy, the interval and the flag.
+    fn check_shed_setting(&self, settings: &ShedSettings) -> Result<()> {
+        if let Some(policy) = &settings.policy {
+            ShedPolicy::parse(policy)?;
+        }
+        if let Some(text) = &settings.max_latency {
+            self.max_latency("SET", text)?;
+        }
+        settings.scale_flag()?;
+        Ok(())
+    }
+
+    fn max_latency(&self, stream: &str, text: &str) -> Result<std::time::Duration> {
+        let ms = self.option_ms(stream, "max_latency", text)?;
+        if ms == 0 {
+            return Err(Error::Plan(format!(
+                "stream '{stream}': max_latency must be longer than 0"
+            )));
+        }
+        Ok(std::time::Duration::from_millis(ms as u64))
+    }
+
+    /// The shedding of a query over `stream`, by its options `settings`
+    /// and the `SET`s after them; `None` when off.
+    fn shed_config(&self, stream: &StreamDef, settings: &ShedSettings) -> Result<Option<ShedConfig>> {
+        let settings = settings.overridden_by(&self.shed);
+        let name = &stream.name;
+        let in_stream = |e: Error| Error::Plan(format!("stream '{name}': {e}"));
+        let Some(policy) = settings.policy.as_deref() else {
+            return Ok(None);
+        };
+        let Some(policy) = ShedPolicy::parse(policy).map_err(in_stream)? else {
+            return Ok(None);
+        };
+        let max_latency = match &settings.max_latency {
+            Some(text) => self.max_latency(name, text)?,
+            None => crate::exec::shed::DEFAULT_MAX_LATENCY,
+        };
+        let keep = match settings.keep.as_deref() {
+            Some(text) => Some(
+                self.planner
+                    .row_predicate(&self.catalog, &stream.schema, text)
+                    .map_err(|e| in_stream(Error::Plan(format!("bad shed_keep '{text}': {e}"))))?,
+            ),
+            None => None,
+        };
+        if policy == ShedPolicy::Priority && keep.is_none() {
+            return Err(in_stream(Error::Plan(
+                "shed = 'priority' needs shed_keep, the rows always kept (e.g. shed_keep = 'severity >= 3')".into(),
+            )));
+        }
+        let scale = settings.scale_flag().map_err(in_stream)?;
+        Ok(Some(ShedConfig {
+            policy,
+            max_latency,
+            keep,
+            scale,
+        }))
+    }
+
+    /// The shedding of a query reading `plan`'s streams.
+    fn query_shed(&self, plan: &LogicalPlan) -> Result<Option<ShedConfig>> {
+        let mut streams: Vec<Arc<StreamDef>> = Vec::new();
+        plan.apply(|node| {
+            if let LogicalPlan::TableScan(scan) = node
+                && let Some(source) = scan
+                    .source
+                    .as_ref()
+                    .downcast_ref::<crate::plan::StreamSource>()
+            {
+                streams.push(source.def.clone());
+            }
+            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        })?;
+        let mut configs = Vec::new();
+        for stream in &streams {
+            let own = self
+                .stream_shed
+                .get(&stream.name)
+                .cloned()
+                .unwrap_or_default();
+            if let Some(config) = self.shed_config(stream, &own)? {
+                configs.push(config);
+            }
+        }
+        Ok(configs.into_iter().next())
     }
 
     /// `create` reading from its override file, if it has one.
@@ -825,7 +934,8 @@ impl Engine {
             Some(EmitPolicy::Changes) => ExecutionMode::PerRecord,
             _ => ExecutionMode::MicroBatch,
         });
-        let graph = plan_incremental(&logical, mode, self.parallelism())?;
+        let shed = self.query_shed(&logical)?;
+        let graph = plan_incremental_shed(&logical, mode, self.parallelism(), shed)?;
         Ok((logical, graph))
     }
 

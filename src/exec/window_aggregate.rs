@@ -14,6 +14,7 @@ use datafusion::physical_plan::aggregates::group_values::{GroupValues, new_group
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 
 use super::aggregate::{self, AggregateInputs, AggregateSpec, evaluate_all, new_accumulator};
+use super::shed::{ShedOutput, scale_up};
 use super::{Message, Operator, RowKind};
 use crate::error::Result;
 use crate::plan::WindowSpec;
@@ -76,6 +77,9 @@ pub struct WindowAggregateSpec {
     /// How long after firing a window still takes rows, each making it fire
     /// again as an update.
     pub lateness_ms: i64,
+    /// Over shed input: where the dropped counts are, for the
+    /// `_shed_fraction` column (the last of `schema`) and scaling.
+    pub shed: Option<ShedOutput>,
 }
 
 /// A batch's grouping keys, aggregate arguments and filters, evaluated once.
@@ -185,6 +189,8 @@ pub struct WindowAggregateOp {
     /// Starts of windows that fired and still take late rows.
     fired: BTreeSet<i64>,
     watermark: i64,
+    /// Its reader id in the shed ledger, once it has joined.
+    shed_reader: Option<usize>,
 }
 
 /// Keyed partial aggregates: a key-to-group-id map (or one group when there
@@ -225,6 +231,7 @@ impl WindowAggregateOp {
             dirty: BTreeSet::new(),
             fired: BTreeSet::new(),
             watermark: i64::MIN,
+            shed_reader: None,
         }
     }
 
@@ -380,7 +387,20 @@ impl WindowAggregateOp {
                 GroupSlot::WindowEnd => constant_time(end, rows),
             });
         }
-        columns.extend(values);
+        match &self.spec.shed {
+            Some(shed) => {
+                let fractions = shed.fractions(start, &keys, rows)?;
+                for (spec, value) in self.spec.aggregates.iter().zip(values) {
+                    let name = spec.function.fun().name();
+                    columns.push(match shed.scale && matches!(name, "count" | "sum") {
+                        true => scale_up(&value, &fractions)?,
+                        false => value,
+                    });
+                }
+                columns.push(Arc::new(fractions));
+            }
+            None => columns.extend(values),
+        }
         Ok(Some(RecordBatch::try_new(
             self.spec.schema.clone(),
             columns,
@@ -845,6 +865,10 @@ impl Operator for WindowAggregateOp {
         }
         if self.spec.lateness_ms > 0 {
             self.expire(watermark);
+        }
+        if let Some(shed) = &self.spec.shed {
+            let reader = *self.shed_reader.get_or_insert_with(|| shed.ledger.join());
+            shed.ledger.advance(reader, watermark);
         }
         out.push(Message::Watermark(watermark));
         Ok(())

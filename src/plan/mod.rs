@@ -128,6 +128,43 @@ impl SqlPlanner {
             .map_err(plan_error)
     }
 
+    /// Plans `text`, a boolean SQL expression over the columns of `schema`
+    /// (such as `shed_keep = 'severity >= 3'`), into a physical expression
+    /// over rows of that schema.
+    pub fn row_predicate(
+        &self,
+        catalog: &Catalog,
+        schema: &datafusion::arrow::datatypes::SchemaRef,
+        text: &str,
+    ) -> Result<Arc<dyn datafusion::physical_expr::PhysicalExpr>> {
+        let expr = datafusion::sql::sqlparser::parser::Parser::new(
+            &datafusion::sql::sqlparser::dialect::GenericDialect {},
+        )
+        .try_with_sql(text)
+        .and_then(|mut p| p.parse_expr())
+        .map_err(|e| Error::Plan(e.to_string()))?;
+        let provider = Provider {
+            planner: self,
+            catalog,
+        };
+        let df = DFSchema::try_from(schema.as_ref().clone()).map_err(plan_error)?;
+        let sql = SqlToRel::new_with_options(&provider, parser_options());
+        let planned = sql
+            .sql_to_expr(expr, &df, &mut PlannerContext::new())
+            .map_err(plan_error)?;
+        let physical = self
+            .state
+            .create_physical_expr(planned, &df)
+            .map_err(plan_error)?;
+        let data_type = physical.data_type(schema).map_err(plan_error)?;
+        if data_type != DataType::Boolean {
+            return Err(Error::Plan(format!(
+                "'{text}' is of type {data_type}, not a boolean"
+            )));
+        }
+        Ok(physical)
+    }
+
     /// Evaluates a constant interval such as `INTERVAL '2' SECOND` to
     /// milliseconds. Months are rejected: their length varies.
     pub fn interval_ms(&self, catalog: &Catalog, expr: &ast::Expr) -> Result<i64> {

@@ -10,6 +10,7 @@ mod batch;
 pub use batch::never_ends;
 mod explain;
 mod peer;
+mod shed;
 
 use std::fmt;
 use std::sync::Arc;
@@ -36,7 +37,7 @@ use crate::exec::{
     InvariantOp, LateRows, LimitOp, MarkOp, MergeOperator, Operator, OverFunction, OverOp,
     OverSpec, ProjectOp, QueryStats, SessionAggregateOp, SessionAggregateSpec, SessionAssignOp,
     WatermarkOp, WindowAggregateOp, WindowAggregateSpec, WindowAssignOp, WindowGrid, WindowInput,
-    WindowJoin, WindowJoinSpec,
+    ShedConfig, WindowJoin, WindowJoinSpec,
 };
 use crate::plan::{
     AlertNode, EmitNode, EmitPolicy, InvariantNode, StreamDef, StreamSource, WatermarkNode, Window,
@@ -174,8 +175,22 @@ pub fn plan_incremental(
     mode: ExecutionMode,
     parallelism: usize,
 ) -> Result<QueryGraph> {
+    plan_incremental_shed(plan, mode, parallelism, None)
+}
+
+/// As [`plan_incremental`], with the query's input shed by `shed` (see
+/// [`crate::exec::shed`]): a shed operator ahead of everything else and,
+/// on a windowed aggregate's results, a `_shed_fraction` column.
+pub fn plan_incremental_shed(
+    plan: &LogicalPlan,
+    mode: ExecutionMode,
+    parallelism: usize,
+    shed: Option<ShedConfig>,
+) -> Result<QueryGraph> {
     let stats = Arc::new(QueryStats::default());
+    let shed = shed.map(shed::ShedPlan::new);
     let mut builder = Builder::new(stats.clone(), Vec::new());
+    builder.shed = shed.clone();
     let built = match builder.build(plan) {
         Ok(built) => built,
         // A query the streaming rules reject may still be a bounded
@@ -188,11 +203,16 @@ pub fn plan_incremental(
     if built.window.is_some_and(|w| w.holds_panes()) {
         return Err(window_without_aggregate());
     }
+    let mut built = built;
+    let schema = match &shed {
+        Some(shed) => builder.finish_shed(shed, plan, &mut built)?,
+        None => Arc::new(plan.schema().as_arrow().clone()),
+    };
     let mut graph = QueryGraph {
         inputs: Vec::new(),
         join: built.join,
         stages: fuse(built.ops),
-        schema: Arc::new(plan.schema().as_arrow().clone()),
+        schema,
         mode,
         stats,
         late_outputs: builder.late_outputs.clone(),
@@ -209,8 +229,12 @@ pub fn plan_incremental(
     if instances > 1 && graph.keyed_stages() > 0 {
         for _ in 1..instances {
             let mut again = Builder::new(graph.stats.clone(), builder.late_pool());
+            again.shed = shed.as_ref().map(|s| s.for_build());
             add_instances(&mut graph, again.build(plan)?);
         }
+    }
+    if let Some(shed) = &shed {
+        shed.set_readers(&graph);
     }
     Ok(graph)
 }
@@ -307,6 +331,8 @@ struct Built {
     ops: Ops,
     /// Where the window columns are in the current schema, if any.
     window: Option<WindowColumns>,
+    /// True when rows carry a `_shed_fraction` column after the plan's.
+    shed_fraction: bool,
 }
 
 impl Built {
@@ -392,6 +418,8 @@ struct Builder {
     stats: Arc<QueryStats>,
     props: ExecutionProps,
     planning: PhysicalPlanningContext,
+    /// The query's shedding, if its input sheds.
+    shed: Option<shed::ShedPlan>,
 }
 
 fn late_updates_unsupported(what: &str) -> Error {
@@ -427,6 +455,7 @@ impl Builder {
             stats,
             props: ExecutionProps::new(),
             planning: PhysicalPlanningContext::default(),
+            shed: None,
         }
     }
 
@@ -477,7 +506,12 @@ impl Builder {
                     .iter()
                     .map(|e| self.physical(e, projection.input.schema()))
                     .collect::<Result<Vec<_>>>()?;
-                let schema = Arc::new(projection.schema.as_arrow().clone());
+                let (exprs, schema) = shed::carry(
+                    built.shed_fraction,
+                    exprs,
+                    projection.input.schema().fields().len(),
+                    projection.schema.as_arrow(),
+                );
                 let before = built.window;
                 built.window = before
                     .and_then(|w| remap_window(w, &projection.expr, projection.input.schema()));
@@ -526,6 +560,7 @@ impl Builder {
             join: None,
             ops: Vec::new(),
             window: None,
+            shed_fraction: false,
         };
         if let Some(columns) = &scan.projection {
             let schema = Arc::new(scan.projected_schema.as_arrow().clone());
@@ -557,7 +592,10 @@ impl Builder {
                 ));
             }
             if emit.policy.marker().is_some() {
-                let schema = Arc::new(node.schema().as_arrow().clone());
+                if let Some(shed) = self.shed.as_ref().filter(|_| built.shed_fraction) {
+                    shed.mark();
+                }
+                let schema = shed::before_last(built.shed_fraction, node.schema().as_arrow());
                 built
                     .ops
                     .push((Box::new(MarkOp::new(emit.policy, schema)), Placement::Fused));
@@ -566,6 +604,7 @@ impl Builder {
         }
         if let Some(alert) = node.as_any().downcast_ref::<AlertNode>() {
             let mut built = self.build(&alert.input)?;
+            shed::refuse(&built, "ALERT")?;
             let input = Arc::new(alert.input.schema().as_arrow().clone());
             let output = Arc::new(node.schema().as_arrow().clone());
             let keys = columns(&input, &alert.spec.keys);
@@ -576,6 +615,7 @@ impl Builder {
         }
         if let Some(invariant) = node.as_any().downcast_ref::<InvariantNode>() {
             let mut built = self.build(&invariant.input)?;
+            shed::refuse(&built, "CREATE INVARIANT")?;
             let input = Arc::new(invariant.input.schema().as_arrow().clone());
             let output = Arc::new(node.schema().as_arrow().clone());
             let op = InvariantOp::try_new(invariant.spec.clone(), input, output)?;
@@ -634,6 +674,7 @@ impl Builder {
         // The emit policy belongs to the outermost aggregate only.
         let policy = self.emit.take();
         let mut built = self.build(&aggregate.input)?;
+        shed::refuse(&built, "an aggregate over windowed results")?;
         let input_schema = aggregate.input.schema();
         if policy == Some(EmitPolicy::Changes) {
             return self.changelog_aggregate(aggregate, built);
@@ -660,6 +701,7 @@ impl Builder {
         let mut keys = Vec::new();
         let mut key_fields = Vec::new();
         let mut window_input = None;
+        let mut key_exprs = Vec::new();
         let output = aggregate.schema.as_arrow();
         for (i, expr) in aggregate.group_expr.iter().enumerate() {
             let slot = column_index(expr, input_schema).and_then(|c| window.slot(c));
@@ -676,6 +718,7 @@ impl Builder {
                 None => {
                     window.check_reads(expr, input_schema)?;
                     layout.push(GroupSlot::Key(keys.len()));
+                    key_exprs.push((i, expr));
                     keys.push(self.physical(expr, input_schema)?);
                     key_fields.push(output.field(i).clone());
                 }
@@ -692,7 +735,7 @@ impl Builder {
         }
         let aggregates = self.lower_aggregates(aggregate)?;
         let key_schema = Arc::new(Schema::new(key_fields));
-        let schema = Arc::new(output.clone());
+        let mut schema = Arc::new(output.clone());
         let grid = match window.kind {
             Windowing::Grid(grid) => grid,
             Windowing::Session { gap_ms } => {
@@ -743,6 +786,16 @@ impl Builder {
             Some(_) => Placement::Stage(None),
             None => Placement::Stage(Some(keys.clone())),
         };
+        let shed = match (&self.shed, grid) {
+            (Some(plan), WindowGrid::Panes(spec)) if !plan.placed() => {
+                let keyed = early_every.is_none() && !keys.is_empty();
+                let output = plan.place(self, &mut built, aggregate, spec, &key_exprs, keyed)?;
+                schema = shed::with_fraction(&schema);
+                built.shed_fraction = true;
+                Some(output)
+            }
+            _ => None,
+        };
         let op = WindowAggregateOp::new(WindowAggregateSpec {
             keys,
             key_schema,
@@ -753,6 +806,7 @@ impl Builder {
             schema,
             early_every,
             lateness_ms,
+            shed,
         });
         built.ops.push((Box::new(op), placement));
         Ok(built)
@@ -839,6 +893,7 @@ impl Builder {
     /// window.
     fn over(&mut self, window: &datafusion::logical_expr::Window) -> Result<Built> {
         let built = self.build(&window.input)?;
+        shed::refuse(&built, "OVER (...)")?;
         let input = window.input.schema();
         let windows = built
             .window
@@ -1064,6 +1119,7 @@ impl Builder {
             join: None,
             ops: Vec::new(),
             window,
+            shed_fraction: false,
         })
     }
 
@@ -1156,6 +1212,7 @@ impl Builder {
                 end: lw.end,
                 kind: Windowing::Grid(WindowGrid::Exact { size_ms }),
             }),
+            shed_fraction: false,
         })
     }
 

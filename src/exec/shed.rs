@@ -1,0 +1,902 @@
+//! Load shedding: dropping input rows, by a policy and at a rate a control
+//! loop adjusts, so that a query's results stay within a latency bound when
+//! its input comes faster than it can be processed.
+//!
+//! [`ShedOp`] runs on the stream's rows before anything else of the query,
+//! in a task of one instance ahead of the expensive work, so dropping stays
+//! cheap when the stage after it is the bottleneck. It keeps each row or
+//! drops it by its [`ShedPolicy`]:
+//!
+//! - `random`: each row is dropped with probability `p` (a seeded PRNG),
+//!   so what is kept is a uniform sample;
+//! - `priority`: rows matching `shed_keep` are always kept, the others are
+//!   dropped with probability `p`;
+//! - `window`: each (pane, key) group is kept or dropped whole, decided the
+//!   first time the group is seen by hashing (pane, key) against `p`, and
+//!   remembered until the pane's windows close; so the windows that survive
+//!   (for a tumbling window, a pane is its window) are exact.
+//!
+//! # The controller
+//!
+//! Every [`TICK`] it estimates the query's latency as the sum, over its
+//! queues, of queued rows divided by the rate they drain at (an average of
+//! the `received_rows` deltas per tick), plus, for live data only, the
+//! event-time lag of the rows reaching the shed op (wall clock minus the
+//! largest event time seen). Data counts as live when its first event time
+//! was within [`LIVE_WITHIN`] of the wall clock: a replay of old data has a
+//! huge lag that no amount of shedding would close, and must not shed all.
+//!
+//! It aims at half of `max_latency`, leaving the other half for the time a
+//! correction takes to show: above that, `p += GAIN * (estimate / aim - 1)`
+//! (proportional to the overload, so 3x over the aim adds `2 * GAIN` per
+//! tick), bounded by [`MAX_DROP`] so that some rows always get through;
+//! below a quarter of `max_latency`, `p *= DECAY` per tick (it halves in
+//! about 2.3 s) and snaps to 0 under 0.001; in between it holds, a dead band
+//! that keeps it from oscillating.
+//!
+//! # Accounting
+//!
+//! Dropped rows are counted in `QueryStats::shed_rows`. For a windowed
+//! aggregate, the op also records, per (pane, key), how many rows it kept
+//! and dropped in a [`ShedLedger`] shared with the aggregate's instances,
+//! which read it when a window fires: the watermark that fires a window
+//! reaches the aggregate only after this op has handled every row before
+//! it. A row the window operator after it would drop as late is neither
+//! shed nor counted, so the ledger holds exactly the rows assigned to each
+//! pane. Both counts are taken before the query's `WHERE`, so
+//! `_shed_fraction` is the share of the stream's rows of that window and
+//! key that were dropped.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, UInt64Array,
+};
+use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimestampMillisecondType};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::physical_expr::PhysicalExpr;
+
+use super::metrics::QueueGauge;
+use super::{Message, Operator, QueryStats};
+use crate::error::{Error, Result};
+use crate::plan::WindowSpec;
+use crate::state::OperatorState;
+
+/// How often the controller runs.
+pub const TICK: Duration = Duration::from_millis(100);
+/// Drop fraction added per tick per unit of overload.
+pub const GAIN: f64 = 0.05;
+/// Factor the drop fraction decays by per tick while the load is low.
+pub const DECAY: f64 = 0.97;
+/// The largest drop fraction: some rows always get through.
+pub const MAX_DROP: f64 = 0.99;
+/// Input whose first event time is this close to the wall clock is live,
+/// and its event-time lag counts as latency.
+pub const LIVE_WITHIN: Duration = Duration::from_secs(60);
+
+/// The name of the column windowed results of shed input carry.
+pub const SHED_FRACTION: &str = "_shed_fraction";
+
+/// Which rows a shedder drops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShedPolicy {
+    /// A uniform sample.
+    Random,
+    /// Rows matching `shed_keep` are kept; the others are sampled.
+    Priority,
+    /// Whole (window, key) groups.
+    Window,
+}
+
+impl ShedPolicy {
+    /// Parses a `shed` setting: `Ok(None)` for `'off'`.
+    pub fn parse(text: &str) -> Result<Option<Self>> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "random" => Ok(Some(ShedPolicy::Random)),
+            "priority" => Ok(Some(ShedPolicy::Priority)),
+            "window" => Ok(Some(ShedPolicy::Window)),
+            "off" | "none" | "false" => Ok(None),
+            _ => Err(Error::Plan(format!(
+                "shed must be 'random', 'priority', 'window' or 'off', got '{text}'"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for ShedPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ShedPolicy::Random => "random",
+            ShedPolicy::Priority => "priority",
+            ShedPolicy::Window => "window",
+        })
+    }
+}
+
+/// The shedding settings as written, in a stream's `WITH (...)` or by
+/// `SET`: each `None` when not given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShedSettings {
+    /// `shed`: the policy, or `'off'`.
+    pub policy: Option<String>,
+    /// `max_latency`: an interval such as `'2 seconds'`.
+    pub max_latency: Option<String>,
+    /// `shed_keep`: a boolean SQL expression over the stream's columns.
+    pub keep: Option<String>,
+    /// `shed_scale`: `'true'` or `'false'`.
+    pub scale: Option<String>,
+}
+
+impl ShedSettings {
+    /// The option and setting names.
+    pub const KEYS: [&'static str; 4] = ["shed", "max_latency", "shed_keep", "shed_scale"];
+
+    /// The shedding options among a stream's `WITH` options.
+    pub fn from_options(options: &[(String, String)]) -> Self {
+        let mut settings = Self::default();
+        for (key, value) in options {
+            settings.set(key, value);
+        }
+        settings
+    }
+
+    /// Takes setting `name` if it is one of [`Self::KEYS`]; false if not.
+    pub fn set(&mut self, name: &str, value: &str) -> bool {
+        let slot = match name {
+            "shed" => &mut self.policy,
+            "max_latency" => &mut self.max_latency,
+            "shed_keep" => &mut self.keep,
+            "shed_scale" => &mut self.scale,
+            _ => return false,
+        };
+        *slot = Some(value.to_string());
+        true
+    }
+
+    /// These settings with each one `over` gives replaced.
+    pub fn overridden_by(&self, over: &ShedSettings) -> ShedSettings {
+        let pick = |mine: &Option<String>, theirs: &Option<String>| theirs.clone().or(mine.clone());
+        ShedSettings {
+            policy: pick(&self.policy, &over.policy),
+            max_latency: pick(&self.max_latency, &over.max_latency),
+            keep: pick(&self.keep, &over.keep),
+            scale: pick(&self.scale, &over.scale),
+        }
+    }
+
+    /// The `shed_scale` flag.
+    pub fn scale_flag(&self) -> Result<bool> {
+        match self.scale.as_deref().map(|s| s.trim().to_ascii_lowercase()) {
+            None => Ok(false),
+            Some(s) if s == "true" => Ok(true),
+            Some(s) if s == "false" => Ok(false),
+            Some(_) => Err(Error::Plan(format!(
+                "shed_scale must be 'true' or 'false', got '{}'",
+                self.scale.as_deref().unwrap_or_default()
+            ))),
+        }
+    }
+}
+
+/// The default `max_latency` when shedding is on without one.
+pub const DEFAULT_MAX_LATENCY: Duration = Duration::from_secs(2);
+
+/// Shedding as a query is planned with it.
+#[derive(Debug, Clone)]
+pub struct ShedConfig {
+    /// Which rows are dropped.
+    pub policy: ShedPolicy,
+    /// The latency bound the controller holds results under.
+    pub max_latency: Duration,
+    /// For `priority`: the rows always kept, over the stream's columns.
+    pub keep: Option<Arc<dyn PhysicalExpr>>,
+    /// Whether counts and sums are scaled up by the share kept.
+    pub scale: bool,
+}
+
+/// Kept and dropped rows of one (pane, key).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Rows handed on.
+    pub kept: u64,
+    /// Rows dropped.
+    pub dropped: u64,
+}
+
+impl Tally {
+    /// The share of the rows that was dropped; 0 with no rows.
+    pub fn fraction(&self) -> f64 {
+        match self.kept + self.dropped {
+            0 => 0.0,
+            all => self.dropped as f64 / all as f64,
+        }
+    }
+}
+
+/// Per (pane, key), the rows a [`ShedOp`] kept and dropped, read by the
+/// instances of the window aggregate after it.
+///
+/// Keys are [`key_hashes`] of the aggregate's grouping keys, so the shed op
+/// (on stream columns) and the aggregate (on its key columns) agree. An
+/// entry is forgotten once every reader's watermark has passed the end of
+/// the last window holding its pane (plus allowed lateness).
+#[derive(Debug)]
+pub struct ShedLedger {
+    spec: WindowSpec,
+    lateness_ms: i64,
+    inner: Mutex<LedgerInner>,
+}
+
+#[derive(Debug, Default)]
+struct LedgerInner {
+    panes: BTreeMap<i64, HashMap<u64, Tally>>,
+    /// How many aggregate instances read it.
+    readers: usize,
+    /// Each reader's watermark, by its join order.
+    watermarks: Vec<i64>,
+}
+
+impl ShedLedger {
+    /// A ledger for windows `spec` that take rows `lateness_ms` after they
+    /// fire.
+    pub fn new(spec: WindowSpec, lateness_ms: i64) -> Self {
+        Self {
+            spec,
+            lateness_ms,
+            inner: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LedgerInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Says how many readers there are: entries are forgotten only once
+    /// that many have joined.
+    pub fn set_readers(&self, readers: usize) {
+        self.lock().readers = readers;
+    }
+
+    /// A new reader's id.
+    pub fn join(&self) -> usize {
+        let mut inner = self.lock();
+        inner.watermarks.push(i64::MIN);
+        inner.watermarks.len() - 1
+    }
+
+    /// Adds counts.
+    pub fn record(&self, counts: &HashMap<(i64, u64), Tally>) {
+        let mut inner = self.lock();
+        for (&(pane, key), t) in counts {
+            let entry = inner.panes.entry(pane).or_default().entry(key).or_default();
+            entry.kept += t.kept;
+            entry.dropped += t.dropped;
+        }
+    }
+
+    /// The counts of key `key` over the panes of the window at `start`.
+    pub fn window(&self, start: i64, key: u64) -> Tally {
+        let inner = self.lock();
+        let mut total = Tally::default();
+        for (_, keys) in inner.panes.range(start..start + self.spec.size_ms()) {
+            if let Some(t) = keys.get(&key) {
+                total.kept += t.kept;
+                total.dropped += t.dropped;
+            }
+        }
+        total
+    }
+
+    /// Reader `reader` has fired every window its watermark closes; drops
+    /// what no reader will ask for again.
+    pub fn advance(&self, reader: usize, watermark: i64) {
+        let mut inner = self.lock();
+        if let Some(w) = inner.watermarks.get_mut(reader) {
+            *w = (*w).max(watermark);
+        }
+        if inner.watermarks.len() < inner.readers.max(1) {
+            return;
+        }
+        let low = inner.watermarks.iter().copied().min().unwrap_or(i64::MIN);
+        let horizon = self.spec.size_ms() + self.lateness_ms;
+        let spec = self.spec;
+        inner
+            .panes
+            .retain(|&pane, _| spec.last_window_start(pane).saturating_add(horizon) > low);
+    }
+
+    /// Every entry, for a checkpoint: pane, key, kept, dropped.
+    fn table(&self) -> Result<RecordBatch> {
+        let inner = self.lock();
+        let mut rows: Vec<(i64, u64, Tally)> = inner
+            .panes
+            .iter()
+            .flat_map(|(&p, keys)| keys.iter().map(move |(&k, &t)| (p, k, t)))
+            .collect();
+        rows.sort_by_key(|&(p, k, _)| (p, k));
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+            Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.1))),
+            Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.2.kept))),
+            Arc::new(UInt64Array::from_iter_values(
+                rows.iter().map(|r| r.2.dropped),
+            )),
+        ];
+        Ok(RecordBatch::try_new(ledger_schema(), columns)?)
+    }
+
+    fn restore(&self, table: &RecordBatch) -> Result<()> {
+        let (panes, keys, kept, dropped) = ledger_columns(table)?;
+        let mut counts = HashMap::new();
+        for i in 0..table.num_rows() {
+            let tally = Tally {
+                kept: kept.value(i),
+                dropped: dropped.value(i),
+            };
+            counts.insert((panes.value(i), keys.value(i)), tally);
+        }
+        self.lock().panes.clear();
+        self.record(&counts);
+        Ok(())
+    }
+}
+
+fn ledger_schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("pane_start", DataType::Int64, false),
+        Field::new("key", DataType::UInt64, false),
+        Field::new("kept", DataType::UInt64, false),
+        Field::new("dropped", DataType::UInt64, false),
+    ]))
+}
+
+type LedgerColumns<'a> = (
+    &'a Int64Array,
+    &'a UInt64Array,
+    &'a UInt64Array,
+    &'a UInt64Array,
+);
+
+fn ledger_columns(table: &RecordBatch) -> Result<LedgerColumns<'_>> {
+    if table.schema().fields() != ledger_schema().fields() {
+        return Err(Error::Plan(
+            "the checkpoint's shed ledger has other columns than this version writes".into(),
+        ));
+    }
+    let u = |i: usize| table.column(i).as_primitive::<datafusion::arrow::datatypes::UInt64Type>();
+    Ok((
+        table
+            .column(0)
+            .as_primitive::<datafusion::arrow::datatypes::Int64Type>(),
+        u(1),
+        u(2),
+        u(3),
+    ))
+}
+
+/// A hash per row of the grouping key `columns` (0 for every row when there
+/// are none), the same for equal keys wherever it is computed and across
+/// runs: the ledger's and the `window` policy's key.
+pub fn key_hashes(columns: &[ArrayRef], rows: usize) -> Result<Vec<u64>> {
+    if columns.is_empty() {
+        return Ok(vec![0; rows]);
+    }
+    let fields = columns
+        .iter()
+        .map(|c| SortField::new(c.data_type().clone()))
+        .collect();
+    let converter = RowConverter::new(fields)?;
+    let encoded = converter.convert_columns(columns)?;
+    Ok(encoded
+        .iter()
+        .map(|row| twox_hash::XxHash3_128::oneshot(row.as_ref()) as u64)
+        .collect())
+}
+
+/// What a shed op needs to account per window: where rows' panes and keys
+/// are, and the window operator's lateness rule.
+pub struct ShedWindows {
+    /// The event-time column of the stream.
+    pub time_column: usize,
+    /// The query's windows.
+    pub spec: WindowSpec,
+    /// The watermark delay the window operator uses.
+    pub delay_ms: i64,
+    /// The allowed lateness the window operator uses.
+    pub lateness_ms: i64,
+    /// The stream columns holding the aggregate's grouping keys, in order.
+    pub keys: Vec<usize>,
+    /// Where the counts go.
+    pub ledger: Arc<ShedLedger>,
+}
+
+/// The control loop: turns latency estimates into a drop fraction.
+#[derive(Debug, Clone)]
+pub struct Controller {
+    max_latency_ms: f64,
+    drop: f64,
+}
+
+impl Controller {
+    /// A controller holding latency under `max_latency`.
+    pub fn new(max_latency: Duration) -> Self {
+        Self {
+            max_latency_ms: (max_latency.as_secs_f64() * 1000.0).max(1.0),
+            drop: 0.0,
+        }
+    }
+
+    /// The current drop fraction.
+    pub fn drop_fraction(&self) -> f64 {
+        self.drop
+    }
+
+    /// One tick with latency estimated at `estimate_ms`; returns the new
+    /// drop fraction.
+    pub fn update(&mut self, estimate_ms: f64) -> f64 {
+        self.update_over(estimate_ms, 1.0)
+    }
+
+    /// As [`Controller::update`], for `ticks` ticks' worth of time (a task
+    /// blocked on back-pressure ticks late; its correction should not be
+    /// smaller for it).
+    pub fn update_over(&mut self, estimate_ms: f64, ticks: f64) -> f64 {
+        let ticks = ticks.clamp(0.0, 10.0);
+        let aim = self.max_latency_ms / 2.0;
+        if estimate_ms > aim {
+            self.drop = (self.drop + ticks * GAIN * (estimate_ms / aim - 1.0)).min(MAX_DROP);
+        } else if estimate_ms < self.max_latency_ms / 4.0 {
+            self.drop *= DECAY.powf(ticks);
+            if self.drop < 0.001 {
+                self.drop = 0.0;
+            }
+        }
+        self.drop
+    }
+}
+
+/// Per queue, its `received_rows` at the last tick and its drain rate.
+#[derive(Debug, Default)]
+struct QueueDrain {
+    received: u64,
+    rows_per_s: Option<f64>,
+}
+
+/// Estimates queueing delay from the query's queue gauges.
+#[derive(Debug, Default)]
+struct QueueWatch {
+    drains: Vec<QueueDrain>,
+    last: Option<Instant>,
+}
+
+impl QueueWatch {
+    /// Seconds of work queued: per queue, rows waiting over the rate it
+    /// drains at, summed (the queues are in series). A queue not yet seen
+    /// draining counts for nothing.
+    fn delay_ms(&mut self, queues: &[Arc<QueueGauge>], now: Instant) -> f64 {
+        let elapsed = self.last.map(|t| now.duration_since(t).as_secs_f64());
+        self.last = Some(now);
+        self.drains.resize_with(queues.len(), QueueDrain::default);
+        let mut total = 0.0;
+        for (queue, drain) in queues.iter().zip(&mut self.drains) {
+            let received = queue.received_rows.load(Ordering::Relaxed);
+            if let Some(dt) = elapsed.filter(|dt| *dt > 0.0) {
+                let rate = received.saturating_sub(drain.received) as f64 / dt;
+                drain.rows_per_s = Some(match drain.rows_per_s {
+                    Some(r) => 0.7 * r + 0.3 * rate,
+                    None => rate,
+                });
+            }
+            drain.received = received;
+            let queued = queue.queued_rows.load(Ordering::Relaxed) as f64;
+            if let Some(rate) = drain.rows_per_s.filter(|r| *r > 0.0) {
+                total += queued / rate * 1000.0;
+            }
+        }
+        total
+    }
+}
+
+/// Drops input rows by a [`ShedPolicy`] at the rate its [`Controller`]
+/// sets; see the module documentation.
+///
+/// Contract: it hands on the rows it keeps in their order and every
+/// watermark unchanged; it never drops a row the window operator after it
+/// would find late; `QueryStats::shed_rows` and the ledger (when given)
+/// count exactly the rows it dropped.
+pub struct ShedOp {
+    policy: ShedPolicy,
+    keep: Option<Arc<dyn PhysicalExpr>>,
+    windows: Option<ShedWindows>,
+    controller: Controller,
+    queues: QueueWatch,
+    rng: fastrand::Rng,
+    /// For `window`: per pane, each key's decision (true to keep).
+    decisions: BTreeMap<i64, HashMap<u64, bool>>,
+    /// The largest event time of a row handed on, as the window operator
+    /// after it sees it.
+    max_kept: i64,
+    /// The largest event time of any row.
+    max_seen: i64,
+    /// Whether the input is live; decided at its first row.
+    live: Option<bool>,
+    stats: Arc<QueryStats>,
+}
+
+/// The seed of the sampling PRNG: fixed, so a run can be repeated.
+const SEED: u64 = 0x5eed_5eed;
+
+impl ShedOp {
+    /// A shedder by `policy`, keeping rows matching `keep` (for
+    /// `priority`), accounting per window by `windows` (for a windowed
+    /// aggregate; required by `window`), under `max_latency`.
+    pub fn try_new(
+        policy: ShedPolicy,
+        max_latency: Duration,
+        keep: Option<Arc<dyn PhysicalExpr>>,
+        windows: Option<ShedWindows>,
+        stats: Arc<QueryStats>,
+    ) -> Result<Self> {
+        if policy == ShedPolicy::Priority && keep.is_none() {
+            return Err(Error::Plan("shed = 'priority' needs shed_keep".into()));
+        }
+        if policy == ShedPolicy::Window && windows.is_none() {
+            return Err(Error::Plan(
+                "shed = 'window' needs a windowed aggregate to drop windows of".into(),
+            ));
+        }
+        Ok(Self {
+            policy,
+            keep,
+            windows,
+            controller: Controller::new(max_latency),
+            queues: QueueWatch::default(),
+            rng: fastrand::Rng::with_seed(SEED),
+            decisions: BTreeMap::new(),
+            max_kept: i64::MIN,
+            max_seen: i64::MIN,
+            live: None,
+            stats,
+        })
+    }
+
+    /// The current drop fraction.
+    pub fn drop_fraction(&self) -> f64 {
+        self.controller.drop_fraction()
+    }
+
+    /// Sets the drop fraction, as the controller would (for tests and
+    /// benchmarks).
+    pub fn set_drop_fraction(&mut self, drop: f64) {
+        self.controller.drop = drop.clamp(0.0, MAX_DROP);
+    }
+
+    /// The event-time lag at this op, if the input is live.
+    fn event_lag_ms(&self) -> f64 {
+        if self.live != Some(true) || self.max_seen == i64::MIN {
+            return 0.0;
+        }
+        (now_ms() - self.max_seen).max(0) as f64
+    }
+
+    /// Per row, whether it always passes: a late row (left for the window
+    /// operator to drop and count) or, for `priority`, one matching
+    /// `shed_keep`.
+    fn protected(&self, batch: &RecordBatch) -> Result<Option<BooleanArray>> {
+        let Some(keep) = &self.keep else {
+            return Ok(None);
+        };
+        let mask = keep.evaluate(batch)?.into_array(batch.num_rows())?;
+        Ok(Some(mask.as_boolean().clone()))
+    }
+
+    fn note_times(&mut self, batch: &RecordBatch) {
+        let Some(w) = &self.windows else {
+            return;
+        };
+        let times = batch
+            .column(w.time_column)
+            .as_primitive::<TimestampMillisecondType>();
+        if let Some(max) = datafusion::arrow::compute::max(times) {
+            if self.live.is_none() {
+                let lag = (now_ms() - max).unsigned_abs();
+                self.live = Some(lag <= LIVE_WITHIN.as_millis() as u64);
+            }
+            self.max_seen = self.max_seen.max(max);
+        }
+    }
+
+    /// Decides each row: true to keep.
+    fn decide(&mut self, batch: &RecordBatch) -> Result<(Vec<bool>, HashMap<(i64, u64), Tally>)> {
+        let rows = batch.num_rows();
+        let p = self.controller.drop;
+        let protected = self.protected(batch)?;
+        let mut keep = Vec::with_capacity(rows);
+        let mut counts: HashMap<(i64, u64), Tally> = HashMap::new();
+        let Some(w) = &self.windows else {
+            for row in 0..rows {
+                let kept = protected.as_ref().is_some_and(|m| m.value(row) && m.is_valid(row))
+                    || p == 0.0
+                    || self.rng.f64() >= p;
+                keep.push(kept);
+            }
+            return Ok((keep, counts));
+        };
+        let times = batch
+            .column(w.time_column)
+            .as_primitive::<TimestampMillisecondType>();
+        let key_columns: Vec<ArrayRef> = w.keys.iter().map(|&i| batch.column(i).clone()).collect();
+        let keys = key_hashes(&key_columns, rows)?;
+        let size = w.spec.size_ms();
+        for row in 0..rows {
+            let Some(t) = times.is_valid(row).then(|| times.value(row)) else {
+                keep.push(true);
+                continue;
+            };
+            // The window operator's rule: a new largest time is on time,
+            // another is late once its last window (and lateness) closed.
+            let watermark = self.max_kept.max(t).saturating_sub(w.delay_ms);
+            if w.spec.last_window_start(t) + size + w.lateness_ms <= watermark {
+                keep.push(true);
+                continue;
+            }
+            let pane = w.spec.pane_start(t);
+            let kept = match self.policy {
+                ShedPolicy::Window => *self
+                    .decisions
+                    .entry(pane)
+                    .or_default()
+                    .entry(keys[row])
+                    .or_insert_with(|| unit(mix(pane as u64, keys[row])) >= p),
+                _ => {
+                    protected.as_ref().is_some_and(|m| m.is_valid(row) && m.value(row))
+                        || p == 0.0
+                        || self.rng.f64() >= p
+                }
+            };
+            let tally = counts.entry((pane, keys[row])).or_default();
+            if kept {
+                tally.kept += 1;
+                self.max_kept = self.max_kept.max(t);
+            } else {
+                tally.dropped += 1;
+            }
+            keep.push(kept);
+        }
+        Ok((keep, counts))
+    }
+}
+
+/// Milliseconds since the epoch, now.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// A 64-bit mix of two values (splitmix64's finalizer over their xor).
+fn mix(a: u64, b: u64) -> u64 {
+    let mut z = a.rotate_left(32) ^ b;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A hash as a number in [0, 1).
+fn unit(h: u64) -> f64 {
+    (h >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl Operator for ShedOp {
+    fn describe(&self) -> String {
+        let mut text = format!(
+            "shed {} under {} ms",
+            self.policy,
+            self.controller.max_latency_ms as u64
+        );
+        if let Some(keep) = &self.keep {
+            text.push_str(&format!(", keeping {keep}"));
+        }
+        if let Some(w) = &self.windows {
+            text.push_str(&format!(", accounting per {}", w.spec));
+        }
+        text
+    }
+
+    fn on_batch(&mut self, batch: RecordBatch, out: &mut Vec<Message>) -> Result<()> {
+        self.note_times(&batch);
+        let (keep, counts) = self.decide(&batch)?;
+        let dropped = keep.iter().filter(|k| !**k).count();
+        if let Some(w) = &self.windows
+            && !counts.is_empty()
+        {
+            w.ledger.record(&counts);
+        }
+        if dropped == 0 {
+            out.push(Message::Batch(batch));
+            return Ok(());
+        }
+        self.stats
+            .shed_rows
+            .fetch_add(dropped as u64, Ordering::Relaxed);
+        let kept = filter_record_batch(&batch, &BooleanArray::from(keep))?;
+        if kept.num_rows() > 0 {
+            out.push(Message::Batch(kept));
+        }
+        Ok(())
+    }
+
+    fn tick_interval(&self) -> Option<Duration> {
+        Some(TICK)
+    }
+
+    fn on_tick(&mut self, _out: &mut Vec<Message>) -> Result<()> {
+        let now = Instant::now();
+        let ticks = match self.queues.last {
+            Some(last) => now.duration_since(last).as_secs_f64() / TICK.as_secs_f64(),
+            None => 1.0,
+        };
+        let queues = self.stats.metrics.queue_list();
+        let estimate = self.queues.delay_ms(&queues, now) + self.event_lag_ms();
+        self.controller.update_over(estimate, ticks);
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
+        if let Some(w) = &self.windows {
+            let horizon = w.spec.size_ms() + w.lateness_ms;
+            let spec = w.spec;
+            self.decisions
+                .retain(|&pane, _| spec.last_window_start(pane).saturating_add(horizon) > watermark);
+        }
+        out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+
+    /// Tables: `meta` (the drop fraction, in millionths; the largest event
+    /// times; liveness), `decisions` (for `window`: pane, key, keep) and
+    /// `ledger` (pane, key, kept, dropped).
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        let seen = |v: i64| (v != i64::MIN).then_some(v);
+        let mut state = OperatorState::new();
+        state.add_scalars(
+            "meta",
+            &[
+                ("drop_ppm", Some((self.controller.drop * 1e6) as i64)),
+                ("max_kept", seen(self.max_kept)),
+                ("max_seen", seen(self.max_seen)),
+                ("live", self.live.map(i64::from)),
+            ],
+        );
+        state.add("decisions", self.decision_table()?, Vec::new());
+        let ledger = match &self.windows {
+            Some(w) => w.ledger.table()?,
+            None => RecordBatch::new_empty(ledger_schema()),
+        };
+        state.add("ledger", ledger, Vec::new());
+        Ok(Some(state))
+    }
+
+    fn restore(&mut self, state: OperatorState) -> Result<()> {
+        let drop = state.scalar("meta", "drop_ppm")?.unwrap_or(0);
+        self.set_drop_fraction(drop as f64 / 1e6);
+        self.max_kept = state.scalar("meta", "max_kept")?.unwrap_or(i64::MIN);
+        self.max_seen = state.scalar("meta", "max_seen")?.unwrap_or(i64::MIN);
+        self.live = state.scalar("meta", "live")?.map(|v| v != 0);
+        self.restore_decisions(state.table("decisions")?)?;
+        if let Some(w) = &self.windows {
+            w.ledger.restore(state.table("ledger")?)?;
+        }
+        Ok(())
+    }
+}
+
+impl ShedOp {
+    fn decision_table(&self) -> Result<RecordBatch> {
+        let rows: Vec<(i64, u64, bool)> = self
+            .decisions
+            .iter()
+            .flat_map(|(&p, keys)| {
+                let mut keys: Vec<_> = keys.iter().map(|(&k, &d)| (p, k, d)).collect();
+                keys.sort_unstable();
+                keys
+            })
+            .collect();
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+            Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.1))),
+            Arc::new(BooleanArray::from(
+                rows.iter().map(|r| r.2).collect::<Vec<_>>(),
+            )),
+        ];
+        Ok(RecordBatch::try_new(decision_schema(), columns)?)
+    }
+
+    fn restore_decisions(&mut self, table: &RecordBatch) -> Result<()> {
+        if table.schema().fields() != decision_schema().fields() {
+            return Err(Error::Plan(
+                "the checkpoint's shed decisions have other columns than this version writes"
+                    .into(),
+            ));
+        }
+        let panes = table
+            .column(0)
+            .as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+        let keys = table
+            .column(1)
+            .as_primitive::<datafusion::arrow::datatypes::UInt64Type>();
+        let keep = table.column(2).as_boolean();
+        self.decisions.clear();
+        for i in 0..table.num_rows() {
+            self.decisions
+                .entry(panes.value(i))
+                .or_default()
+                .insert(keys.value(i), keep.value(i));
+        }
+        Ok(())
+    }
+}
+
+fn decision_schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("pane_start", DataType::Int64, false),
+        Field::new("key", DataType::UInt64, false),
+        Field::new("keep", DataType::Boolean, false),
+    ]))
+}
+
+/// What the window aggregate does with shed input: reads the ledger for
+/// `_shed_fraction` and, if asked, scales counts and sums.
+#[derive(Debug, Clone)]
+pub struct ShedOutput {
+    /// The counts of the shed op before it.
+    pub ledger: Arc<ShedLedger>,
+    /// Scale `count` and `sum` by 1 / (1 - fraction).
+    pub scale: bool,
+}
+
+impl ShedOutput {
+    /// Per result row of the window at `start` with grouping keys `keys`,
+    /// the share of its input that was dropped.
+    pub fn fractions(&self, start: i64, keys: &[ArrayRef], rows: usize) -> Result<Float64Array> {
+        let hashes = key_hashes(keys, rows)?;
+        Ok(hashes
+            .iter()
+            .map(|&k| Some(self.ledger.window(start, k).fraction()))
+            .collect())
+    }
+}
+
+/// The Horvitz-Thompson estimate of a count or sum from a uniform sample
+/// that kept `1 - fraction` of the rows: each kept row stands for
+/// `1 / (1 - fraction)` rows. Integers are rounded to the nearest; other
+/// types are returned unchanged.
+pub fn scale_up(values: &ArrayRef, fractions: &Float64Array) -> Result<ArrayRef> {
+    let factor = |i: usize| 1.0 / (1.0 - fractions.value(i)).max(1.0 - MAX_DROP);
+    Ok(match values.data_type() {
+        DataType::Int64 => {
+            let v = values.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+            Arc::new(
+                (0..v.len())
+                    .map(|i| v.is_valid(i).then(|| (v.value(i) as f64 * factor(i)).round() as i64))
+                    .collect::<Int64Array>(),
+            )
+        }
+        DataType::Float64 => {
+            let v = values.as_primitive::<datafusion::arrow::datatypes::Float64Type>();
+            Arc::new(
+                (0..v.len())
+                    .map(|i| v.is_valid(i).then(|| v.value(i) * factor(i)))
+                    .collect::<Float64Array>(),
+            )
+        }
+        _ => values.clone(),
+    })
+}
