@@ -13,12 +13,12 @@ use datafusion::sql::sqlparser::parser::Parser;
 
 use crate::connectors::SinkConfig;
 use crate::error::{Error, Result};
+use crate::exec::{ShedConfig, ShedPolicy, ShedSettings};
+use crate::plan::StreamDef;
 use crate::plan::catalog::{ALLOWED_LATENESS, IDLE_TIMEOUT, StreamTiming, stream_def};
 use crate::plan::listing::{self, Listing};
 use crate::plan::{AlertNode, EmitNode, EmitPolicy, windows_take_late_rows};
 use crate::plan::{Catalog, SqlPlanner};
-use crate::exec::{ShedConfig, ShedPolicy, ShedSettings};
-use crate::plan::StreamDef;
 use crate::planner::{ExecutionMode, QueryGraph, plan_incremental_shed};
 use crate::sql::{AlertClause, CreateStream, Emit, Statement, StatementKind};
 use crate::sql::{ObjectKind, Show, declared_name};
@@ -769,7 +769,11 @@ impl Engine {
 
     /// The shedding of a query over `stream`, by its options `settings`
     /// and the `SET`s after them; `None` when off.
-    fn shed_config(&self, stream: &StreamDef, settings: &ShedSettings) -> Result<Option<ShedConfig>> {
+    fn shed_config(
+        &self,
+        stream: &StreamDef,
+        settings: &ShedSettings,
+    ) -> Result<Option<ShedConfig>> {
         let settings = settings.overridden_by(&self.shed);
         let name = &stream.name;
         let in_stream = |e: Error| Error::Plan(format!("stream '{name}': {e}"));

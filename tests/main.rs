@@ -15,6 +15,7 @@ mod restore;
 mod series_pack;
 mod service;
 mod session;
+mod shed;
 mod statement_gen;
 mod webhook;
 

@@ -636,8 +636,12 @@ fn print_summary(report: &RunReport) {
         }
     }
     for (i, stats) in report.queries.iter().enumerate() {
+        let shed = match stats.shed_rows.load(Ordering::Relaxed) {
+            0 => String::new(),
+            rows => format!(" shed={rows}"),
+        };
         eprintln!(
-            "vigil: query {}: out={} late={}",
+            "vigil: query {}: out={} late={}{shed}",
             i + 1,
             stats.rows_out.load(Ordering::Relaxed),
             stats.late_rows.load(Ordering::Relaxed)

@@ -43,8 +43,8 @@ pub use mark::MarkOp;
 pub use over::{OverFunction, OverOp, OverSpec};
 pub use peer::PeerOp;
 pub use project::ProjectOp;
-pub use shed::{ShedConfig, ShedLedger, ShedOp, ShedOutput, ShedPolicy, ShedSettings, ShedWindows};
 pub use session::{SessionAggregateOp, SessionAggregateSpec, SessionAssignOp};
+pub use shed::{ShedConfig, ShedLedger, ShedOp, ShedOutput, ShedPolicy, ShedSettings, ShedWindows};
 pub use template::MessageTemplate;
 pub use watermark::WatermarkOp;
 pub use window_aggregate::{

@@ -21,8 +21,10 @@
 //! Every [`TICK`] it estimates the query's latency as the sum, over its
 //! queues, of queued rows divided by the rate they drain at (an average of
 //! the `received_rows` deltas per tick), plus, for live data only, the
-//! event-time lag of the rows reaching the shed op (wall clock minus the
-//! largest event time seen). Data counts as live when its first event time
+//! event-time lag: the larger of the lag of the rows reaching the shed op
+//! (wall clock minus the largest event time seen) and that of the query's
+//! sink (wall clock minus `QueryStats::watermark`, less the watermark
+//! delay). Data counts as live when its first event time
 //! was within [`LIVE_WITHIN`] of the wall clock: a replay of old data has a
 //! huge lag that no amount of shedding would close, and must not shed all.
 //!
@@ -57,9 +59,8 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, UInt64Array,
 };
 use datafusion::arrow::compute::filter_record_batch;
-use datafusion::arrow::datatypes::{DataType, Field, Schema, TimestampMillisecondType};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimestampMillisecondType};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::metrics::QueueGauge;
@@ -369,7 +370,11 @@ fn ledger_columns(table: &RecordBatch) -> Result<LedgerColumns<'_>> {
             "the checkpoint's shed ledger has other columns than this version writes".into(),
         ));
     }
-    let u = |i: usize| table.column(i).as_primitive::<datafusion::arrow::datatypes::UInt64Type>();
+    let u = |i: usize| {
+        table
+            .column(i)
+            .as_primitive::<datafusion::arrow::datatypes::UInt64Type>()
+    };
     Ok((
         table
             .column(0)
@@ -382,21 +387,18 @@ fn ledger_columns(table: &RecordBatch) -> Result<LedgerColumns<'_>> {
 
 /// A hash per row of the grouping key `columns` (0 for every row when there
 /// are none), the same for equal keys wherever it is computed and across
-/// runs: the ledger's and the `window` policy's key.
+/// runs of one build (DataFusion's hashing with a fixed seed): the
+/// ledger's and the `window` policy's key.
 pub fn key_hashes(columns: &[ArrayRef], rows: usize) -> Result<Vec<u64>> {
-    if columns.is_empty() {
-        return Ok(vec![0; rows]);
+    let mut hashes = vec![0; rows];
+    if !columns.is_empty() {
+        datafusion::common::hash_utils::create_hashes(
+            columns,
+            &datafusion::common::hash_utils::HLL_RANDOM_STATE,
+            &mut hashes,
+        )?;
     }
-    let fields = columns
-        .iter()
-        .map(|c| SortField::new(c.data_type().clone()))
-        .collect();
-    let converter = RowConverter::new(fields)?;
-    let encoded = converter.convert_columns(columns)?;
-    Ok(encoded
-        .iter()
-        .map(|row| twox_hash::XxHash3_128::oneshot(row.as_ref()) as u64)
-        .collect())
+    Ok(hashes)
 }
 
 /// What a shed op needs to account per window: where rows' panes and keys
@@ -526,6 +528,16 @@ pub struct ShedOp {
     max_seen: i64,
     /// Whether the input is live; decided at its first row.
     live: Option<bool>,
+    /// The stream's event-time column, if it has one.
+    time_column: Option<usize>,
+    /// Kept rows not handed on yet, gathered into batches as full as the
+    /// input's: the stages after it cost per batch as well as per row.
+    held: Vec<RecordBatch>,
+    held_rows: usize,
+    /// The most rows an input batch had.
+    batch_rows: usize,
+    /// The input's schema, for an empty `held` table.
+    schema: SchemaRef,
     stats: Arc<QueryStats>,
 }
 
@@ -533,10 +545,11 @@ pub struct ShedOp {
 const SEED: u64 = 0x5eed_5eed;
 
 impl ShedOp {
-    /// A shedder by `policy`, keeping rows matching `keep` (for
+    /// A shedder of rows of `schema` by `policy`, keeping rows matching `keep` (for
     /// `priority`), accounting per window by `windows` (for a windowed
     /// aggregate; required by `window`), under `max_latency`.
     pub fn try_new(
+        schema: SchemaRef,
         policy: ShedPolicy,
         max_latency: Duration,
         keep: Option<Arc<dyn PhysicalExpr>>,
@@ -554,7 +567,6 @@ impl ShedOp {
         Ok(Self {
             policy,
             keep,
-            windows,
             controller: Controller::new(max_latency),
             queues: QueueWatch::default(),
             rng: fastrand::Rng::with_seed(SEED),
@@ -562,6 +574,12 @@ impl ShedOp {
             max_kept: i64::MIN,
             max_seen: i64::MIN,
             live: None,
+            time_column: windows.as_ref().map(|w| w.time_column),
+            held: Vec::new(),
+            held_rows: 0,
+            batch_rows: 0,
+            schema,
+            windows,
             stats,
         })
     }
@@ -571,18 +589,45 @@ impl ShedOp {
         self.controller.drop_fraction()
     }
 
+    /// Reads event times from `column` (of a query without windows), for
+    /// the event-time lag.
+    pub fn with_time_column(mut self, column: Option<usize>) -> Self {
+        if self.windows.is_none() {
+            self.time_column = column;
+        }
+        self
+    }
+
     /// Sets the drop fraction, as the controller would (for tests and
     /// benchmarks).
     pub fn set_drop_fraction(&mut self, drop: f64) {
         self.controller.drop = drop.clamp(0.0, MAX_DROP);
     }
 
-    /// The event-time lag at this op, if the input is live.
-    fn event_lag_ms(&self) -> f64 {
+    /// The event-time lag at this op, and at the query's sink (wall clock
+    /// minus its last watermark, less the watermark's own delay); both 0
+    /// unless the input is live.
+    fn event_lags_ms(&self) -> (f64, f64) {
         if self.live != Some(true) || self.max_seen == i64::MIN {
-            return 0.0;
+            return (0.0, 0.0);
         }
-        (now_ms() - self.max_seen).max(0) as f64
+        let now = now_ms();
+        let here = now - self.max_seen;
+        let delay = self.windows.as_ref().map_or(0, |w| w.delay_ms);
+        let sink = match self.stats.watermark.load(Ordering::Relaxed) {
+            i64::MIN => 0,
+            w => now.saturating_sub(w).saturating_sub(delay),
+        };
+        (here.max(0) as f64, sink.max(0) as f64)
+    }
+
+    /// The latency estimate: the queues after the rows now arriving, plus
+    /// how late they arrive, or the sink's lag if that is more.
+    fn estimate_ms(&mut self, now: Instant) -> f64 {
+        let queues = self.stats.metrics.queue_list();
+        let queued = self.queues.delay_ms(&queues, now);
+        let (here, sink) = self.event_lags_ms();
+        (queued + here).max(sink)
     }
 
     /// Per row, whether it always passes: a late row (left for the window
@@ -597,11 +642,11 @@ impl ShedOp {
     }
 
     fn note_times(&mut self, batch: &RecordBatch) {
-        let Some(w) = &self.windows else {
+        let Some(column) = self.time_column else {
             return;
         };
         let times = batch
-            .column(w.time_column)
+            .column(column)
             .as_primitive::<TimestampMillisecondType>();
         if let Some(max) = datafusion::arrow::compute::max(times) {
             if self.live.is_none() {
@@ -621,7 +666,9 @@ impl ShedOp {
         let mut counts: HashMap<(i64, u64), Tally> = HashMap::new();
         let Some(w) = &self.windows else {
             for row in 0..rows {
-                let kept = protected.as_ref().is_some_and(|m| m.value(row) && m.is_valid(row))
+                let kept = protected
+                    .as_ref()
+                    .is_some_and(|m| m.value(row) && m.is_valid(row))
                     || p == 0.0
                     || self.rng.f64() >= p;
                 keep.push(kept);
@@ -655,7 +702,9 @@ impl ShedOp {
                     .entry(keys[row])
                     .or_insert_with(|| unit(mix(pane as u64, keys[row])) >= p),
                 _ => {
-                    protected.as_ref().is_some_and(|m| m.is_valid(row) && m.value(row))
+                    protected
+                        .as_ref()
+                        .is_some_and(|m| m.is_valid(row) && m.value(row))
                         || p == 0.0
                         || self.rng.f64() >= p
                 }
@@ -698,8 +747,7 @@ impl Operator for ShedOp {
     fn describe(&self) -> String {
         let mut text = format!(
             "shed {} under {} ms",
-            self.policy,
-            self.controller.max_latency_ms as u64
+            self.policy, self.controller.max_latency_ms as u64
         );
         if let Some(keep) = &self.keep {
             text.push_str(&format!(", keeping {keep}"));
@@ -719,16 +767,24 @@ impl Operator for ShedOp {
         {
             w.ledger.record(&counts);
         }
-        if dropped == 0 {
+        self.batch_rows = self.batch_rows.max(batch.num_rows());
+        if dropped == 0 && self.held.is_empty() {
             out.push(Message::Batch(batch));
             return Ok(());
         }
         self.stats
             .shed_rows
             .fetch_add(dropped as u64, Ordering::Relaxed);
-        let kept = filter_record_batch(&batch, &BooleanArray::from(keep))?;
+        let kept = match dropped {
+            0 => batch,
+            _ => filter_record_batch(&batch, &BooleanArray::from(keep))?,
+        };
         if kept.num_rows() > 0 {
-            out.push(Message::Batch(kept));
+            self.held_rows += kept.num_rows();
+            self.held.push(kept);
+        }
+        if self.held_rows >= self.batch_rows {
+            self.flush(out)?;
         }
         Ok(())
     }
@@ -737,32 +793,35 @@ impl Operator for ShedOp {
         Some(TICK)
     }
 
-    fn on_tick(&mut self, _out: &mut Vec<Message>) -> Result<()> {
+    fn on_tick(&mut self, out: &mut Vec<Message>) -> Result<()> {
+        self.flush(out)?;
         let now = Instant::now();
         let ticks = match self.queues.last {
             Some(last) => now.duration_since(last).as_secs_f64() / TICK.as_secs_f64(),
             None => 1.0,
         };
-        let queues = self.stats.metrics.queue_list();
-        let estimate = self.queues.delay_ms(&queues, now) + self.event_lag_ms();
+        let estimate = self.estimate_ms(now);
         self.controller.update_over(estimate, ticks);
         Ok(())
     }
 
     fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
+        self.flush(out)?;
         if let Some(w) = &self.windows {
             let horizon = w.spec.size_ms() + w.lateness_ms;
             let spec = w.spec;
-            self.decisions
-                .retain(|&pane, _| spec.last_window_start(pane).saturating_add(horizon) > watermark);
+            self.decisions.retain(|&pane, _| {
+                spec.last_window_start(pane).saturating_add(horizon) > watermark
+            });
         }
         out.push(Message::Watermark(watermark));
         Ok(())
     }
 
     /// Tables: `meta` (the drop fraction, in millionths; the largest event
-    /// times; liveness), `decisions` (for `window`: pane, key, keep) and
-    /// `ledger` (pane, key, kept, dropped).
+    /// times; liveness), `decisions` (for `window`: pane, key, keep),
+    /// `ledger` (pane, key, kept, dropped) and `held` (kept rows not yet
+    /// handed on).
     fn snapshot(&mut self) -> Result<Option<OperatorState>> {
         let seen = |v: i64| (v != i64::MIN).then_some(v);
         let mut state = OperatorState::new();
@@ -781,6 +840,8 @@ impl Operator for ShedOp {
             None => RecordBatch::new_empty(ledger_schema()),
         };
         state.add("ledger", ledger, Vec::new());
+        let held = datafusion::arrow::compute::concat_batches(&self.schema, &self.held)?;
+        state.add("held", held, Vec::new());
         Ok(Some(state))
     }
 
@@ -794,11 +855,29 @@ impl Operator for ShedOp {
         if let Some(w) = &self.windows {
             w.ledger.restore(state.table("ledger")?)?;
         }
+        let held = state.table_of("held", &self.schema)?;
+        self.held_rows = held.num_rows();
+        self.held = vec![held];
         Ok(())
     }
 }
 
 impl ShedOp {
+    /// Hands on the kept rows held back.
+    fn flush(&mut self, out: &mut Vec<Message>) -> Result<()> {
+        if self.held_rows == 0 {
+            self.held.clear();
+            return Ok(());
+        }
+        let held = std::mem::take(&mut self.held);
+        self.held_rows = 0;
+        out.push(Message::Batch(datafusion::arrow::compute::concat_batches(
+            &self.schema,
+            &held,
+        )?));
+        Ok(())
+    }
+
     fn decision_table(&self) -> Result<RecordBatch> {
         let rows: Vec<(i64, u64, bool)> = self
             .decisions
@@ -885,7 +964,10 @@ pub fn scale_up(values: &ArrayRef, fractions: &Float64Array) -> Result<ArrayRef>
             let v = values.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
             Arc::new(
                 (0..v.len())
-                    .map(|i| v.is_valid(i).then(|| (v.value(i) as f64 * factor(i)).round() as i64))
+                    .map(|i| {
+                        v.is_valid(i)
+                            .then(|| (v.value(i) as f64 * factor(i)).round() as i64)
+                    })
                     .collect::<Int64Array>(),
             )
         }

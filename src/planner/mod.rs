@@ -36,8 +36,8 @@ use crate::exec::{
     AggregateSpec, AlertOp, ChangelogAggregateOp, ChangelogAggregateSpec, FilterOp, GroupSlot,
     InvariantOp, LateRows, LimitOp, MarkOp, MergeOperator, Operator, OverFunction, OverOp,
     OverSpec, ProjectOp, QueryStats, SessionAggregateOp, SessionAggregateSpec, SessionAssignOp,
-    WatermarkOp, WindowAggregateOp, WindowAggregateSpec, WindowAssignOp, WindowGrid, WindowInput,
-    ShedConfig, WindowJoin, WindowJoinSpec,
+    ShedConfig, WatermarkOp, WindowAggregateOp, WindowAggregateSpec, WindowAssignOp, WindowGrid,
+    WindowInput, WindowJoin, WindowJoinSpec,
 };
 use crate::plan::{
     AlertNode, EmitNode, EmitPolicy, InvariantNode, StreamDef, StreamSource, WatermarkNode, Window,

@@ -20,7 +20,7 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan};
 use datafusion::physical_expr::PhysicalExpr;
 
-use super::{Built, Builder, Placement, QueryGraph};
+use super::{Builder, Built, Placement, QueryGraph};
 use crate::error::{Error, Result};
 use crate::exec::shed::SHED_FRACTION;
 use crate::exec::{ShedConfig, ShedLedger, ShedOp, ShedOutput, ShedPolicy, ShedWindows};
@@ -119,7 +119,7 @@ impl ShedPlan {
             keys: key_columns,
             ledger: ledger.clone(),
         };
-        let op = self.op(builder, Some(windows))?;
+        let op = self.op(builder, stream.schema.clone(), Some(windows))?;
         built.ops.insert(0, (Box::new(op), Placement::Serial));
         self.placed.set(true);
         Ok(ShedOutput {
@@ -128,8 +128,14 @@ impl ShedPlan {
         })
     }
 
-    fn op(&self, builder: &Builder, windows: Option<ShedWindows>) -> Result<ShedOp> {
+    fn op(
+        &self,
+        builder: &Builder,
+        schema: SchemaRef,
+        windows: Option<ShedWindows>,
+    ) -> Result<ShedOp> {
         ShedOp::try_new(
+            schema,
             self.config.policy,
             self.config.max_latency,
             self.config.keep.clone(),
@@ -187,7 +193,10 @@ impl Builder {
                 "it has {what}; shedding supports windowed (TUMBLE or HOP) aggregates and queries without one"
             )));
         }
-        let op = shed.op(self, None)?;
+        let stream = built.stream().clone();
+        let op = shed
+            .op(self, stream.schema.clone(), None)?
+            .with_time_column(stream.event_time);
         built.ops.insert(0, (Box::new(op), Placement::Serial));
         Ok(Arc::new(schema.clone()))
     }
