@@ -751,6 +751,12 @@ impl Operator for WindowAggregateOp {
         if self.spec.lateness_ms > 0 {
             text.push_str(&format!(", allowed lateness {} ms", self.spec.lateness_ms));
         }
+        if let Some(shed) = &self.spec.shed {
+            text.push_str(", with _shed_fraction");
+            if shed.scale {
+                text.push_str(", count and sum scaled up by it");
+            }
+        }
         text
     }
 
