@@ -1634,4 +1634,101 @@ mod tests {
             "{e}"
         );
     }
+
+    fn shed_engine(options: &str) -> Result<Engine> {
+        let mut engine = Engine::new();
+        let sql = format!(
+            "CREATE STREAM s (ts TIMESTAMP, host TEXT, severity BIGINT) WITH (path = 's.csv'{options});"
+        );
+        for s in parse_script(&sql).unwrap() {
+            engine.execute(&s, Path::new("."))?;
+        }
+        Ok(engine)
+    }
+
+    fn explain(engine: &mut Engine, query: &str) -> Result<String> {
+        let mut text = String::new();
+        for s in parse_script(query).unwrap() {
+            if let Outcome::Explain(t) = engine.execute(&s, Path::new("."))? {
+                text = t;
+            }
+        }
+        Ok(text)
+    }
+
+    const WINDOWED: &str = "EXPLAIN SELECT window_start, host, count(*) AS n
+        FROM TUMBLE(s, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end, host;";
+
+    #[test]
+    fn bad_shed_options_are_rejected_with_the_reason() {
+        for (options, expected) in [
+            (", shed = 'sometimes'", "shed must be 'random', 'priority', 'window' or 'off'"),
+            (", shed = 'priority'", "shed = 'priority' needs shed_keep"),
+            (", shed = 'random', max_latency = 'soon'", "bad value 'soon' for option 'max_latency'"),
+            (", shed = 'random', max_latency = '0 seconds'", "max_latency must be longer than 0"),
+            (", shed = 'priority', shed_keep = 'severity + 1'", "not a boolean"),
+            (", shed = 'priority', shed_keep = 'level > 2'", "bad shed_keep 'level > 2'"),
+            (", shed = 'random', shed_scale = 'yes'", "shed_scale must be 'true' or 'false'"),
+        ] {
+            let e = shed_engine(options).err().expect(options).to_string();
+            assert!(e.contains(expected), "{options}: {e}");
+        }
+    }
+
+    #[test]
+    fn set_shed_overrides_the_stream_for_later_queries() {
+        let mut engine = shed_engine(", shed = 'random', max_latency = '2 seconds'").unwrap();
+        let plan = explain(&mut engine, WINDOWED).unwrap();
+        assert!(plan.contains("task 1: shed random under 2000 ms"), "{plan}");
+        assert!(plan.contains("with _shed_fraction"), "{plan}");
+        let plan = explain(
+            &mut engine,
+            &format!("SET max_latency = '500 milliseconds'; SET shed_scale = 'true'; {WINDOWED}"),
+        )
+        .unwrap();
+        assert!(plan.contains("shed random under 500 ms"), "{plan}");
+        assert!(plan.contains("count and sum scaled up"), "{plan}");
+        let plan = explain(&mut engine, &format!("SET shed = 'off'; {WINDOWED}")).unwrap();
+        assert!(!plan.contains("shed"), "{plan}");
+        let e = explain(&mut engine, "SET shed = 'often';").err().unwrap().to_string();
+        assert!(e.contains("shed must be"), "{e}");
+    }
+
+    #[test]
+    fn set_shed_turns_shedding_on_for_a_stream_without_it() {
+        let mut engine = shed_engine("").unwrap();
+        let plan = explain(&mut engine, WINDOWED).unwrap();
+        assert!(!plan.contains("shed"), "{plan}");
+        let plan = explain(
+            &mut engine,
+            "SET shed = 'window'; EXPLAIN SELECT host FROM s WHERE severity > 1;",
+        );
+        let e = plan.err().unwrap().to_string();
+        assert!(e.contains("shed = 'window' needs a windowed aggregate"), "{e}");
+        let plan = explain(&mut engine, "SET shed = 'random'; EXPLAIN SELECT host FROM s;").unwrap();
+        assert!(plan.contains("task 1: shed random under 2000 ms"), "{plan}");
+    }
+
+    #[test]
+    fn queries_shedding_cannot_mark_are_refused() {
+        let mut engine = shed_engine(", shed = 'random'").unwrap();
+        let e = explain(
+            &mut engine,
+            "EXPLAIN SELECT host, count(*) AS n FROM s GROUP BY host EMIT CHANGES;",
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.contains("load shedding cannot apply to this query"), "{e}");
+        let e = explain(
+            &mut engine,
+            "EXPLAIN SELECT window_start, n FROM (SELECT window_start, window_end, count(*) AS n
+               FROM TUMBLE(s, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end, host)
+             GROUP BY window_start, window_end, n;",
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.contains("load shedding cannot apply"), "{e}");
+    }
 }
