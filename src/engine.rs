@@ -1662,13 +1662,31 @@ mod tests {
     #[test]
     fn bad_shed_options_are_rejected_with_the_reason() {
         for (options, expected) in [
-            (", shed = 'sometimes'", "shed must be 'random', 'priority', 'window' or 'off'"),
+            (
+                ", shed = 'sometimes'",
+                "shed must be 'random', 'priority', 'window' or 'off'",
+            ),
             (", shed = 'priority'", "shed = 'priority' needs shed_keep"),
-            (", shed = 'random', max_latency = 'soon'", "bad value 'soon' for option 'max_latency'"),
-            (", shed = 'random', max_latency = '0 seconds'", "max_latency must be longer than 0"),
-            (", shed = 'priority', shed_keep = 'severity + 1'", "not a boolean"),
-            (", shed = 'priority', shed_keep = 'level > 2'", "bad shed_keep 'level > 2'"),
-            (", shed = 'random', shed_scale = 'yes'", "shed_scale must be 'true' or 'false'"),
+            (
+                ", shed = 'random', max_latency = 'soon'",
+                "bad value 'soon' for option 'max_latency'",
+            ),
+            (
+                ", shed = 'random', max_latency = '0 seconds'",
+                "max_latency must be longer than 0",
+            ),
+            (
+                ", shed = 'priority', shed_keep = 'severity + 1'",
+                "not a boolean",
+            ),
+            (
+                ", shed = 'priority', shed_keep = 'level > 2'",
+                "bad shed_keep 'level > 2'",
+            ),
+            (
+                ", shed = 'random', shed_scale = 'yes'",
+                "shed_scale must be 'true' or 'false'",
+            ),
         ] {
             let e = shed_engine(options).err().expect(options).to_string();
             assert!(e.contains(expected), "{options}: {e}");
@@ -1690,7 +1708,10 @@ mod tests {
         assert!(plan.contains("count and sum scaled up"), "{plan}");
         let plan = explain(&mut engine, &format!("SET shed = 'off'; {WINDOWED}")).unwrap();
         assert!(!plan.contains("shed"), "{plan}");
-        let e = explain(&mut engine, "SET shed = 'often';").err().unwrap().to_string();
+        let e = explain(&mut engine, "SET shed = 'often';")
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("shed must be"), "{e}");
     }
 
@@ -1704,8 +1725,15 @@ mod tests {
             "SET shed = 'window'; EXPLAIN SELECT host FROM s WHERE severity > 1;",
         );
         let e = plan.err().unwrap().to_string();
-        assert!(e.contains("shed = 'window' needs a windowed aggregate"), "{e}");
-        let plan = explain(&mut engine, "SET shed = 'random'; EXPLAIN SELECT host FROM s;").unwrap();
+        assert!(
+            e.contains("shed = 'window' needs a windowed aggregate"),
+            "{e}"
+        );
+        let plan = explain(
+            &mut engine,
+            "SET shed = 'random'; EXPLAIN SELECT host FROM s;",
+        )
+        .unwrap();
         assert!(plan.contains("task 1: shed random under 2000 ms"), "{plan}");
     }
 
@@ -1719,7 +1747,10 @@ mod tests {
         .err()
         .unwrap()
         .to_string();
-        assert!(e.contains("load shedding cannot apply to this query"), "{e}");
+        assert!(
+            e.contains("load shedding cannot apply to this query"),
+            "{e}"
+        );
         let e = explain(
             &mut engine,
             "EXPLAIN SELECT window_start, n FROM (SELECT window_start, window_end, count(*) AS n

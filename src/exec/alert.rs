@@ -48,6 +48,9 @@ pub struct AlertOp {
     keys: HashMap<OwnedRow, KeyState>,
     /// Rows whose event time the watermark has not passed yet.
     waiting: Vec<RecordBatch>,
+    /// Over shed input: the `_shed_fraction` column of the input, and the
+    /// query's counters, for the `approximate` column.
+    approximate: Option<(usize, Arc<super::QueryStats>)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -100,7 +103,38 @@ impl AlertOp {
             resolve_template,
             keys: HashMap::new(),
             waiting: Vec::new(),
+            approximate: None,
         })
+    }
+
+    /// Marks each output row `approximate` (a last output column) when the
+    /// input row it comes from had `_shed_fraction` (input column
+    /// `fraction`) above 0; a change no row caused (a deadman firing, whose
+    /// silence shedding may have made) is approximate once the query has
+    /// shed anything (`stats`).
+    pub fn with_approximate(mut self, fraction: usize, stats: Arc<super::QueryStats>) -> Self {
+        self.approximate = Some((fraction, stats));
+        self
+    }
+
+    /// The `approximate` column for `changes`, whose rows index `batch`.
+    fn approximate_column(
+        &self,
+        (fraction, stats): &(usize, Arc<super::QueryStats>),
+        changes: &[Change],
+        batch: Option<&RecordBatch>,
+    ) -> ArrayRef {
+        let shed = stats.shed_rows.load(std::sync::atomic::Ordering::Relaxed) > 0;
+        let fractions = batch.map(|b| {
+            b.column(*fraction)
+                .as_primitive::<datafusion::arrow::datatypes::Float64Type>()
+                .clone()
+        });
+        let marks = changes.iter().map(|c| match (c.row, &fractions) {
+            (Some(r), Some(f)) => f.value(r as usize) > 0.0,
+            _ => shed,
+        });
+        Arc::new(BooleanArray::from_iter(marks.map(Some)))
     }
 
     /// The key columns of `batch` as the converter reads them: a constant
@@ -253,6 +287,10 @@ impl AlertOp {
                 false => cast(&c, f.data_type()),
             })
             .collect::<std::result::Result<Vec<_>, _>>()?;
+        let mut columns = columns;
+        if let Some(approximate) = &self.approximate {
+            columns.push(self.approximate_column(approximate, changes, batch));
+        }
         Ok(RecordBatch::try_new(self.output.clone(), columns)?)
     }
 }

@@ -604,11 +604,20 @@ impl Builder {
         }
         if let Some(alert) = node.as_any().downcast_ref::<AlertNode>() {
             let mut built = self.build(&alert.input)?;
-            shed::refuse(&built, "ALERT")?;
-            let input = Arc::new(alert.input.schema().as_arrow().clone());
-            let output = Arc::new(node.schema().as_arrow().clone());
+            let mut input = Arc::new(alert.input.schema().as_arrow().clone());
+            let mut output = Arc::new(node.schema().as_arrow().clone());
+            let approximate = built.shed_fraction.then_some(input.fields().len());
+            if let (Some(plan), true) = (&self.shed, built.shed_fraction) {
+                input = shed::with_fraction(&input);
+                output = shed::with_approximate(&output);
+                plan.alert();
+                built.shed_fraction = false;
+            }
             let keys = columns(&input, &alert.spec.keys);
-            let op = AlertOp::try_new(alert.spec.clone(), input, output)?;
+            let mut op = AlertOp::try_new(alert.spec.clone(), input, output)?;
+            if let Some(fraction) = approximate {
+                op = op.with_approximate(fraction, self.stats.clone());
+            }
             built.ops.push((Box::new(op), Placement::Stage(Some(keys))));
             built.window = None;
             return Ok(built);

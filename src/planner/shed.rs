@@ -4,6 +4,9 @@
 //! results the `_shed_fraction` column, carried through the projections,
 //! filters and limits above it.
 //!
+//! An alert over such results turns `_shed_fraction` into its own last
+//! column, `approximate` (see [`crate::exec::AlertOp::with_approximate`]).
+//!
 //! Supported: queries of one stream without an aggregate, and queries of
 //! one stream with a windowed (TUMBLE or HOP) aggregate whose grouping keys
 //! are columns of the stream. Anything else over a shedding stream is
@@ -39,6 +42,8 @@ pub(super) struct ShedPlan {
     /// Whether this build's results end with a marker column after
     /// `_shed_fraction`.
     marked: Rc<Cell<bool>>,
+    /// Whether an alert turned `_shed_fraction` into `approximate`.
+    alerted: Rc<Cell<bool>>,
 }
 
 impl ShedPlan {
@@ -49,6 +54,7 @@ impl ShedPlan {
             keyed: Arc::default(),
             placed: Rc::default(),
             marked: Rc::default(),
+            alerted: Rc::default(),
         }
     }
 
@@ -57,6 +63,7 @@ impl ShedPlan {
         Self {
             placed: Rc::default(),
             marked: Rc::default(),
+            alerted: Rc::default(),
             ..self.clone()
         }
     }
@@ -67,6 +74,10 @@ impl ShedPlan {
 
     pub(super) fn mark(&self) {
         self.marked.set(true);
+    }
+
+    pub(super) fn alert(&self) {
+        self.alerted.set(true);
     }
 
     /// Puts the shed op ahead of the windowed `aggregate` (over windows
@@ -178,6 +189,9 @@ impl Builder {
         only_one_input(built)?;
         let schema = plan.schema().as_arrow();
         if shed.placed() {
+            if shed.alerted.get() {
+                return Ok(with_approximate(&Arc::new(schema.clone())));
+            }
             if !built.shed_fraction {
                 return Err(unsupported(
                     "what it does with the windowed results drops their _shed_fraction".into(),
@@ -276,6 +290,16 @@ pub(super) fn with_fraction(schema: &SchemaRef) -> SchemaRef {
     fields.push(Arc::new(fraction_field()));
     Arc::new(Schema::new(fields))
 }
+
+/// `schema` with the alert column `approximate` last.
+pub(super) fn with_approximate(schema: &SchemaRef) -> SchemaRef {
+    let mut fields = schema.fields().to_vec();
+    fields.push(Arc::new(Field::new(APPROXIMATE, DataType::Boolean, false)));
+    Arc::new(Schema::new(fields))
+}
+
+/// The column that marks alert rows computed from shed input.
+pub const APPROXIMATE: &str = "approximate";
 
 fn fraction_field() -> Field {
     Field::new(SHED_FRACTION, DataType::Float64, false)
