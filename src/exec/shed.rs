@@ -18,9 +18,10 @@
 //!
 //! # The controller
 //!
-//! Every [`TICK`] it estimates the query's latency as the sum, over its
-//! queues, of queued rows divided by the rate they drain at (an average of
-//! the `received_rows` deltas per tick), plus, for live data only, the
+//! Every [`TICK`] it estimates the query's latency as the time its queued
+//! rows take to drain: per queue, queued rows divided by the rate it drains
+//! at (an average of the `received_rows` deltas per tick), the most of a
+//! stage's instances, summed over the stages; plus, for live data only, the
 //! event-time lag: the larger of the lag of the rows reaching the shed op
 //! (wall clock minus the largest event time seen) and that of the query's
 //! sink (wall clock minus `QueryStats::watermark`, less the watermark
@@ -481,14 +482,15 @@ struct QueueWatch {
 }
 
 impl QueueWatch {
-    /// Seconds of work queued: per queue, rows waiting over the rate it
-    /// drains at, summed (the queues are in series). A queue not yet seen
-    /// draining counts for nothing.
+    /// Milliseconds of work queued: per queue, rows waiting over the rate
+    /// it drains at; per stage the most of its instances' queues (they
+    /// drain side by side), summed over the stages (they drain one after
+    /// another). A queue not yet seen draining counts for nothing.
     fn delay_ms(&mut self, queues: &[Arc<QueueGauge>], now: Instant) -> f64 {
         let elapsed = self.last.map(|t| now.duration_since(t).as_secs_f64());
         self.last = Some(now);
         self.drains.resize_with(queues.len(), QueueDrain::default);
-        let mut total = 0.0;
+        let mut stages: HashMap<&str, f64> = HashMap::new();
         for (queue, drain) in queues.iter().zip(&mut self.drains) {
             let received = queue.received_rows.load(Ordering::Relaxed);
             if let Some(dt) = elapsed.filter(|dt| *dt > 0.0) {
@@ -500,11 +502,14 @@ impl QueueWatch {
             }
             drain.received = received;
             let queued = queue.queued_rows.load(Ordering::Relaxed) as f64;
-            if let Some(rate) = drain.rows_per_s.filter(|r| *r > 0.0) {
-                total += queued / rate * 1000.0;
-            }
+            let delay = match drain.rows_per_s.filter(|r| *r > 0.0) {
+                Some(rate) => queued / rate * 1000.0,
+                None => 0.0,
+            };
+            let stage = stages.entry(queue.stage.as_str()).or_default();
+            *stage = stage.max(delay);
         }
-        total
+        stages.values().sum()
     }
 }
 
@@ -1319,5 +1324,70 @@ mod tests {
                 key_hashes(&[Arc::new(StringArray::from(vec![host])) as ArrayRef], 1).unwrap()[0];
             assert_eq!(ledger.window(0, key), again_ledger.window(0, key));
         }
+    }
+
+    #[test]
+    fn queue_gauges_drive_the_drop_fraction_up_and_then_down() {
+        let (mut op, stats) = op(ShedPolicy::Random, None);
+        let gauge = Arc::new(QueueGauge::new("s1", "s1"));
+        stats.metrics.add_queue(gauge.clone());
+        let mut out = Vec::new();
+        op.on_tick(&mut out).unwrap();
+        // Draining 1000 rows a tick (10k/s) with 50k waiting: 5 s queued,
+        // against max_latency 2 s.
+        for tick in 1..=10u64 {
+            gauge.received_rows.store(tick * 1_000, Ordering::Relaxed);
+            gauge.queued_rows.store(50_000, Ordering::Relaxed);
+            std::thread::sleep(TICK);
+            op.on_tick(&mut out).unwrap();
+        }
+        let raised = op.drop_fraction();
+        assert!(raised > 0.5, "{raised}");
+        // The queue empties: the fraction decays.
+        for tick in 11..=20u64 {
+            gauge.received_rows.store(tick * 1_000, Ordering::Relaxed);
+            gauge.queued_rows.store(0, Ordering::Relaxed);
+            std::thread::sleep(TICK);
+            op.on_tick(&mut out).unwrap();
+        }
+        let decayed = op.drop_fraction();
+        assert!(decayed < raised * 0.9, "{raised} then {decayed}");
+    }
+
+    #[test]
+    fn instances_of_a_stage_count_once_and_stages_add_up() {
+        let gauge = |stage: &str, queued: u64| {
+            let g = Arc::new(QueueGauge::new(stage, stage));
+            g.queued_rows.store(queued, Ordering::Relaxed);
+            g
+        };
+        let queues = vec![gauge("s1", 100), gauge("s1", 300), gauge("s2", 200)];
+        let mut watch = QueueWatch::default();
+        let start = Instant::now();
+        assert_eq!(watch.delay_ms(&queues, start), 0.0, "no drain rate yet");
+        for q in &queues {
+            q.received_rows.store(100, Ordering::Relaxed);
+        }
+        // 100 rows in a second each: s1 waits 3 s (its slower instance),
+        // s2 2 s.
+        let delay = watch.delay_ms(&queues, start + Duration::from_secs(1));
+        assert!((delay - 5_000.0).abs() < 1e-6, "{delay}");
+    }
+
+    #[test]
+    fn a_replay_of_old_data_is_never_shed() {
+        let ledger = ledger();
+        let (mut op, stats) = op(ShedPolicy::Random, Some(windows(&ledger)));
+        let gauge = Arc::new(QueueGauge::new("s1", "s1"));
+        stats.metrics.add_queue(gauge.clone());
+        let mut out = Vec::new();
+        // Event times of 1970: not live.
+        op.on_batch(rows(0, 10, 1), &mut out).unwrap();
+        for tick in 1..=5u64 {
+            gauge.received_rows.store(tick, Ordering::Relaxed);
+            gauge.queued_rows.store(1_000_000, Ordering::Relaxed);
+            op.on_tick(&mut out).unwrap();
+        }
+        assert_eq!(op.drop_fraction(), 0.0);
     }
 }
