@@ -1688,7 +1688,7 @@ mod tests {
                 "shed_scale must be 'true' or 'false'",
             ),
         ] {
-            let e = shed_engine(options).err().expect(options).to_string();
+            let e = shed_engine(options).expect_err(options).to_string();
             assert!(e.contains(expected), "{options}: {e}");
         }
     }

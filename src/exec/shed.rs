@@ -205,6 +205,9 @@ pub struct ShedConfig {
     pub scale: bool,
 }
 
+/// Per (pane, key hash), kept and dropped rows.
+pub type Counts = HashMap<(i64, u64), Tally>;
+
 /// Kept and dropped rows of one (pane, key).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Tally {
@@ -276,7 +279,7 @@ impl ShedLedger {
     }
 
     /// Adds counts.
-    pub fn record(&self, counts: &HashMap<(i64, u64), Tally>) {
+    pub fn record(&self, counts: &Counts) {
         let mut inner = self.lock();
         for (&(pane, key), t) in counts {
             let entry = inner.panes.entry(pane).or_default().entry(key).or_default();
@@ -669,12 +672,12 @@ impl ShedOp {
     }
 
     /// Decides each row: true to keep.
-    fn decide(&mut self, batch: &RecordBatch) -> Result<(Vec<bool>, HashMap<(i64, u64), Tally>)> {
+    fn decide(&mut self, batch: &RecordBatch) -> Result<(Vec<bool>, Counts)> {
         let rows = batch.num_rows();
         let p = self.controller.drop;
         let protected = self.protected(batch)?;
         let mut keep = Vec::with_capacity(rows);
-        let mut counts: HashMap<(i64, u64), Tally> = HashMap::new();
+        let mut counts: Counts = HashMap::new();
         let Some(w) = &self.windows else {
             for row in 0..rows {
                 let kept = protected
@@ -692,7 +695,7 @@ impl ShedOp {
         let key_columns: Vec<ArrayRef> = w.keys.iter().map(|&i| batch.column(i).clone()).collect();
         let keys = key_hashes(&key_columns, rows)?;
         let size = w.spec.size_ms();
-        for row in 0..rows {
+        for (row, &key) in keys.iter().enumerate() {
             let Some(t) = times.is_valid(row).then(|| times.value(row)) else {
                 keep.push(true);
                 continue;
@@ -710,8 +713,8 @@ impl ShedOp {
                     .decisions
                     .entry(pane)
                     .or_default()
-                    .entry(keys[row])
-                    .or_insert_with(|| unit(mix(pane as u64, keys[row])) >= p),
+                    .entry(key)
+                    .or_insert_with(|| unit(mix(pane as u64, key)) >= p),
                 _ => {
                     protected
                         .as_ref()
@@ -720,7 +723,7 @@ impl ShedOp {
                         || self.rng.f64() >= p
                 }
             };
-            let tally = counts.entry((pane, keys[row])).or_default();
+            let tally = counts.entry((pane, key)).or_default();
             if kept {
                 tally.kept += 1;
                 self.max_kept = self.max_kept.max(t);
@@ -1206,7 +1209,7 @@ mod tests {
             ledger: ledger.clone(),
             scale: false,
         };
-        for (&(pane, ref host), _) in &kept {
+        for &(pane, ref host) in kept.keys() {
             let keys: ArrayRef = Arc::new(StringArray::from(vec![host.as_str()]));
             let f = output.fractions(pane, &[keys], 1).unwrap();
             assert_eq!(f.value(0), 0.0, "a surviving window is exact");
