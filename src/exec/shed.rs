@@ -522,7 +522,9 @@ impl QueueWatch {
 /// Contract: it hands on the rows it keeps in their order and every
 /// watermark unchanged; it never drops a row the window operator after it
 /// would find late; `QueryStats::shed_rows` and the ledger (when given)
-/// count exactly the rows it dropped.
+/// count exactly the rows it dropped. With windows, it also sends the
+/// watermark its dropped rows make when that closes a pane, so windows
+/// fire on time when the latest rows were dropped.
 pub struct ShedOp {
     policy: ShedPolicy,
     keep: Option<Arc<dyn PhysicalExpr>>,
@@ -532,8 +534,8 @@ pub struct ShedOp {
     rng: fastrand::Rng,
     /// For `window`: per pane, each key's decision (true to keep).
     decisions: BTreeMap<i64, HashMap<u64, bool>>,
-    /// The largest event time of a row handed on, as the window operator
-    /// after it sees it.
+    /// The largest event time the window operator after it has seen: of
+    /// a row handed on, or `delay` past a watermark sent.
     max_kept: i64,
     /// The largest event time of any row.
     max_seen: i64,
@@ -781,6 +783,7 @@ impl Operator for ShedOp {
         {
             w.ledger.record(&counts);
         }
+        self.send_dropped_time(out)?;
         self.batch_rows = self.batch_rows.max(batch.num_rows());
         if dropped == 0 && self.held.is_empty() {
             out.push(Message::Batch(batch));
@@ -877,6 +880,30 @@ impl Operator for ShedOp {
 }
 
 impl ShedOp {
+    /// Where dropped rows are the latest, the window operator after this
+    /// one would not see event time advance, and windows would wait for a
+    /// kept row to fire: when the rows seen close a pane that the kept ones
+    /// have not, send (after the rows held) the watermark they make.
+    fn send_dropped_time(&mut self, out: &mut Vec<Message>) -> Result<()> {
+        let Some(w) = &self.windows else {
+            return Ok(());
+        };
+        if self.max_seen <= self.max_kept {
+            return Ok(());
+        }
+        let watermark = self.max_seen.saturating_sub(w.delay_ms);
+        let kept = self.max_kept.saturating_sub(w.delay_ms);
+        if self.max_kept != i64::MIN
+            && w.spec.closed_windows(watermark) <= w.spec.closed_windows(kept)
+        {
+            return Ok(());
+        }
+        self.max_kept = self.max_seen;
+        self.flush(out)?;
+        out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+
     /// Hands on the kept rows held back.
     fn flush(&mut self, out: &mut Vec<Message>) -> Result<()> {
         if self.held_rows == 0 {

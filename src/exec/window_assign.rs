@@ -149,7 +149,11 @@ impl Operator for WindowAssignOp {
         Ok(())
     }
 
+    /// A watermark from upstream also judges the rows after it, as a row
+    /// `delay` past it would: a shed operator before this one sends one
+    /// for the event time of the rows it dropped.
     fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
+        self.max_seen = self.max_seen.max(watermark.saturating_add(self.delay_ms));
         self.closed = self.closed.max(self.spec.closed_windows(watermark));
         out.push(Message::Watermark(watermark));
         Ok(())
