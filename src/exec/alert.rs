@@ -642,4 +642,73 @@ mod tests {
         state.phase = Phase::Firing { since: 40 };
         assert_eq!(step_absent(&mut state, 70, 10), [(false, 70, 40)]);
     }
+
+    /// Rows of windows that lost rows to shedding make approximate alert
+    /// rows; rows of exact windows do not.
+    #[test]
+    fn alert_rows_from_shed_windows_are_approximate() {
+        use datafusion::arrow::array::Float64Array;
+        let input = Arc::new(Schema::new(vec![
+            Field::new("t", DataType::Timestamp(TimeUnit::Millisecond, None), false),
+            Field::new("hot", DataType::Boolean, false),
+            Field::new("_shed_fraction", DataType::Float64, false),
+        ]));
+        let spec = AlertSpec {
+            name: "a".into(),
+            keys: Vec::new(),
+            event_time: 0,
+            rule: AlertRule::When {
+                when: 1,
+                resolve: None,
+                hold: AlertHold::Now,
+            },
+            values: Vec::new(),
+            step_ms: None,
+            severity: None,
+            message: None,
+            resolve_message: None,
+        };
+        let text = |name: &str| Field::new(name, DataType::Utf8, true);
+        let time = |name: &str| {
+            Field::new(
+                name,
+                DataType::Timestamp(TimeUnit::Millisecond, None),
+                false,
+            )
+        };
+        let output = Arc::new(Schema::new(vec![
+            text("alert"),
+            text("state"),
+            time("event_time"),
+            time("since"),
+            text("severity"),
+            text("message"),
+            Field::new("approximate", DataType::Boolean, false),
+        ]));
+        let stats = Arc::new(super::super::QueryStats::default());
+        let mut op = AlertOp::try_new(spec, input.clone(), output)
+            .unwrap()
+            .with_approximate(2, stats);
+        let batch = RecordBatch::try_new(
+            input,
+            vec![
+                Arc::new(TimestampMillisecondArray::from(vec![1_000, 2_000, 3_000])),
+                Arc::new(BooleanArray::from(vec![true, false, true])),
+                Arc::new(Float64Array::from(vec![0.25, 0.0, 0.0])),
+            ],
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        op.on_batch(batch, &mut out).unwrap();
+        op.on_watermark(END_OF_INPUT, &mut out).unwrap();
+        let Message::Batch(rows) = &out[0] else {
+            panic!("{out:?}")
+        };
+        let marks = rows.column(6).as_boolean();
+        // Fires at 1 s (shed window), resolves at 2 s, fires at 3 s.
+        assert_eq!(
+            marks.iter().collect::<Vec<_>>(),
+            vec![Some(true), Some(false), Some(false)]
+        );
+    }
 }

@@ -52,6 +52,27 @@
 //! pane. Both counts are taken before the query's `WHERE`, so
 //! `_shed_fraction` is the share of the stream's rows of that window and
 //! key that were dropped.
+//!
+//! # Scaling
+//!
+//! With `shed_scale = 'true'`, the aggregate multiplies `count` and `sum`
+//! by `1 / (1 - f)`, `f` being the row's `_shed_fraction`: the
+//! Horvitz-Thompson estimator, each kept row standing for the `1 / (1 - f)`
+//! rows it was sampled from, unbiased when the rows kept are a uniform
+//! sample (`random`). It is not applied under `priority`, whose kept rows
+//! are chosen by a predicate and are not a uniform sample. Under `window`,
+//! a (pane, key) is kept or dropped whole, so a tumbling window that
+//! survives has `f = 0` and is left as it is; a hopping window some of
+//! whose panes were dropped is scaled from the panes it kept, as if they
+//! were a sample of its panes; a window whose every pane was dropped has no
+//! result at all.
+//!
+//! With several instances of the aggregate, each reads the ledger for its
+//! own keys only; an entry is forgotten once every instance's watermark
+//! has passed the last window holding it.
+//!
+//! Not counted here: `SourceStats::shed_rows` (per stream, over its
+//! queries) is for the front ends to sum from the queries reading it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
