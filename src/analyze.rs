@@ -435,6 +435,9 @@ mod tests {
         assert_eq!(duration(1), "1 us");
         assert_eq!(duration(3_240_000), "3.2 ms");
         assert_eq!(duration(1_250_000_000), "1.25 s");
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
         assert_eq!(thousands(1234567), "1,234,567");
     }
 }
