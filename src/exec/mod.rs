@@ -404,6 +404,10 @@ impl Chain {
     }
 
     fn process_from(&mut self, first: usize, mut current: Vec<Message>) -> Result<Vec<Message>> {
+        // One clock read per call: each call's end starts the next one's
+        // time, so the little bookkeeping between calls is charged to the
+        // call after it.
+        let mut clock = std::time::Instant::now();
         for index in first..self.ops.len() {
             let op = &mut self.ops[index];
             let metrics = &self.metrics[index];
@@ -419,7 +423,6 @@ impl Chain {
                     _ => {}
                 }
                 let emitted = next.len();
-                let started = std::time::Instant::now();
                 match message {
                     Message::Batch(batch) => op.on_batch(batch, &mut next)?,
                     Message::Changes(batch, kind) => op.on_changes(batch, kind, &mut next)?,
@@ -432,7 +435,7 @@ impl Chain {
                     }
                     Message::Epoch => next.push(Message::Epoch),
                 }
-                measure(metrics, started, rows_in, &next[emitted..]);
+                measure(metrics, &mut clock, rows_in, &next[emitted..]);
             }
             current = next;
         }
@@ -450,9 +453,9 @@ impl Chain {
         let mut out = Vec::new();
         for i in 0..self.ops.len() {
             let mut produced = Vec::new();
-            let started = std::time::Instant::now();
+            let mut clock = std::time::Instant::now();
             self.ops[i].on_tick(&mut produced)?;
-            measure(&self.metrics[i], started, 0, &produced);
+            measure(&self.metrics[i], &mut clock, 0, &produced);
             if !produced.is_empty() {
                 out.extend(self.process_from(i + 1, produced)?);
             }
@@ -474,17 +477,19 @@ fn message_rows(message: &Message) -> u64 {
     }
 }
 
-/// Charges one call of an operator, begun at `started`, that took
-/// `rows_in` rows and emitted `emitted`. The chain is the only writer of
-/// its operators' rows and busy time, so a plain load and store does,
-/// without the cost of an atomic add on every message.
+/// Charges one call of an operator, begun at `clock` (moved on to now),
+/// that took `rows_in` rows and emitted `emitted`. The chain is the only
+/// writer of its operators' rows and busy time, so a plain load and store
+/// does, without the cost of an atomic add on every message.
 fn measure(
     metrics: &metrics::OperatorMetrics,
-    started: std::time::Instant,
+    clock: &mut std::time::Instant,
     rows_in: u64,
     emitted: &[Message],
 ) {
-    let busy = started.elapsed().as_nanos() as u64;
+    let now = std::time::Instant::now();
+    let busy = now.duration_since(*clock).as_nanos() as u64;
+    *clock = now;
     let rows_out: u64 = emitted.iter().map(message_rows).sum();
     add(&metrics.busy_ns, busy);
     if rows_in > 0 {
