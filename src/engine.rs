@@ -82,7 +82,8 @@ pub fn drop_routed_alerts(queries: Vec<PreparedQuery>) -> Vec<PreparedQuery> {
 pub enum Outcome {
     /// A stream or sink was declared, or a setting changed.
     Done,
-    /// `EXPLAIN` text.
+    /// `EXPLAIN` text; for `EXPLAIN ANALYZE`, with the measurements of
+    /// the query, which ran to the end of its input before this returned.
     Explain(String),
     /// A continuous query, ready to run.
     Query(Box<PreparedQuery>),

@@ -310,7 +310,8 @@ pub(crate) fn append_synced(path: &Path, line: &str) -> Result<()> {
 pub enum Executed {
     /// A stream, sink, view, invariant or setting was declared.
     Done,
-    /// `EXPLAIN` text.
+    /// `EXPLAIN` text (`EXPLAIN ANALYZE`: with what the query measured
+    /// when it ran to the end of its input).
     Explain(String),
     /// A continuous query was started.
     Query(QueryHandle),
