@@ -20,14 +20,16 @@ use crate::error::{Error, Result};
 use crate::exec::QueryStats;
 use crate::exec::metrics::{LatencyHistogram, QueryMetrics};
 use crate::planner::{QueryGraph, never_ends};
+use crate::runtime::checkpoint::{input_prefix, stage_prefix};
 use crate::runtime::{RunReport, RunnableQuery};
 
 /// One operator of a query: its measurements summed over the instances of
 /// its stage.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperatorRow {
-    /// The index of its stage.
-    pub stage: usize,
+    /// Its stage, as checkpoints name it (`s1`, or `in0.s0` for a stage
+    /// of input 0 before the inputs meet).
+    pub stage: String,
     /// Its position in its stage's chain.
     pub index: usize,
     /// What `EXPLAIN` calls it.
@@ -68,7 +70,7 @@ pub fn operator_rows(metrics: &QueryMetrics) -> Vec<OperatorRow> {
             }
             None => {
                 rows.push(OperatorRow {
-                    stage: op.stage,
+                    stage: op.stage.clone(),
                     index: op.index,
                     name: op.name.clone(),
                     instances: 1,
@@ -98,15 +100,31 @@ pub fn bottleneck(rows: &[OperatorRow]) -> Option<usize> {
         .map(|(i, _)| i)
 }
 
-/// The operators as a table, the bottleneck marked with `*`.
-pub fn operator_table(rows: &[OperatorRow]) -> String {
+/// Per stage name, the number of the task `EXPLAIN` shows it as: the
+/// stages of each input in turn, then those after the inputs meet.
+pub fn task_numbers(graph: &QueryGraph) -> Vec<(String, usize)> {
+    let before = graph.inputs.iter().enumerate().flat_map(|(i, input)| {
+        (0..input.stages.len()).map(move |j| input_prefix(i, j))
+    });
+    let after = (0..graph.stages.len()).map(stage_prefix);
+    before
+        .chain(after)
+        .enumerate()
+        .map(|(task, stage)| (stage, task + 1))
+        .collect()
+}
+
+/// The operators as a table, the bottleneck marked with `*`. With `tasks`
+/// (see [`task_numbers`]) stages are shown as `EXPLAIN`'s task numbers,
+/// else by name.
+pub fn operator_table(rows: &[OperatorRow], tasks: &[(String, usize)]) -> String {
     if rows.is_empty() {
         return "  no operator measured\n".into();
     }
     let slowest = bottleneck(rows);
     let mut table = vec![
         [
-            "stage",
+            if tasks.is_empty() { "stage" } else { "task" },
             "op",
             "instances",
             "rows in",
@@ -118,8 +136,12 @@ pub fn operator_table(rows: &[OperatorRow]) -> String {
         .to_vec(),
     ];
     for row in rows {
+        let stage = match tasks.iter().find(|(name, _)| *name == row.stage) {
+            Some((_, task)) => task.to_string(),
+            None => row.stage.clone(),
+        };
         table.push(vec![
-            (row.stage + 1).to_string(),
+            stage,
             (row.index + 1).to_string(),
             row.instances.to_string(),
             thousands(row.rows_in),
@@ -201,7 +223,7 @@ fn last_bound() -> u64 {
 /// Everything `.stats` shows of one running query: operators, queues and
 /// latency.
 pub fn live_text(stats: &QueryStats) -> String {
-    let mut text = operator_table(&operator_rows(&stats.metrics));
+    let mut text = operator_table(&operator_rows(&stats.metrics), &[]);
     let queues = queue_table(&stats.metrics);
     if !queues.is_empty() {
         text.push_str("queues:\n");
@@ -234,6 +256,7 @@ pub fn check_finite(graph: &QueryGraph) -> Result<()> {
 pub fn run(graph: QueryGraph) -> Result<String> {
     check_finite(&graph)?;
     let stats = graph.stats.clone();
+    let tasks = task_numbers(&graph);
     let (report, wall) = std::thread::scope(|scope| {
         std::thread::Builder::new()
             .name("vigil-analyze".into())
@@ -242,7 +265,7 @@ pub fn run(graph: QueryGraph) -> Result<String> {
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })?;
-    Ok(analysis(&stats, &report, wall))
+    Ok(analysis(&stats, &report, wall, &tasks))
 }
 
 fn run_to_end(graph: QueryGraph) -> Result<(RunReport, std::time::Duration)> {
@@ -260,7 +283,12 @@ fn run_to_end(graph: QueryGraph) -> Result<(RunReport, std::time::Duration)> {
 }
 
 /// The text after the plan: operators, then totals.
-fn analysis(stats: &QueryStats, report: &RunReport, wall: std::time::Duration) -> String {
+fn analysis(
+    stats: &QueryStats,
+    report: &RunReport,
+    wall: std::time::Duration,
+    tasks: &[(String, usize)],
+) -> String {
     let rows_read: u64 = report
         .streams
         .iter()
@@ -270,7 +298,7 @@ fn analysis(stats: &QueryStats, report: &RunReport, wall: std::time::Duration) -
         .sum();
     let load = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::Relaxed);
     let mut text = String::from("analyzed (the query ran to the end of its input):\n");
-    text.push_str(&operator_table(&operator_rows(&stats.metrics)));
+    text.push_str(&operator_table(&operator_rows(&stats.metrics), tasks));
     let _ = write!(
         text,
         "totals: {} rows read, {} result rows, {} late, {} shed, wall time {}",
@@ -348,7 +376,7 @@ mod tests {
     use crate::exec::metrics::{OperatorMetrics, QueueGauge};
 
     fn op(
-        stage: usize,
+        stage: &str,
         instance: usize,
         index: usize,
         name: &str,
@@ -356,7 +384,7 @@ mod tests {
     ) -> Arc<OperatorMetrics> {
         let m = OperatorMetrics {
             name: name.into(),
-            stage,
+            stage: stage.into(),
             instance,
             index,
             ..Default::default()
@@ -371,10 +399,10 @@ mod tests {
     #[test]
     fn instances_are_summed_and_the_bottleneck_is_per_instance() {
         let metrics = QueryMetrics::default();
-        metrics.add_operator(op(0, 0, 0, "filter", [1000, 120, 3_000_000, 0]));
+        metrics.add_operator(op("s0", 0, 0, "filter", [1000, 120, 3_000_000, 0]));
         for instance in 0..2 {
             metrics.add_operator(op(
-                1,
+                "s1",
                 instance,
                 0,
                 "window aggregate",
@@ -395,7 +423,11 @@ mod tests {
         );
         // 4 ms over two instances is less than the filter's 3 ms.
         assert_eq!(bottleneck(&rows), Some(0));
-        let table = operator_table(&rows);
+        let table = operator_table(&rows, &[("s0".into(), 1), ("s1".into(), 2)]);
+        assert!(table.starts_with("  task"), "{table}");
+        let live = operator_table(&rows, &[]);
+        assert!(live.starts_with("  stage"), "{live}");
+        assert!(live.contains("\n     s1  "), "{live}");
         assert!(table.contains("* filter"), "{table}");
         assert!(table.contains("  window aggregate"), "{table}");
         assert!(table.contains("1,000"), "{table}");
@@ -404,8 +436,8 @@ mod tests {
     #[test]
     fn nothing_busy_marks_no_bottleneck() {
         let metrics = QueryMetrics::default();
-        metrics.add_operator(op(0, 0, 0, "project", [0, 0, 0, 0]));
-        let table = operator_table(&operator_rows(&metrics));
+        metrics.add_operator(op("s0", 0, 0, "project", [0, 0, 0, 0]));
+        let table = operator_table(&operator_rows(&metrics), &[]);
         assert!(!table.contains('*'), "{table}");
     }
 
@@ -414,7 +446,7 @@ mod tests {
         let stats = QueryStats::default();
         assert_eq!(queue_table(&stats.metrics), "");
         assert_eq!(latency_line(&stats.metrics.latency), None);
-        let gauge = Arc::new(QueueGauge::new("stage 1 instance 0", 0));
+        let gauge = Arc::new(QueueGauge::new("stage 1 instance 0", "s0"));
         gauge.queued_rows.store(4096, Ordering::Relaxed);
         gauge.queued_messages.store(2, Ordering::Relaxed);
         stats.metrics.add_queue(gauge);

@@ -341,21 +341,21 @@ pub struct Chain {
 }
 
 impl Chain {
-    /// Fuses `ops`, first to last, as instance 0 of stage 0.
+    /// Fuses `ops`, first to last, as instance 0 of stage `s0`.
     pub fn new(ops: Vec<Box<dyn Operator>>) -> Self {
-        Self::placed(ops, 0, 0)
+        Self::placed(ops, "s0", 0)
     }
 
     /// Fuses `ops` as instance `instance` of stage `stage` (what its
     /// operators' [`metrics::OperatorMetrics`] say).
-    pub fn placed(ops: Vec<Box<dyn Operator>>, stage: usize, instance: usize) -> Self {
+    pub fn placed(ops: Vec<Box<dyn Operator>>, stage: &str, instance: usize) -> Self {
         let metrics = ops
             .iter()
             .enumerate()
             .map(|(index, op)| {
                 std::sync::Arc::new(metrics::OperatorMetrics {
                     name: op.describe(),
-                    stage,
+                    stage: stage.to_string(),
                     instance,
                     index,
                     ..Default::default()
@@ -577,7 +577,7 @@ mod tests {
         let pause = std::time::Duration::from_millis(3);
         let mut chain = Chain::placed(
             vec![Box::new(Halve { pause }), Box::new(Halve { pause })],
-            2,
+            "s2",
             1,
         );
         let out = chain.process(Message::Batch(rows(10))).unwrap();
@@ -593,7 +593,7 @@ mod tests {
         for m in [first, second] {
             // One batch each (the empty one never reaches an operator).
             assert!(m.busy_ns.load(Ordering::Relaxed) >= pause.as_nanos() as u64);
-            assert_eq!((m.stage, m.instance, m.name.as_str()), (2, 1, "halve"));
+            assert_eq!((m.stage.as_str(), m.instance, m.name.as_str()), ("s2", 1, "halve"));
         }
         assert_eq!((first.index, second.index), (0, 1));
     }

@@ -426,10 +426,10 @@ fn operators(out: &mut String, queries: &[QueryInfo]) {
         header(out, metric, "counter", help);
         for (id, list) in &rows {
             for row in list {
-                let (stage, index) = ((row.stage + 1).to_string(), (row.index + 1).to_string());
+                let index = (row.index + 1).to_string();
                 let labels = [
                     ("query", id.as_str()),
-                    ("stage", stage.as_str()),
+                    ("stage", row.stage.as_str()),
                     ("operator", index.as_str()),
                     ("name", row.name.as_str()),
                 ];
@@ -596,14 +596,14 @@ mod tests {
     fn queues_and_operators_are_labelled() {
         use crate::exec::metrics::{OperatorMetrics, QueueGauge};
         let stats = crate::exec::QueryStats::default();
-        let gauge = QueueGauge::new("stage 1 instance 0", 0);
+        let gauge = QueueGauge::new("stage 1 instance 0", "s0");
         gauge.queued_rows.store(12, Ordering::Relaxed);
         gauge.blocked_ns.store(1_500_000_000, Ordering::Relaxed);
         stats.metrics.add_queue(std::sync::Arc::new(gauge));
         for instance in 0..2 {
             let op = OperatorMetrics {
                 name: "filter x > 1".into(),
-                stage: 1,
+                stage: "s1".into(),
                 instance,
                 ..Default::default()
             };
@@ -615,7 +615,7 @@ mod tests {
         let queries = [query(stats)];
         queues(&mut out, &queries);
         operators(&mut out, &queries);
-        let labels = "query=\"3\",stage=\"2\",operator=\"1\",name=\"filter x > 1\"";
+        let labels = "query=\"3\",stage=\"s1\",operator=\"1\",name=\"filter x > 1\"";
         for line in [
             "vigil_queue_rows{query=\"3\",queue=\"stage 1 instance 0\"} 12".to_string(),
             "vigil_queue_blocked_seconds_total{query=\"3\",queue=\"stage 1 instance 0\"} 1.5"
