@@ -196,12 +196,8 @@ fn render(report: &RunReport, rate: &mut Rate, blocked: &mut Blocked) -> String 
         }
     }
     let late: u64 = report.queries.iter().map(|q| load(&q.late_rows)).sum();
-    // A stream's shedder and a query's count the rows each dropped.
-    shed += report
-        .queries
-        .iter()
-        .map(|q| load(&q.shed_rows))
-        .sum::<u64>();
+    // A stream's shed rows are those of every query reading it: adding
+    // the queries' would count them twice.
     let share = blocked.update(Instant::now(), blocked_ns, inputs.len());
     let per_second = rate.update(rows);
     let mut text = format!(
@@ -251,7 +247,8 @@ mod tests {
         b.buffered_rows.store(2500, Ordering::Relaxed);
         b.buffer_full.store(true, Ordering::Relaxed);
         let query = Arc::new(QueryStats::default());
-        query.shed_rows.store(1, Ordering::Relaxed);
+        query.shed_rows.store(4, Ordering::Relaxed);
+        b.shed_rows.store(1, Ordering::Relaxed);
         let report = RunReport {
             streams: vec![("a".into(), a), ("b".into(), b.clone())],
             queries: vec![query],
