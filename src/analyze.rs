@@ -103,9 +103,11 @@ pub fn bottleneck(rows: &[OperatorRow]) -> Option<usize> {
 /// Per stage name, the number of the task `EXPLAIN` shows it as: the
 /// stages of each input in turn, then those after the inputs meet.
 pub fn task_numbers(graph: &QueryGraph) -> Vec<(String, usize)> {
-    let before = graph.inputs.iter().enumerate().flat_map(|(i, input)| {
-        (0..input.stages.len()).map(move |j| input_prefix(i, j))
-    });
+    let before = graph
+        .inputs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, input)| (0..input.stages.len()).map(move |j| input_prefix(i, j)));
     let after = (0..graph.stages.len()).map(stage_prefix);
     before
         .chain(after)

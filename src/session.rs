@@ -820,7 +820,12 @@ impl Session {
     ) -> Result<()> {
         let def = self.push_stream(stream)?;
         let batch = conform(&def.schema, &batch, stream)?;
-        self.live.push_within(stream, batch, timeout).await
+        let latest = latest_event_time(&def, &batch);
+        self.live.push_within(stream, batch, timeout).await?;
+        if let Some(t) = latest {
+            self.live.push_stats(stream).max_event_time.raise(t);
+        }
+        Ok(())
     }
 
     /// Pushes rows written as JSON lines (one object per line); malformed

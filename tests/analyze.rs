@@ -77,10 +77,12 @@ fn check_analysis(text: &str) {
     assert_eq!(aggregate[2], "2", "two instances: {text}");
     assert_eq!(number(&aggregate[3]), 100, "{text}");
     assert_eq!(number(&aggregate[4]), 20, "{text}");
-    let marked = text
-        .lines()
-        .filter(|l| cells(l).last().is_some_and(|c| c.starts_with("* ")));
+    let marked = text.lines().filter(|l| {
+        let cells = cells(l);
+        cells.len() == 8 && cells[7].starts_with("* ")
+    });
     assert_eq!(marked.count(), 1, "one bottleneck: {text}");
+    assert!(text.contains("* the bottleneck"), "{text}");
 }
 
 fn vigil(dir: &Path, args: &[&str]) -> Output {

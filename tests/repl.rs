@@ -512,8 +512,14 @@ fn stats_show_the_operators_of_a_running_query() {
     type_line(&mut repl, ".stats");
     expect(&mut repl, "no queries running");
 
-    type_line(&mut repl, "EXPLAIN ANALYZE SELECT host FROM m WHERE cpu > 2;");
-    expect(&mut repl, "totals: 4 rows read, 3 result rows, 0 late, 0 shed");
+    type_line(
+        &mut repl,
+        "EXPLAIN ANALYZE SELECT host FROM m WHERE cpu > 2;",
+    );
+    expect(
+        &mut repl,
+        "totals: 4 rows read, 3 result rows, 0 late, 0 shed",
+    );
 
     type_line(
         &mut repl,

@@ -1383,12 +1383,21 @@ fn metrics_show_operators_queues_lag_and_latency() {
         dir.path(),
         &["--addr", "127.0.0.1:0", "--token", TOKEN, "setup.sql"],
     );
-    let started = statements(&server, "SELECT host, cpu FROM events WHERE cpu > 50;");
+    // A stateless query (no watermark reaches its sink) and a windowed one.
+    let started = statements(
+        &server,
+        "SELECT ts, host, cpu FROM events WHERE cpu > 50;
+         SELECT window_end, count(*) AS n FROM TUMBLE(events, ts, INTERVAL '1' HOUR)
+         GROUP BY window_start, window_end;",
+    );
     assert_eq!(started.status, 200, "{}", started.body);
-    let query = started.json()["results"][0]["id"]
-        .as_u64()
-        .unwrap()
-        .to_string();
+    let id = |i: usize| {
+        started.json()["results"][i]["id"]
+            .as_u64()
+            .unwrap()
+            .to_string()
+    };
+    let (query, windowed) = (id(0), id(1));
     let results = follow(&server, &format!("/queries/{query}/results"));
 
     // Ten rows five seconds old; four have cpu > 50.
@@ -1407,8 +1416,20 @@ fn metrics_show_operators_queues_lag_and_latency() {
         next_matching(&results, "result", |_, _| true);
     }
 
-    let page = get(&server, "/metrics", Some(TOKEN)).body;
-    let scrape = scrape(&page);
+    // The windowed query's watermark reaches its sink soon after.
+    let deadline = Instant::now() + WAIT;
+    let (page, scrape) = loop {
+        let page = get(&server, "/metrics", Some(TOKEN)).body;
+        let parsed = scrape(&page);
+        let seen = parsed.samples.iter().any(|s| {
+            s.metric == "vigil_query_watermark_lag_seconds"
+                && s.labels.get("query") == Some(&windowed)
+        });
+        if seen || Instant::now() > deadline {
+            break (page, parsed);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let q = [("query", query.as_str())];
 
     // The filter saw every row and kept four.
@@ -1440,8 +1461,13 @@ fn metrics_show_operators_queues_lag_and_latency() {
     // The rows are five seconds behind the clock, and so are results.
     let lag = value_of(&scrape, "vigil_stream_lag_seconds", &[("stream", "events")]);
     assert!((4.9..WAIT.as_secs_f64() + 5.0).contains(&lag), "{lag}");
-    let watermark_lag = value_of(&scrape, "vigil_query_watermark_lag_seconds", &q);
+    let w = [("query", windowed.as_str())];
+    let watermark_lag = value_of(&scrape, "vigil_query_watermark_lag_seconds", &w);
     assert!(watermark_lag >= 4.9, "{watermark_lag}");
+    let no_watermark = scrape.samples.iter().any(|s| {
+        s.metric == "vigil_query_watermark_lag_seconds" && s.labels.get("query") == Some(&query)
+    });
+    assert!(!no_watermark, "no lag without a watermark:\n{page}");
     let latency = scrape
         .samples
         .iter()

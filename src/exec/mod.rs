@@ -593,7 +593,10 @@ mod tests {
         for m in [first, second] {
             // One batch each (the empty one never reaches an operator).
             assert!(m.busy_ns.load(Ordering::Relaxed) >= pause.as_nanos() as u64);
-            assert_eq!((m.stage.as_str(), m.instance, m.name.as_str()), ("s2", 1, "halve"));
+            assert_eq!(
+                (m.stage.as_str(), m.instance, m.name.as_str()),
+                ("s2", 1, "halve")
+            );
         }
         assert_eq!((first.index, second.index), (0, 1));
     }
