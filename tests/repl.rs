@@ -550,6 +550,12 @@ fn stats_show_the_operators_of_a_running_query() {
         std::thread::sleep(std::time::Duration::from_millis(250));
     }
     assert_eq!(seen, ["4", "3"], "rows in and out of the filter");
+    // Then its queues: the one from the source took the 4 rows.
+    expect(&mut repl, "queues:");
+    let before = expect(&mut repl, "in0 source");
+    let row = before.rsplit('\n').next().unwrap_or_default();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells.get(2), Some(&"4"), "rows taken from the source's queue: {row:?}");
     type_line(&mut repl, ".stats 99");
     expect(&mut repl, "no query 99 is running");
     type_line(&mut repl, ".stop all");
