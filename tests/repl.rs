@@ -555,7 +555,11 @@ fn stats_show_the_operators_of_a_running_query() {
     let before = expect(&mut repl, "in0 source");
     let row = before.rsplit('\n').next().unwrap_or_default();
     let cells: Vec<&str> = row.split_whitespace().collect();
-    assert_eq!(cells.get(2), Some(&"4"), "rows taken from the source's queue: {row:?}");
+    assert_eq!(
+        cells.get(2),
+        Some(&"4"),
+        "rows taken from the source's queue: {row:?}"
+    );
     type_line(&mut repl, ".stats 99");
     expect(&mut repl, "no query 99 is running");
     type_line(&mut repl, ".stop all");
