@@ -303,14 +303,22 @@ fn analysis(
     text.push_str(&operator_table(&operator_rows(&stats.metrics), tasks));
     let _ = write!(
         text,
-        "totals: {} rows read, {} result rows, {} late, {} shed, wall time {}",
-        thousands(rows_read),
-        thousands(load(&stats.rows_out)),
+        "totals: {} read, {}, {} late, {} shed, wall time {}",
+        rows(rows_read, "row"),
+        rows(load(&stats.rows_out), "result row"),
         thousands(load(&stats.late_rows)),
         thousands(load(&stats.shed_rows)),
         duration(wall.as_nanos() as u64)
     );
     text
+}
+
+/// `1 row`, `1,000 rows`.
+fn rows(n: u64, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        n => format!("{} {noun}s", thousands(n)),
+    }
 }
 
 /// Takes results and keeps none.
@@ -469,6 +477,8 @@ mod tests {
         assert_eq!(duration(1), "1 us");
         assert_eq!(duration(3_240_000), "3.2 ms");
         assert_eq!(duration(1_250_000_000), "1.25 s");
+        assert_eq!(rows(1, "result row"), "1 result row");
+        assert_eq!(rows(1000, "row"), "1,000 rows");
         assert_eq!(thousands(0), "0");
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1000), "1,000");
