@@ -158,3 +158,34 @@ async fn explain_analyze_through_the_library() {
     assert!(message.contains("stream 'p' never ends"), "{message}");
     assert!(message.contains(".stats"), "{message}");
 }
+
+/// A query much slower than its file: the source waits on it, and the
+/// progress line says how much of the time.
+#[test]
+fn the_progress_line_shows_back_pressure() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut csv = String::from("ts,host,cpu\n");
+    for i in 0..200_000 {
+        csv.push_str(&format!("{i},h{},{}\n", i % 10, i % 100));
+    }
+    std::fs::write(dir.path().join("m.csv"), csv).unwrap();
+    let script = format!(
+        "{}\nSELECT window_end, host, median(cpu) AS med
+           FROM HOP(m, ts, INTERVAL '100' MILLISECOND, INTERVAL '1' SECOND)
+           GROUP BY window_start, window_end, host;",
+        stream(Path::new("m.csv"), "")
+    );
+    std::fs::write(dir.path().join("q.sql"), script).unwrap();
+    let out = vigil(dir.path(), &["run", "q.sql", "--progress", "always"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let shares: Vec<u64> = stderr
+        .split(", back-pressure ")
+        .skip(1)
+        .filter_map(|rest| rest.split('%').next()?.parse().ok())
+        .collect();
+    assert!(
+        shares.iter().any(|&s| s > 0 && s <= 100),
+        "back-pressure on the progress line: {stderr:?}"
+    );
+}
