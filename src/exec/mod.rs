@@ -369,7 +369,9 @@ impl Chain {
         }
     }
 
-    /// Per operator, first to last, its measurements.
+    /// Per operator, first to last, its measurements: rows of the batches
+    /// it was given and of those it emitted, and the time of its calls
+    /// (batches, watermarks, ticks, and its snapshots at barriers).
     pub fn metrics(&self) -> &[std::sync::Arc<metrics::OperatorMetrics>] {
         &self.metrics
     }
