@@ -206,11 +206,12 @@ fn timeline(run: &Run) -> String {
     shown.join(" ")
 }
 
-/// The `shed=` count of the run summary (0 when it says none).
-fn summary_shed(stderr: &str) -> u64 {
+/// The `shed=` count of the run summary line starting with `prefix` (0
+/// when it says none).
+fn summary_shed(stderr: &str, prefix: &str) -> u64 {
     let line = stderr
         .lines()
-        .find(|l| l.starts_with("vigil: query 1:"))
+        .find(|l| l.starts_with(prefix))
         .unwrap_or_else(|| panic!("no run summary in {stderr}"));
     line.split_whitespace()
         .find_map(|w| w.strip_prefix("shed="))
@@ -243,7 +244,8 @@ fn shedding_holds_latency_under_the_bound_at_three_times_capacity() {
     // The first seconds are the controller finding its rate.
     let held = worst_latency(&shed, Duration::from_secs(5), length);
     let kept: u64 = shed.arrivals.iter().map(|a| a.rows).sum::<u64>() / WINDOWS_PER_ROW;
-    let dropped = summary_shed(&shed.stderr);
+    let dropped = summary_shed(&shed.stderr, "vigil: query 1:");
+    let by_stream = summary_shed(&shed.stderr, "vigil: stream m:");
     // Per result, n * f / (1 - f) rows were dropped from its window; each
     // pane is in WINDOWS_PER_ROW windows.
     let from_fractions: f64 = shed
@@ -256,7 +258,7 @@ fn shedding_holds_latency_under_the_bound_at_three_times_capacity() {
         .sum::<f64>()
         / WINDOWS_PER_ROW as f64;
     eprintln!(
-        "shed: with shedding: {} rows offered, {kept} kept, {dropped} shed (by _shed_fraction {from_fractions:.0}), worst latency after 5 s {held} ms (bound {bound_ms} ms)",
+        "shed: with shedding: {} rows offered, {kept} kept, {dropped} shed (stream m: {by_stream}; by _shed_fraction {from_fractions:.0}), worst latency after 5 s {held} ms (bound {bound_ms} ms)",
         shed.offered
     );
     eprintln!("shed: worst latency per second (ms): {}", timeline(&shed));
@@ -265,6 +267,7 @@ fn shedding_holds_latency_under_the_bound_at_three_times_capacity() {
     assert!(held <= bound_ms, "with shedding, latency {held} ms");
     assert!(dropped > 0, "{}", shed.stderr);
     assert_eq!(dropped, shed.offered - kept, "{}", shed.stderr);
+    assert_eq!(by_stream, dropped, "{}", shed.stderr);
     // Rows of a (pane, host) whose every row was dropped have no result
     // to report them: a few at most.
     assert!(

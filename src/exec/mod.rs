@@ -186,6 +186,10 @@ pub struct QueryStats {
     pub watermark: std::sync::atomic::AtomicI64,
     /// Its queues, operators and result latency.
     pub metrics: metrics::QueryMetrics,
+    /// The counters of the streams it reads, set by the runtime once it
+    /// has started their sources: its load shedder counts its dropped rows
+    /// in their `shed_rows` too.
+    pub sources: std::sync::OnceLock<Vec<std::sync::Arc<crate::connectors::SourceStats>>>,
 }
 
 impl Default for QueryStats {
@@ -196,6 +200,7 @@ impl Default for QueryStats {
             shed_rows: AtomicU64::new(0),
             watermark: std::sync::atomic::AtomicI64::new(i64::MIN),
             metrics: metrics::QueryMetrics::default(),
+            sources: std::sync::OnceLock::new(),
         }
     }
 }

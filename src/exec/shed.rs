@@ -71,8 +71,8 @@
 //! own keys only; an entry is forgotten once every instance's watermark
 //! has passed the last window holding it.
 //!
-//! Not counted here: `SourceStats::shed_rows` (per stream, over its
-//! queries) is for the front ends to sum from the queries reading it.
+//! The dropped rows are also added to the stream's `SourceStats::shed_rows`
+//! (over every query reading it), through `QueryStats::sources`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -572,6 +572,9 @@ pub struct ShedOp {
     batch_rows: usize,
     /// The input's schema, for an empty `held` table.
     schema: SchemaRef,
+    /// Rows dropped and not yet counted in the stream's `shed_rows` (the
+    /// runtime tells the query its streams' counters once they start).
+    unreported: u64,
     stats: Arc<QueryStats>,
 }
 
@@ -613,6 +616,7 @@ impl ShedOp {
             held_rows: 0,
             batch_rows: 0,
             schema,
+            unreported: 0,
             windows,
             stats,
         })
@@ -813,6 +817,8 @@ impl Operator for ShedOp {
         self.stats
             .shed_rows
             .fetch_add(dropped as u64, Ordering::Relaxed);
+        self.unreported += dropped as u64;
+        self.report_to_streams();
         let kept = match dropped {
             0 => batch,
             _ => filter_record_batch(&batch, &BooleanArray::from(keep))?,
@@ -833,6 +839,7 @@ impl Operator for ShedOp {
 
     fn on_tick(&mut self, out: &mut Vec<Message>) -> Result<()> {
         self.flush(out)?;
+        self.report_to_streams();
         let now = Instant::now();
         let ticks = match self.queues.last {
             Some(last) => now.duration_since(last).as_secs_f64() / TICK.as_secs_f64(),
@@ -845,6 +852,7 @@ impl Operator for ShedOp {
 
     fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
         self.flush(out)?;
+        self.report_to_streams();
         if let Some(w) = &self.windows {
             let horizon = w.spec.size_ms() + w.lateness_ms;
             let spec = w.spec;
@@ -901,6 +909,22 @@ impl Operator for ShedOp {
 }
 
 impl ShedOp {
+    /// Adds the rows dropped so far to the stream's `shed_rows`, once the
+    /// runtime has said where that is.
+    fn report_to_streams(&mut self) {
+        if self.unreported == 0 {
+            return;
+        }
+        if let Some(sources) = self.stats.sources.get() {
+            for source in sources {
+                source
+                    .shed_rows
+                    .fetch_add(self.unreported, Ordering::Relaxed);
+            }
+            self.unreported = 0;
+        }
+    }
+
     /// Where dropped rows are the latest, the window operator after this
     /// one would not see event time advance, and windows would wait for a
     /// kept row to fire: when the rows seen close a pane that the kept ones

@@ -339,6 +339,8 @@ impl Live {
                 query.sources.push((key.stream.clone(), stats.clone()));
                 query.tasks.push(watch_source(watcher.clone()));
             }
+            let streams = query.sources.iter().map(|(_, s)| s.clone()).collect();
+            let _ = query.stats.sources.set(streams);
             ids.push(self.track(query, &label));
         }
         Ok(ids)
