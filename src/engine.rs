@@ -729,6 +729,14 @@ impl Engine {
                 .map(|ms| std::time::Duration::from_millis(ms as u64)),
         };
         let mut create = self.with_input_override(create);
+        for key in ShedSettings::KEYS {
+            if create.options.iter().filter(|(k, _)| k == key).count() > 1 {
+                return Err(Error::Plan(format!(
+                    "stream '{}': option '{key}' is given more than once",
+                    create.name
+                )));
+            }
+        }
         let shed = ShedSettings::from_options(&create.options);
         create
             .options
