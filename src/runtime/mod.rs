@@ -12,8 +12,10 @@
 pub mod checkpoint;
 pub mod crashpoint;
 mod exchange;
+mod frames;
 pub mod live;
 mod merge;
+pub mod spill;
 pub mod wal;
 
 use std::sync::Arc;
