@@ -13,7 +13,9 @@ use datafusion::sql::sqlparser::parser::Parser;
 
 use crate::connectors::SinkConfig;
 use crate::error::{Error, Result};
-use crate::plan::catalog::{ALLOWED_LATENESS, IDLE_TIMEOUT, StreamTiming, stream_def};
+use crate::plan::catalog::{
+    ALLOWED_LATENESS, BUFFER, BUFFER_MAX, BufferSetting, IDLE_TIMEOUT, StreamTiming, stream_def,
+};
 use crate::plan::listing::{self, Listing};
 use crate::plan::{AlertNode, EmitNode, EmitPolicy, windows_take_late_rows};
 use crate::plan::{Catalog, SqlPlanner};
@@ -155,6 +157,9 @@ pub struct Engine {
     query_name: Option<String>,
     /// Instances of each key-partitioned stage; `None` for one per core.
     parallelism: Option<usize>,
+    /// `SET buffer` and `SET buffer_max`: for the queries planned from now
+    /// on, over streams whose own options do not say.
+    buffer: BufferSetting,
     /// The declared views, alerts and invariants, in an order where each
     /// comes after what it reads.
     derived: Vec<Derived>,
@@ -665,6 +670,7 @@ impl Engine {
                 })?;
                 self.set_parallelism(instances)
             }
+            BUFFER | BUFFER_MAX => self.buffer.set("SET", name, value),
             "query_name" => {
                 let value = value.trim();
                 if value.is_empty() {
@@ -674,7 +680,7 @@ impl Engine {
                 Ok(())
             }
             _ => Err(Error::Plan(format!(
-                "unknown setting '{name}' (settings: execution_mode, parallelism, query_name)"
+                "unknown setting '{name}' (settings: buffer, buffer_max, execution_mode, parallelism, query_name)"
             ))),
         }
     }
@@ -825,8 +831,22 @@ impl Engine {
             Some(EmitPolicy::Changes) => ExecutionMode::PerRecord,
             _ => ExecutionMode::MicroBatch,
         });
-        let graph = plan_incremental(&logical, mode, self.parallelism())?;
+        let mut graph = plan_incremental(&logical, mode, self.parallelism())?;
+        self.apply_buffer(&mut graph);
         Ok((logical, graph))
+    }
+
+    /// Gives the inputs of `graph` the session's buffer setting where
+    /// their streams' options say nothing.
+    fn apply_buffer(&self, graph: &mut QueryGraph) {
+        for input in &mut graph.inputs {
+            let buffer = input.stream.buffer.or(self.buffer);
+            if buffer != input.stream.buffer {
+                let mut stream = (*input.stream).clone();
+                stream.buffer = buffer;
+                input.stream = Arc::new(stream);
+            }
+        }
     }
 
     fn emit_policy(&self, emit: &Emit) -> Result<EmitPolicy> {
@@ -1163,6 +1183,72 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("unknown setting 'nosuch'"), "{e}");
+    }
+
+    #[test]
+    fn buffer_options_and_settings_reach_the_query_inputs() {
+        let script = "CREATE STREAM b (ts TIMESTAMP, host TEXT)
+                WITH (path = 'b.csv', buffer = 'disk', buffer_max = '2GiB');
+            CREATE STREAM n (ts TIMESTAMP, host TEXT) WITH (path = 'n.csv', buffer = 'none');
+            SELECT host FROM m; SELECT host FROM b; SELECT host FROM n;
+            SET buffer = 'disk'; SET buffer_max TO '512 MiB';
+            SELECT host FROM m; SELECT host FROM b; SELECT host FROM n;";
+        let mut engine = self::engine();
+        let bounds: Vec<Option<u64>> = parse_script(script)
+            .unwrap()
+            .iter()
+            .filter_map(|s| match engine.execute(s, Path::new(".")).unwrap() {
+                Outcome::Query(q) => Some(q.graph.inputs[0].stream.buffer.disk_bytes()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            bounds,
+            [
+                None,
+                Some(2 << 30),
+                None,
+                // The session's setting fills in what a stream does not say.
+                Some(512 << 20),
+                Some(2 << 30),
+                None,
+            ]
+        );
+        let mut fresh = self::engine();
+        let mut e = |sql: &str| {
+            let statement = parse_script(sql).unwrap().remove(0);
+            fresh
+                .execute(&statement, Path::new("."))
+                .err()
+                .unwrap()
+                .to_string()
+        };
+        let bad = e("CREATE STREAM x (ts TIMESTAMP) WITH (path = 'x.csv', buffer = 'memory')");
+        assert!(
+            bad.contains("bad value 'memory' for option 'buffer' (accepted: disk, none)"),
+            "{bad}"
+        );
+        for size in ["lots", "10 parsecs", "1000"] {
+            let bad = e(&format!(
+                "CREATE STREAM x (ts TIMESTAMP) WITH (path = 'x.csv', buffer_max = '{size}')"
+            ));
+            assert!(
+                bad.contains(&format!("bad value '{size}' for option 'buffer_max'")),
+                "{bad}"
+            );
+        }
+        let twice = e(
+            "CREATE STREAM x (ts TIMESTAMP) WITH (path = 'x.csv', buffer = 'disk', buffer = 'none')",
+        );
+        assert!(
+            twice.contains("'buffer' is given more than once"),
+            "{twice}"
+        );
+        let bad = e("SET buffer = 'ram'");
+        assert!(
+            bad.contains("SET: bad value 'ram' for option 'buffer'"),
+            "{bad}"
+        );
     }
 
     #[test]

@@ -755,6 +755,7 @@ impl Session {
             idle_timeout: None,
             source,
             late_of: None,
+            buffer: Default::default(),
         })?;
         self.open_wal(name)
     }
