@@ -577,6 +577,7 @@ impl Session {
                     ..Default::default()
                 }),
                 ended: false,
+                buffer: None,
             })
             .collect();
         let start = durable.start_of(&name, now)?;

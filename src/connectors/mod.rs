@@ -234,6 +234,17 @@ pub struct SourceStats {
     /// too), so that a checkpoint barrier sent right after the batch
     /// records it. `None` for a source that cannot be read again.
     pub position: Mutex<Option<SourcePosition>>,
+    /// Nanoseconds the source waited for its queries to take its rows
+    /// (back-pressure).
+    pub blocked_ns: AtomicU64,
+    /// Rows its load shedder dropped, over every query reading it.
+    pub shed_rows: AtomicU64,
+    /// Rows waiting in its disk buffers now.
+    pub buffered_rows: AtomicU64,
+    /// Bytes its disk buffers hold now.
+    pub buffered_bytes: AtomicU64,
+    /// A disk buffer of it is full, so back-pressure has resumed.
+    pub buffer_full: AtomicBool,
 }
 
 /// The largest event time a source has read, in epoch milliseconds.

@@ -16,6 +16,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::buffer::{BufferPlace, BufferedSender, buffer_dir};
 use super::checkpoint::{
     CheckpointConfig, Coordinator, QueryCheckpoints, input_prefix, stage_prefix,
 };
@@ -254,10 +255,8 @@ impl Live {
                 ..SourcePosition::default()
             };
             for subscriber in subscribers {
-                if let Some(checkpoints) = &subscriber.checkpoints {
-                    checkpoints.add_source(id, &stream, Some(position.clone()));
-                }
-                let _ = subscriber.tx.send(Message::Barrier(id)).await;
+                subscriber.add_source(id, &stream, Some(position.clone()));
+                subscriber.send_message(Message::Barrier(id)).await;
             }
         }
     }
@@ -275,6 +274,7 @@ impl Live {
                 tx: s.tx.clone(),
                 per_record: s.per_record,
                 checkpoints: s.checkpoints.clone(),
+                buffer: s.buffer.clone(),
             })
             .collect();
         Some((senders, hub.pushed))
@@ -365,6 +365,14 @@ impl Live {
             Some(checkpoints) => checkpoints.restore(&mut graph, sink.as_mut())?,
             None => None,
         };
+        // The checkpoint restored, for the disk buffers: right after a
+        // restore, it is the only checkpoint kept that this run knows.
+        let restored = match (&checkpoints, &positions) {
+            (Some(checkpoints), Some(sources)) => {
+                checkpoints.oldest_kept().map(|id| (id, sources.clone()))
+            }
+            _ => None,
+        };
         let positions = positions.or_else(|| {
             let name = name.as_ref()?;
             self.lock().start_positions.get(name).cloned()
@@ -394,6 +402,16 @@ impl Live {
                 .as_ref()
                 .and_then(|p| position_of(p, &stream.name));
             let key = SourceKey::new(&stream.name, position.as_ref());
+            let buffer = match stream.buffer.disk_bytes() {
+                Some(max_bytes) => {
+                    let place = self.buffer_place(name.as_deref(), i, &stream.name, &restored)?;
+                    let opened =
+                        BufferedSender::open(tx.clone(), max_bytes, place, checkpoints.clone())?;
+                    wired.tasks.push(tokio::spawn(opened.1));
+                    Some(Arc::new(opened.0))
+                }
+                None => None,
+            };
             group
                 .sources
                 .entry(key.clone())
@@ -403,6 +421,7 @@ impl Live {
                     tx,
                     per_record,
                     checkpoints: checkpoints.clone(),
+                    buffer,
                 });
             if !wired.streams.contains(&key) {
                 wired.streams.push(key);
@@ -432,6 +451,28 @@ impl Live {
         Ok(wired)
     }
 
+    /// Where input `input` (reading `stream`) of query `name` keeps its disk
+    /// buffer, and what the checkpoint restored (`restored`) says of it.
+    fn buffer_place(
+        &self,
+        name: Option<&str>,
+        input: usize,
+        stream: &str,
+        restored: &Option<(u64, Vec<SourceEntry>)>,
+    ) -> Result<BufferPlace> {
+        let dir = match (&self.coordinator, name) {
+            (Some(coordinator), Some(name)) => {
+                Some(buffer_dir(&coordinator.config().dir, name, input, stream)?)
+            }
+            _ => None,
+        };
+        let restored = restored.as_ref().and_then(|(id, sources)| {
+            let entry = sources.iter().find(|s| s.stream == stream)?;
+            Some((*id, entry.clone()))
+        });
+        Ok(BufferPlace { dir, restored })
+    }
+
     /// Starts one source per stream of a group: a push stream's hub, the
     /// late rows of the group's queries, or a reading of its own. Returns,
     /// per stream, its counters and what its source ended with.
@@ -449,6 +490,7 @@ impl Live {
             let stats = if stream.source.location == SourceLocation::Push {
                 let hub = state.hubs.entry(stream.name.clone()).or_default();
                 if let (Some(wal), Some(position)) = (hub.wal.clone(), position) {
+                    report_buffers(&subscribers, &hub.stats);
                     let live = self.clone();
                     let gate = hub.gate.clone();
                     let name = stream.name.clone();
@@ -461,8 +503,11 @@ impl Live {
                     continue;
                 }
                 for subscriber in subscribers {
+                    if let Some(buffer) = &subscriber.buffer {
+                        buffer.report_to(hub.stats.clone());
+                    }
                     if hub.ended {
-                        let _ = subscriber.tx.try_send(Message::Watermark(END_OF_INPUT));
+                        end_soon(subscriber);
                     } else {
                         hub.subscribers.push(subscriber);
                     }
@@ -471,6 +516,7 @@ impl Live {
                 hub.stats.clone()
             } else {
                 let stats = Arc::new(SourceStats::default());
+                report_buffers(&subscribers, &stats);
                 let task_stats = stats.clone();
                 let coordinator = self.coordinator.clone().map(|c| (c, first_barrier));
                 let late = stream.late_of.as_ref().map(|of| {
@@ -670,6 +716,7 @@ impl Live {
                     tx: s.tx.clone(),
                     per_record: s.per_record,
                     checkpoints: s.checkpoints.clone(),
+                    buffer: s.buffer.clone(),
                 })
                 .collect::<Vec<_>>()
         };
@@ -766,7 +813,7 @@ impl Live {
             Some(hub) => hub.subscribers.extend(subscribers),
             None => {
                 for subscriber in subscribers {
-                    let _ = subscriber.tx.try_send(Message::Watermark(END_OF_INPUT));
+                    end_soon(subscriber);
                 }
             }
         }
@@ -792,7 +839,9 @@ impl Live {
             std::mem::take(&mut hub.subscribers)
         };
         for subscriber in subscribers {
-            let _ = subscriber.tx.send(Message::Watermark(END_OF_INPUT)).await;
+            subscriber
+                .send_message(Message::Watermark(END_OF_INPUT))
+                .await;
         }
     }
 
@@ -809,7 +858,9 @@ impl Live {
         drop(hub.wal.take());
         tokio::spawn(async move {
             for subscriber in hub.subscribers {
-                let _ = subscriber.tx.send(Message::Watermark(END_OF_INPUT)).await;
+                subscriber
+                    .send_message(Message::Watermark(END_OF_INPUT))
+                    .await;
             }
         });
     }
@@ -980,6 +1031,31 @@ impl SourceKey {
                 .unwrap_or_default(),
         }
     }
+}
+
+/// Adds the disk buffers of `subscribers` to their source's counters.
+fn report_buffers(subscribers: &[Subscriber], stats: &Arc<SourceStats>) {
+    for buffer in subscribers.iter().filter_map(|s| s.buffer.as_ref()) {
+        buffer.report_to(stats.clone());
+    }
+}
+
+/// Sends the end of input to a query that joins a stream which has ended:
+/// at once when it has room (and no disk buffer), else from a task.
+fn end_soon(subscriber: Subscriber) {
+    if subscriber.buffer.is_none()
+        && subscriber
+            .tx
+            .try_send(Message::Watermark(END_OF_INPUT))
+            .is_ok()
+    {
+        return;
+    }
+    tokio::spawn(async move {
+        subscriber
+            .send_message(Message::Watermark(END_OF_INPUT))
+            .await;
+    });
 }
 
 /// Where a checkpoint left `stream`.

@@ -9,6 +9,7 @@
 //! limit. At the end of a finite input the source sends the final
 //! watermark, every window fires, and the tasks end in order.
 
+pub mod buffer;
 pub mod checkpoint;
 pub mod crashpoint;
 mod exchange;
@@ -216,12 +217,49 @@ struct Subscriber {
     per_record: bool,
     /// Where the query collects its checkpoints, if it takes them.
     checkpoints: Option<Arc<QueryCheckpoints>>,
+    /// The query's disk buffer for this input, if it has one: then every
+    /// message goes through it.
+    buffer: Option<Arc<buffer::BufferedSender>>,
 }
 
 impl Subscriber {
+    /// Sends `message` from async code (through the disk buffer, if any);
+    /// false once the query has stopped listening.
+    async fn send_message(&self, message: Message) -> bool {
+        match &self.buffer {
+            Some(buffer) => buffer.send(message).await,
+            None => self.tx.send(message).await.is_ok(),
+        }
+    }
+
+    /// Sends `message` like [`Subscriber::send_message`], from a thread
+    /// outside the async runtime.
+    fn blocking_send_message(&self, message: Message) -> bool {
+        match &self.buffer {
+            Some(buffer) => buffer.blocking_send(message),
+            None => self.tx.blocking_send(message).is_ok(),
+        }
+    }
+
+    /// Notes where the source stood at barrier `id` with the query's
+    /// checkpoints (and for a source that cannot be read again, where the
+    /// disk buffer stood).
+    fn add_source(&self, id: u64, stream: &str, position: Option<SourcePosition>) {
+        if let Some(checkpoints) = &self.checkpoints {
+            let buffer = self
+                .buffer
+                .as_ref()
+                .and_then(|b| b.mark_barrier(id, position.is_some()));
+            checkpoints.add_source(id, stream, position, buffer);
+        }
+    }
+
     /// Sends a batch from async code; false once the query has stopped
     /// listening.
     async fn send_async(&self, batch: &RecordBatch) -> bool {
+        if self.buffer.is_some() {
+            return self.send_message(Message::Batch(batch.clone())).await;
+        }
         if !self.per_record {
             return self.tx.send(Message::Batch(batch.clone())).await.is_ok();
         }
@@ -243,6 +281,9 @@ impl Subscriber {
         if batch.num_rows() == 0 {
             // A source that waits for input: nothing to send.
             return !self.tx.is_closed();
+        }
+        if self.buffer.is_some() {
+            return self.blocking_send_message(Message::Batch(batch.clone()));
         }
         if !self.per_record {
             return self.tx.blocking_send(Message::Batch(batch.clone())).is_ok();
@@ -273,7 +314,9 @@ async fn run_late_source(
         return Ok(());
     }
     for subscriber in &subscribers {
-        let _ = subscriber.tx.send(Message::Watermark(END_OF_INPUT)).await;
+        subscriber
+            .send_message(Message::Watermark(END_OF_INPUT))
+            .await;
     }
     Ok(())
 }
@@ -320,9 +363,7 @@ fn run_source(
         barriers.ended(stats, &subscribers);
     }
     for subscriber in &subscribers {
-        let _ = subscriber
-            .tx
-            .blocking_send(Message::Watermark(END_OF_INPUT));
+        subscriber.blocking_send_message(Message::Watermark(END_OF_INPUT));
     }
     Ok(())
 }
@@ -370,10 +411,8 @@ impl Barriers {
         self.sent = id;
         let position = current_position(stats);
         for subscriber in subscribers {
-            if let Some(checkpoints) = &subscriber.checkpoints {
-                checkpoints.add_source(id, &self.stream, position.clone());
-            }
-            let _ = subscriber.tx.blocking_send(Message::Barrier(id));
+            subscriber.add_source(id, &self.stream, position.clone());
+            subscriber.blocking_send_message(Message::Barrier(id));
         }
         self.coordinator.stops_at(id)
     }
