@@ -20,10 +20,15 @@
 //! a position (a file, a push stream with a write-ahead log) is read again
 //! on restore and its buffer starts empty. For one that cannot (stdin, a
 //! pipe), the checkpoint records the buffer's sequence number at the
-//! barrier ([`BufferedSender::mark_barrier`]); the records after it are
-//! kept until no kept checkpoint needs them, and on restore they are handed
-//! to the query again (their rows: the old run's barriers and end of input
-//! are dropped) before what the source reads anew.
+//! barrier ([`BufferedSender::mark_barrier`]), and from the first barrier
+//! on every message goes through the buffer, the query behind or not: the
+//! buffer is then the log of what the source read. The records after a
+//! barrier are kept until no kept checkpoint needs them, and on restore
+//! those after the checkpoint's barrier are handed to the query again
+//! (their rows: the old run's barriers and end of input are dropped) before
+//! what the source reads anew. So a crash loses nothing read since the
+//! checkpoint, except while the buffer was full: then messages go straight
+//! to the query, as without a buffer.
 //!
 //! # Where
 //!
@@ -253,11 +258,15 @@ impl BufferedSender {
 
     /// Sends `message`: at once if the query has room and nothing is
     /// buffered, else through the buffer, waiting only while the buffer is
-    /// full. False once the query has stopped listening (or the buffer
-    /// failed, which fails the query).
+    /// full. For a source that cannot be read again, once a checkpoint has
+    /// counted on the buffer, every message goes through it (so that a
+    /// restore finds everything after the checkpoint). False once the query
+    /// has stopped listening (or the buffer failed, which fails the query).
     pub async fn send(&self, message: Message) -> bool {
         let shared = &self.shared;
-        let message = if shared.undelivered.load(Ordering::Acquire) == 0 {
+        let direct = shared.undelivered.load(Ordering::Acquire) == 0
+            && shared.release.load(Ordering::Acquire) != RELEASE_CHECKPOINTED;
+        let message = if direct {
             match self.tx.try_send(message) {
                 Ok(()) => return true,
                 Err(TrySendError::Closed(_)) => return false,
