@@ -264,6 +264,9 @@ impl BufferedSender {
     /// has stopped listening (or the buffer failed, which fails the query).
     pub async fn send(&self, message: Message) -> bool {
         let shared = &self.shared;
+        if self.tx.is_closed() {
+            return false;
+        }
         let direct = shared.undelivered.load(Ordering::Acquire) == 0
             && shared.release.load(Ordering::Acquire) != RELEASE_CHECKPOINTED;
         let message = if direct {
