@@ -367,3 +367,119 @@ fn a_crash_loses_nothing_that_was_buffered() {
     assert!(new.windows(2).all(|w| w[0] + 1 == w[1]), "out of order");
     assert_eq!(*new.last().unwrap(), ROWS);
 }
+
+/// A webhook receiver that holds every request until opened, and then
+/// keeps the ids of the rows it was sent, in order.
+struct Gate {
+    addr: std::net::SocketAddr,
+    open: tokio::sync::watch::Sender<bool>,
+    ids: Arc<std::sync::Mutex<Vec<u64>>>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl Gate {
+    fn start() -> Gate {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (open, opened) = tokio::sync::watch::channel(false);
+        let ids = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let state = (opened, ids.clone());
+        let app = axum::Router::new()
+            .route("/hook", axum::routing::post(held))
+            .with_state(state);
+        runtime.spawn(async move { axum::serve(listener, app).await });
+        Gate {
+            addr,
+            open,
+            ids,
+            _runtime: runtime,
+        }
+    }
+
+    fn ids(&self) -> Vec<u64> {
+        self.ids.lock().unwrap().clone()
+    }
+}
+
+type GateState = (
+    tokio::sync::watch::Receiver<bool>,
+    Arc<std::sync::Mutex<Vec<u64>>>,
+);
+
+async fn held(
+    axum::extract::State((mut opened, ids)): axum::extract::State<GateState>,
+    body: axum::body::Bytes,
+) -> axum::http::StatusCode {
+    let _ = opened.wait_for(|&open| open).await;
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&body).unwrap();
+    let mut ids = ids.lock().unwrap();
+    ids.extend(rows.iter().map(|row| row["id"].as_u64().unwrap()));
+    axum::http::StatusCode::OK
+}
+
+#[test]
+fn pushes_return_while_the_query_is_behind() {
+    use super::service::{Server, TOKEN, post};
+    let gate = Gate::start();
+    let dir = tempfile::tempdir().unwrap();
+    let setup = format!(
+        "CREATE STREAM ev (id BIGINT, host TEXT) WITH (connector = 'push', buffer = 'disk');
+         CREATE SINK hook WITH (connector = 'webhook', url = 'http://{}/hook', timeout = '10min');
+         INSERT INTO hook SELECT id, host FROM ev;",
+        gate.addr
+    );
+    fs::write(dir.path().join("setup.sql"), setup).unwrap();
+    let server = Server::start(
+        dir.path(),
+        &["--addr", "127.0.0.1:0", "--token", TOKEN, "setup.sql"],
+    );
+    // The webhook holds the query's first results: it falls behind, and
+    // every push after that goes to its buffer.
+    let (requests, per_request) = (200u64, 1000u64);
+    let mut slowest = Duration::ZERO;
+    let pushing = Instant::now();
+    for r in 0..requests {
+        let body: String = (0..per_request)
+            .map(|j| format!("{{\"id\": {}, \"host\": \"h{j}\"}}\n", r * per_request + j))
+            .collect();
+        let started = Instant::now();
+        let answer = post(
+            &server,
+            "/streams/ev/rows",
+            Some("application/x-ndjson"),
+            &body,
+        );
+        slowest = slowest.max(started.elapsed());
+        assert_eq!(answer.status, 200, "{}\n{}", answer.body, server.stderr());
+    }
+    let pushed = pushing.elapsed();
+    assert!(gate.ids().is_empty(), "the webhook let nothing through yet");
+    gate.open.send_replace(true);
+    let total = requests * per_request;
+    let draining = Instant::now();
+    while (gate.ids().len() as u64) < total {
+        assert!(
+            draining.elapsed() < PATIENCE,
+            "{} of {total} rows",
+            gate.ids().len()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!(
+        "buffer, service: {requests} pushes of {per_request} rows in {pushed:.2?} (slowest \
+         {slowest:.2?}) while the webhook held the query; drained in {:.2?}",
+        draining.elapsed()
+    );
+    assert_eq!(
+        gate.ids(),
+        (0..total).collect::<Vec<_>>(),
+        "once each, in order"
+    );
+}

@@ -12,10 +12,10 @@ use serde_json::{Value, json};
 
 /// Generous: the machine is shared and slow.
 const WAIT: Duration = Duration::from_secs(60);
-const TOKEN: &str = "secret";
+pub(super) const TOKEN: &str = "secret";
 
 /// A `vigil serve` process, killed when dropped.
-struct Server {
+pub(super) struct Server {
     child: Child,
     base: String,
     stderr: Arc<Mutex<String>>,
@@ -23,7 +23,7 @@ struct Server {
 
 impl Server {
     /// Starts `vigil serve ARGS` in `dir` and waits for its address.
-    fn start(dir: &Path, args: &[&str]) -> Server {
+    pub(super) fn start(dir: &Path, args: &[&str]) -> Server {
         Server::start_with(dir, args, &[])
     }
 
@@ -79,7 +79,7 @@ impl Server {
         format!("{}{path}", self.base)
     }
 
-    fn stderr(&self) -> String {
+    pub(super) fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
 
@@ -121,10 +121,10 @@ fn agent(timeout: Option<Duration>) -> ureq::Agent {
 }
 
 /// An answer: status, content type, body.
-struct Answer {
-    status: u16,
+pub(super) struct Answer {
+    pub(super) status: u16,
     content_type: String,
-    body: String,
+    pub(super) body: String,
 }
 
 impl Answer {
@@ -175,7 +175,7 @@ fn delete(server: &Server, path: &str) -> Answer {
     )
 }
 
-fn post(server: &Server, path: &str, content_type: Option<&str>, body: &str) -> Answer {
+pub(super) fn post(server: &Server, path: &str, content_type: Option<&str>, body: &str) -> Answer {
     let mut request = agent(Some(WAIT))
         .post(server.url(path))
         .header("authorization", bearer(TOKEN));
