@@ -40,6 +40,16 @@ pub enum Error {
         /// When trying again makes sense.
         retry_after: std::time::Duration,
     },
+    /// The queries reading a stream are behind: a push waited as long as
+    /// it was allowed for room and handed out nothing; the caller should
+    /// try again after `retry_after` (HTTP 429).
+    #[error("{message}")]
+    Busy {
+        /// Which stream is behind.
+        message: String,
+        /// When trying again makes sense.
+        retry_after: std::time::Duration,
+    },
     /// An I/O error with the path or context it concerns.
     #[error("{context}: {source}")]
     Io {

@@ -788,6 +788,20 @@ impl Session {
         self.live.push(stream, batch).await
     }
 
+    /// Pushes rows like [`Session::push`], waiting at most `timeout` for
+    /// the stream's queries to have room for them; then fails with
+    /// [`Error::Busy`] having pushed nothing (see [`Live::push_within`]).
+    pub async fn push_within(
+        &self,
+        stream: &str,
+        batch: RecordBatch,
+        timeout: std::time::Duration,
+    ) -> Result<()> {
+        let def = self.push_stream(stream)?;
+        let batch = conform(&def.schema, &batch, stream)?;
+        self.live.push_within(stream, batch, timeout).await
+    }
+
     /// Pushes rows written as JSON lines (one object per line); malformed
     /// lines are skipped and counted (see [`Session::push_stats`]). Returns
     /// the number of rows pushed.

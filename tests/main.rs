@@ -10,6 +10,7 @@ mod follow;
 mod grammar_examples;
 mod library;
 mod limits;
+mod overload;
 mod props;
 mod repl;
 mod restore;

@@ -12,10 +12,10 @@ use serde_json::{Value, json};
 
 /// Generous: the machine is shared and slow.
 const WAIT: Duration = Duration::from_secs(60);
-pub(super) const TOKEN: &str = "secret";
+pub(crate) const TOKEN: &str = "secret";
 
 /// A `vigil serve` process, killed when dropped.
-pub(super) struct Server {
+pub(crate) struct Server {
     child: Child,
     base: String,
     stderr: Arc<Mutex<String>>,
@@ -23,7 +23,7 @@ pub(super) struct Server {
 
 impl Server {
     /// Starts `vigil serve ARGS` in `dir` and waits for its address.
-    pub(super) fn start(dir: &Path, args: &[&str]) -> Server {
+    pub(crate) fn start(dir: &Path, args: &[&str]) -> Server {
         Server::start_with(dir, args, &[])
     }
 
@@ -75,11 +75,16 @@ impl Server {
         }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
-    pub(super) fn stderr(&self) -> String {
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub(crate) fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
 
@@ -112,7 +117,7 @@ fn wait_exit(child: &mut Child) -> Option<ExitStatus> {
     None
 }
 
-fn agent(timeout: Option<Duration>) -> ureq::Agent {
+pub(crate) fn agent(timeout: Option<Duration>) -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(timeout)
@@ -121,14 +126,14 @@ fn agent(timeout: Option<Duration>) -> ureq::Agent {
 }
 
 /// An answer: status, content type, body.
-pub(super) struct Answer {
-    pub(super) status: u16,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
     content_type: String,
-    pub(super) body: String,
+    pub(crate) body: String,
 }
 
 impl Answer {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
     }
 
@@ -154,7 +159,7 @@ fn answer(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> An
     }
 }
 
-fn bearer(token: &str) -> String {
+pub(crate) fn bearer(token: &str) -> String {
     format!("Bearer {token}")
 }
 
@@ -175,7 +180,7 @@ fn delete(server: &Server, path: &str) -> Answer {
     )
 }
 
-pub(super) fn post(server: &Server, path: &str, content_type: Option<&str>, body: &str) -> Answer {
+pub(crate) fn post(server: &Server, path: &str, content_type: Option<&str>, body: &str) -> Answer {
     let mut request = agent(Some(WAIT))
         .post(server.url(path))
         .header("authorization", bearer(TOKEN));
@@ -185,7 +190,7 @@ pub(super) fn post(server: &Server, path: &str, content_type: Option<&str>, body
     answer(request.send(body))
 }
 
-fn statements(server: &Server, sql: &str) -> Answer {
+pub(crate) fn statements(server: &Server, sql: &str) -> Answer {
     post(server, "/statements", None, sql)
 }
 
@@ -731,7 +736,7 @@ fn unknown_or_malformed_query_ids_are_not_found() {
 }
 
 /// Resident memory of process `pid` in bytes, from /proc.
-fn rss_bytes(pid: u32) -> u64 {
+pub(crate) fn rss_bytes(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
     let kib: u64 = status
         .lines()

@@ -67,6 +67,11 @@ pub(super) struct ServeArgs {
     /// further behind misses the oldest batches and gets `event: lagged`.
     #[arg(long, default_value = "8MiB", value_name = "SIZE", value_parser = parse_size)]
     max_result_buffer: usize,
+    /// How long POST /streams/NAME/rows waits for the stream's queries to
+    /// have room for its rows (back-pressure) before it answers 429 with
+    /// Retry-After, e.g. `5s`, `500ms`.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = super::parse_duration)]
+    ingest_timeout: std::time::Duration,
     /// Keep state in DIR: checkpoints, write-ahead logs of push streams and
     /// the statements posted, all picked up again on start.
     #[arg(long, value_name = "DIR")]
@@ -116,6 +121,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<()> {
         max_result_buffer: args.max_result_buffer,
         scripts: args.files,
         state_dir: args.state_dir.clone(),
+        ingest_timeout: args.ingest_timeout,
     };
     let mut builder = Session::builder();
     if let Some(dir) = &args.state_dir {

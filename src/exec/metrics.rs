@@ -15,12 +15,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// One bounded queue between two tasks of a query.
 #[derive(Debug, Default)]
 pub struct QueueGauge {
-    /// Names the queue in listings: the stage it feeds and the instance,
-    /// such as `stage 2 instance 1`.
+    /// Names the queue in listings: the stage it feeds, and with several
+    /// instances which one and from which upstream task, such as
+    /// `s1 i0 from 1`.
     pub label: String,
-    /// The index of the stage the queue feeds (0 for the first stage after
-    /// the source; the sink's queue has the index after the last stage).
-    pub stage: usize,
+    /// The stage it feeds, named as checkpoints name stages: `in0.s1` is
+    /// stage 1 of input 0, `s2` stage 2 after the inputs meet; the one
+    /// after a line's last stage feeds what comes next (the merge, or the
+    /// sink).
+    pub stage: String,
     /// Rows waiting in it now.
     pub queued_rows: AtomicU64,
     /// Messages (batches, watermarks, barriers) waiting in it now.
@@ -33,10 +36,10 @@ pub struct QueueGauge {
 
 impl QueueGauge {
     /// A gauge named `label`, for a queue feeding stage `stage`.
-    pub fn new(label: impl Into<String>, stage: usize) -> Self {
+    pub fn new(label: impl Into<String>, stage: impl Into<String>) -> Self {
         Self {
             label: label.into(),
-            stage,
+            stage: stage.into(),
             ..Self::default()
         }
     }
@@ -47,8 +50,8 @@ impl QueueGauge {
 pub struct OperatorMetrics {
     /// What `EXPLAIN` calls it.
     pub name: String,
-    /// The index of its stage in the query.
-    pub stage: usize,
+    /// Its stage, named as [`QueueGauge::stage`] names them.
+    pub stage: String,
     /// Which instance of the stage it is.
     pub instance: usize,
     /// Its position in its chain of fused operators.
@@ -91,13 +94,25 @@ impl LatencyHistogram {
     /// Records `n` observations of `ms` milliseconds.
     pub fn observe_n(&self, ms: i64, n: u64) {
         let ms = ms.max(0) as u64;
-        let bucket = LATENCY_BUCKETS_MS
-            .iter()
-            .position(|&bound| ms <= bound)
-            .unwrap_or(LATENCY_BUCKETS_MS.len());
-        self.counts[bucket].fetch_add(n, Ordering::Relaxed);
+        self.counts[bucket_of(ms)].fetch_add(n, Ordering::Relaxed);
         self.sum_ms
             .fetch_add(ms.saturating_mul(n), Ordering::Relaxed);
+    }
+
+    /// Records every latency of `ms`, counting them locally first so that
+    /// a large batch costs one atomic add per bucket, not per row.
+    pub fn observe_all(&self, ms: impl Iterator<Item = i64>) {
+        let mut counts = [0u64; LATENCY_BUCKETS_MS.len() + 1];
+        let mut sum = 0u64;
+        for ms in ms {
+            let ms = ms.max(0) as u64;
+            counts[bucket_of(ms)] += 1;
+            sum = sum.saturating_add(ms);
+        }
+        for (bucket, n) in counts.iter().enumerate().filter(|(_, n)| **n > 0) {
+            self.counts[bucket].fetch_add(*n, Ordering::Relaxed);
+        }
+        self.sum_ms.fetch_add(sum, Ordering::Relaxed);
     }
 
     /// The number of observations per bucket, cumulative (as Prometheus's
@@ -175,6 +190,14 @@ impl QueryMetrics {
     }
 }
 
+/// The bucket of a latency of `ms` milliseconds.
+fn bucket_of(ms: u64) -> usize {
+    LATENCY_BUCKETS_MS
+        .iter()
+        .position(|&bound| ms <= bound)
+        .unwrap_or(LATENCY_BUCKETS_MS.len())
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -194,7 +217,7 @@ mod tests {
         assert_eq!(h.quantile(0.8), Some(50));
         assert_eq!(h.quantile(1.0), Some(1_000));
         assert_eq!(h.sum_ms(), 949);
-        h.observe(1_000_000);
+        h.observe_all([1_000_000].into_iter());
         assert_eq!(h.quantile(1.0), Some(u64::MAX));
         assert_eq!(*h.cumulative().last().unwrap(), 6);
     }

@@ -341,21 +341,21 @@ pub struct Chain {
 }
 
 impl Chain {
-    /// Fuses `ops`, first to last, as instance 0 of stage 0.
+    /// Fuses `ops`, first to last, as instance 0 of stage `s0`.
     pub fn new(ops: Vec<Box<dyn Operator>>) -> Self {
-        Self::placed(ops, 0, 0)
+        Self::placed(ops, "s0", 0)
     }
 
     /// Fuses `ops` as instance `instance` of stage `stage` (what its
     /// operators' [`metrics::OperatorMetrics`] say).
-    pub fn placed(ops: Vec<Box<dyn Operator>>, stage: usize, instance: usize) -> Self {
+    pub fn placed(ops: Vec<Box<dyn Operator>>, stage: &str, instance: usize) -> Self {
         let metrics = ops
             .iter()
             .enumerate()
             .map(|(index, op)| {
                 std::sync::Arc::new(metrics::OperatorMetrics {
                     name: op.describe(),
-                    stage,
+                    stage: stage.to_string(),
                     instance,
                     index,
                     ..Default::default()

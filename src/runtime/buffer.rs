@@ -42,9 +42,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use datafusion::arrow::record_batch::RecordBatch;
 use tokio::sync::Notify;
-use tokio::sync::mpsc::Sender;
-use tokio::sync::mpsc::error::TrySendError;
+
+use super::channel::{Closed, Reservation, Sender};
 
 use super::checkpoint::QueryCheckpoints;
 use super::frames::safe_name;
@@ -88,6 +89,9 @@ pub struct BufferCounters {
     pub full: AtomicBool,
     /// Times a message had to wait because it was full.
     pub full_waits: AtomicU64,
+    /// Nanoseconds messages waited for room (the buffer full, or the query
+    /// behind with nothing buffered): how long the source was held up.
+    pub blocked_ns: AtomicU64,
 }
 
 /// What the sender and the drain task share.
@@ -124,7 +128,7 @@ struct Shared {
 /// Sends a query's input through its disk buffer when the query is behind;
 /// see the [module docs](self).
 pub struct BufferedSender {
-    tx: Sender<Message>,
+    tx: Sender,
     shared: Arc<Shared>,
 }
 
@@ -146,7 +150,7 @@ impl BufferedSender {
     /// (to be spawned with the query's tasks: it fails the query if the
     /// buffer cannot be read or written).
     pub fn open(
-        tx: Sender<Message>,
+        tx: Sender,
         max_bytes: u64,
         place: BufferPlace,
         checkpoints: Option<Arc<QueryCheckpoints>>,
@@ -227,7 +231,7 @@ impl BufferedSender {
     }
 
     /// The query's channel.
-    pub fn channel(&self) -> &Sender<Message> {
+    pub fn channel(&self) -> &Sender {
         &self.tx
     }
 
@@ -269,15 +273,9 @@ impl BufferedSender {
         }
         let direct = shared.undelivered.load(Ordering::Acquire) == 0
             && shared.release.load(Ordering::Acquire) != RELEASE_CHECKPOINTED;
-        let message = if direct {
-            match self.tx.try_send(message) {
-                Ok(()) => return true,
-                Err(TrySendError::Closed(_)) => return false,
-                Err(TrySendError::Full(message)) => message,
-            }
-        } else {
-            message
-        };
+        if direct && self.tx.try_send(message.clone()) {
+            return true;
+        }
         let record = match Record::encode(&message) {
             Ok(record) => record,
             Err(e) => return shared.fail(e),
@@ -299,7 +297,10 @@ impl BufferedSender {
                 // Everything buffered has been handed on: the message can
                 // go straight to the query, waiting as it would unbuffered.
                 shared.set_full(false);
-                return self.tx.send(message).await.is_ok();
+                let started = std::time::Instant::now();
+                let sent = self.tx.send(message).await.is_ok();
+                shared.charge(started);
+                return sent;
             }
             if self.tx.is_closed() {
                 return false;
@@ -308,7 +309,9 @@ impl BufferedSender {
                 shared.counters.full_waits.fetch_add(1, Ordering::Relaxed);
             }
             shared.set_full(true);
+            let started = std::time::Instant::now();
             room.await;
+            shared.charge(started);
         }
     }
 
@@ -316,6 +319,43 @@ impl BufferedSender {
     /// the async runtime (a source reading a file).
     pub fn blocking_send(&self, message: Message) -> bool {
         futures::executor::block_on(self.send(message))
+    }
+
+    /// Waits at most until `deadline` for room for `batch` (a push that
+    /// may give up): `Some(None)` when the buffer has room, so that
+    /// [`BufferedSender::send`] takes it without waiting; `Some(Some(room))`
+    /// when nothing is buffered but the buffer is full of records kept for
+    /// checkpoints, and the room is in the query's channel; `None` at the
+    /// deadline. The room holds while no other message is sent.
+    pub async fn room_within(
+        &self,
+        batch: &RecordBatch,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<Option<Reservation>>, Closed> {
+        let shared = &self.shared;
+        // Arrow's IPC form is about the batch's memory, plus its schema.
+        let size = batch.get_array_memory_size() as u64 + 4096;
+        let max = shared.spill.options().max_bytes;
+        loop {
+            let room = shared.room.notified();
+            if self.tx.is_closed() {
+                return Err(Closed);
+            }
+            if shared.spill.bytes() + size <= max {
+                return Ok(Some(None));
+            }
+            if shared.undelivered.load(Ordering::Acquire) == 0 {
+                let reserved = self.tx.reserve_within(batch.num_rows(), deadline).await?;
+                return Ok(reserved.map(Some));
+            }
+            if !shared.counters.full.swap(true, Ordering::Relaxed) {
+                shared.counters.full_waits.fetch_add(1, Ordering::Relaxed);
+            }
+            shared.set_full(true);
+            if tokio::time::timeout_at(deadline, room).await.is_err() {
+                return Ok(None);
+            }
+        }
     }
 }
 
@@ -357,6 +397,14 @@ impl Shared {
             .get_or_insert(e.to_string());
         self.appended.notify_one();
         false
+    }
+
+    /// Counts the time since `started` as the source held up.
+    fn charge(&self, started: std::time::Instant) {
+        let waited = started.elapsed().as_nanos() as u64;
+        self.counters
+            .blocked_ns
+            .fetch_add(waited, Ordering::Relaxed);
     }
 
     fn set_full(&self, full: bool) {
@@ -424,7 +472,7 @@ impl Shared {
 /// Hands the buffer's messages to the query in order, waiting for it; ends
 /// once the sender is gone and everything is handed on, or the query stops
 /// listening.
-async fn drain(shared: Arc<Shared>, tx: Sender<Message>) -> Result<()> {
+async fn drain(shared: Arc<Shared>, tx: Sender) -> Result<()> {
     loop {
         let appended = shared.appended.notified();
         if let Some(why) = shared.failure() {
@@ -453,10 +501,11 @@ async fn drain(shared: Arc<Shared>, tx: Sender<Message>) -> Result<()> {
 mod tests {
     use std::time::Duration;
 
+    use crate::exec::metrics::QueueGauge;
+    use crate::runtime::channel::{self, Receiver};
     use datafusion::arrow::array::Int64Array;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use datafusion::arrow::record_batch::RecordBatch;
-    use tokio::sync::mpsc;
 
     use super::*;
     use crate::connectors::SourcePosition;
@@ -488,7 +537,12 @@ mod tests {
         }
     }
 
-    async fn receive(rx: &mut mpsc::Receiver<Message>, n: usize) -> Vec<String> {
+    /// A channel of `messages` messages.
+    fn bounded(messages: usize) -> (Sender, Receiver) {
+        channel::bounded(messages, 1 << 20, Arc::new(QueueGauge::default()))
+    }
+
+    async fn receive(rx: &mut Receiver, n: usize) -> Vec<String> {
         let mut out = Vec::new();
         for _ in 0..n {
             out.push(show(&rx.recv().await.unwrap()));
@@ -498,7 +552,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_query_that_is_behind_does_not_hold_up_the_sender() {
-        let (tx, mut rx) = mpsc::channel(2);
+        let (tx, mut rx) = bounded(2);
         let (sender, drain) = BufferedSender::open(tx, 1 << 30, temporary(), None).unwrap();
         let drain = tokio::spawn(drain);
         let dir = sender.dir().to_path_buf();
@@ -527,7 +581,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_buffer_makes_the_sender_wait_until_the_query_catches_up() {
-        let (tx, mut rx) = mpsc::channel(1);
+        let (tx, mut rx) = bounded(1);
         let record = Record::encode(&batch(0)).unwrap().size();
         let max = 1 << 20;
         let (sender, drain) = BufferedSender::open(tx, max, temporary(), None).unwrap();
@@ -565,7 +619,7 @@ mod tests {
     async fn a_restore_hands_on_the_rows_after_the_checkpoint_again() {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("in0");
-        let (tx, rx) = mpsc::channel(1);
+        let (tx, rx) = bounded(1);
         let place = BufferPlace {
             dir: Some(dir.clone()),
             restored: None,
@@ -580,7 +634,7 @@ mod tests {
         drain.abort();
         drop((sender, rx));
 
-        let (tx, mut rx) = mpsc::channel(8);
+        let (tx, mut rx) = bounded(8);
         let entry = SourceEntry {
             stream: "s".into(),
             position: None,
@@ -604,7 +658,7 @@ mod tests {
         assert_eq!(got, ["b3", "b5", "b7", "w9223372036854775807"]);
 
         // A source that can be read again starts with an empty buffer.
-        let (tx, mut rx) = mpsc::channel(8);
+        let (tx, mut rx) = bounded(8);
         let entry = SourceEntry {
             stream: "s".into(),
             position: Some(SourcePosition::default()),

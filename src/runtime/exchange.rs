@@ -25,7 +25,8 @@ use datafusion::arrow::array::UInt32Array;
 use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::physical_expr::PhysicalExpr;
-use tokio::sync::mpsc::{Receiver, Sender};
+
+use super::channel::{Receiver, Sender};
 
 use crate::error::{Error, Result};
 use crate::exec::{Message, RowKind};
@@ -34,7 +35,7 @@ use crate::state::{instance_of, key_groups_of};
 /// Where a task reads its messages from.
 pub(super) enum Inbox {
     /// One upstream task.
-    One(Receiver<Message>),
+    One(Receiver),
     /// Several, aligned.
     Gather(Gather),
 }
@@ -53,7 +54,7 @@ impl Inbox {
 /// Where a task sends what its operators produce.
 pub(super) enum Outbox {
     /// One downstream task (epochs end here: nothing after it needs them).
-    One(Sender<Message>),
+    One(Sender),
     /// The instances of a key-partitioned stage.
     Route(Router),
 }
@@ -76,12 +77,25 @@ impl Outbox {
             Outbox::Route(router) => router.send(messages).await,
         }
     }
+
+    /// Nanoseconds its senders have waited for room so far, together.
+    pub(super) fn blocked_ns(&self) -> u64 {
+        let waited = |tx: &Sender| {
+            tx.gauge()
+                .blocked_ns
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        match self {
+            Outbox::One(tx) => waited(tx),
+            Outbox::Route(router) => router.outputs.iter().map(waited).sum(),
+        }
+    }
 }
 
 /// Splits rows between the instances of a stage by the key group of their
 /// key, and sends every watermark and barrier to all of them.
 pub(super) struct Router {
-    outputs: Vec<Sender<Message>>,
+    outputs: Vec<Sender>,
     keys: Vec<Arc<dyn PhysicalExpr>>,
     /// This is the only task feeding the instances: it ends an epoch after
     /// the rows of each step (otherwise it hands on the epochs it gets).
@@ -92,11 +106,7 @@ pub(super) struct Router {
 
 impl Router {
     /// Routes to `outputs` (one per instance) by the value of `keys`.
-    pub(super) fn new(
-        outputs: Vec<Sender<Message>>,
-        keys: Vec<Arc<dyn PhysicalExpr>>,
-        sole: bool,
-    ) -> Self {
+    pub(super) fn new(outputs: Vec<Sender>, keys: Vec<Arc<dyn PhysicalExpr>>, sole: bool) -> Self {
         Self {
             outputs,
             keys,
@@ -193,7 +203,7 @@ impl Router {
 /// epochs (the instances of one stage), and hands on, at the end of each
 /// epoch, what every input sent in it, input by input.
 pub(super) struct Gather {
-    inputs: Vec<Receiver<Message>>,
+    inputs: Vec<Receiver>,
     /// Per input, its rows in the current epoch.
     rows: Vec<Vec<Message>>,
     /// Per input, the message that ended its epoch, while the others catch
@@ -207,7 +217,7 @@ pub(super) struct Gather {
 
 impl Gather {
     /// Gathers `inputs`, in this order.
-    pub(super) fn new(inputs: Vec<Receiver<Message>>) -> Self {
+    pub(super) fn new(inputs: Vec<Receiver>) -> Self {
         let n = inputs.len();
         Self {
             inputs,
@@ -303,10 +313,14 @@ fn agreed(ends: Vec<Message>) -> Result<Message> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec::metrics::QueueGauge;
     use datafusion::arrow::array::{Array, AsArray, Int64Array, StringArray};
     use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
     use datafusion::physical_expr::expressions::Column;
-    use tokio::sync::mpsc;
+
+    fn channel(messages: usize) -> (Sender, Receiver) {
+        super::super::channel::bounded(messages, 1 << 20, Arc::new(QueueGauge::default()))
+    }
 
     fn batch(hosts: &[&str], values: &[i64]) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![
@@ -323,15 +337,15 @@ mod tests {
         .unwrap()
     }
 
-    fn router(n: usize, sole: bool) -> (Router, Vec<Receiver<Message>>) {
-        let (txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| mpsc::channel(64)).unzip();
+    fn router(n: usize, sole: bool) -> (Router, Vec<Receiver>) {
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| channel(64)).unzip();
         let keys = vec![Arc::new(Column::new("host", 0)) as Arc<dyn PhysicalExpr>];
         (Router::new(txs, keys, sole), rxs)
     }
 
-    fn drain(rx: &mut Receiver<Message>) -> Vec<Message> {
+    fn drain(rx: &mut Receiver) -> Vec<Message> {
         let mut out = Vec::new();
-        while let Ok(m) = rx.try_recv() {
+        while let Some(m) = rx.try_recv() {
             out.push(m);
         }
         out
@@ -407,12 +421,12 @@ mod tests {
     #[tokio::test]
     async fn a_gather_releases_epochs_in_input_order_whatever_the_timing() {
         for late_first in [false, true] {
-            let (tx0, rx0) = mpsc::channel(16);
-            let (tx1, rx1) = mpsc::channel(16);
+            let (tx0, rx0) = channel(16);
+            let (tx1, rx1) = channel(16);
             let mut gather = Gather::new(vec![rx0, rx1]);
-            let send = |tx: &mpsc::Sender<Message>, v: i64| {
-                tx.try_send(Message::Batch(batch(&["x"], &[v]))).unwrap();
-                tx.try_send(Message::Epoch).unwrap();
+            let send = |tx: &Sender, v: i64| {
+                assert!(tx.try_send(Message::Batch(batch(&["x"], &[v]))));
+                assert!(tx.try_send(Message::Epoch));
             };
             if late_first {
                 send(&tx1, 10);
@@ -421,8 +435,8 @@ mod tests {
                 send(&tx0, 0);
                 send(&tx1, 10);
             }
-            tx0.try_send(Message::Watermark(9)).unwrap();
-            tx1.try_send(Message::Watermark(7)).unwrap();
+            assert!(tx0.try_send(Message::Watermark(9)));
+            assert!(tx1.try_send(Message::Watermark(7)));
             drop((tx0, tx1));
             let mut got = Vec::new();
             while let Some(m) = gather.recv().await.unwrap() {
@@ -437,11 +451,11 @@ mod tests {
 
     #[tokio::test]
     async fn instances_that_disagree_are_an_error() {
-        let (tx0, rx0) = mpsc::channel(4);
-        let (tx1, rx1) = mpsc::channel(4);
+        let (tx0, rx0) = channel(4);
+        let (tx1, rx1) = channel(4);
         let mut gather = Gather::new(vec![rx0, rx1]);
-        tx0.try_send(Message::Barrier(1)).unwrap();
-        tx1.try_send(Message::Barrier(2)).unwrap();
+        assert!(tx0.try_send(Message::Barrier(1)));
+        assert!(tx1.try_send(Message::Barrier(2)));
         let e = gather.recv().await.unwrap_err().to_string();
         assert!(e.contains("disagree"), "{e}");
         let _ = (tx0, tx1);

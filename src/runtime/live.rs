@@ -22,8 +22,7 @@ use super::checkpoint::{
 };
 use super::wal::Wal;
 use super::{
-    CHANNEL_CAPACITY, RunnableQuery, Subscriber, merge, run_late_source, run_sink, run_source,
-    spawn_stages,
+    RunnableQuery, Subscriber, Wiring, merge, run_late_source, run_sink, run_source, spawn_stages,
 };
 use crate::connectors::{Sink, SourceLocation, SourcePosition, SourceStats};
 use crate::error::{Error, Result};
@@ -272,7 +271,6 @@ impl Live {
             .iter()
             .map(|s| Subscriber {
                 tx: s.tx.clone(),
-                per_record: s.per_record,
                 checkpoints: s.checkpoints.clone(),
                 buffer: s.buffer.clone(),
             })
@@ -382,13 +380,29 @@ impl Live {
             join,
             stages,
             mode,
+            schema,
             stats,
             late_outputs,
             ..
         } = graph;
+        let time_column = super::latency_column(
+            &schema,
+            inputs.first().and_then(|input| {
+                let stream = &input.stream;
+                stream
+                    .event_time
+                    .map(|i| stream.schema.field(i).name().as_str())
+            }),
+        );
+        let mut tasks = Vec::new();
         let mut wired = Wired {
             stats: stats.clone(),
             ..Wired::default()
+        };
+        let mut wiring = Wiring {
+            tasks: &mut tasks,
+            stats: &stats,
+            checkpoints: checkpoints.as_ref(),
         };
         for (stream, output) in late_outputs {
             group.late_outputs.entry(stream).or_default().push(output);
@@ -396,7 +410,8 @@ impl Live {
         let per_record = mode == ExecutionMode::PerRecord;
         let mut branches = Vec::with_capacity(inputs.len());
         for (i, input) in inputs.into_iter().enumerate() {
-            let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+            let (tx, rx) = wiring.channel(format!("in{i} source"), &input_prefix(i, 0));
+            let rx = if per_record { rx.per_record() } else { rx };
             let stream = &input.stream;
             let position = positions
                 .as_ref()
@@ -407,7 +422,7 @@ impl Live {
                     let place = self.buffer_place(name.as_deref(), i, &stream.name, &restored)?;
                     let opened =
                         BufferedSender::open(tx.clone(), max_bytes, place, checkpoints.clone())?;
-                    wired.tasks.push(tokio::spawn(opened.1));
+                    wiring.tasks.push(tokio::spawn(opened.1));
                     Some(Arc::new(opened.0))
                 }
                 None => None,
@@ -419,7 +434,6 @@ impl Live {
                 .1
                 .push(Subscriber {
                     tx,
-                    per_record,
                     checkpoints: checkpoints.clone(),
                     buffer,
                 });
@@ -427,27 +441,23 @@ impl Live {
                 wired.streams.push(key);
             }
             let prefix = move |j| input_prefix(i, j);
-            let named = checkpoints
-                .as_ref()
-                .map(|c| (c, &prefix as &dyn Fn(usize) -> String));
-            let output = spawn_stages(input.stages, rx, &mut wired.tasks, named);
+            let output = spawn_stages(input.stages, rx, &prefix, &mut wiring);
             branches.push((output, stream.idle_timeout));
         }
         let merged = if branches.len() == 1 && join.is_none() {
             branches.pop().expect("one input").0
         } else {
-            let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+            let (tx, rx) = wiring.channel("merge".to_string(), &stage_prefix(0));
             let merge = merge::run(branches, join, tx, checkpoints.clone());
-            wired.tasks.push(tokio::spawn(merge));
+            wiring.tasks.push(tokio::spawn(merge));
             rx
         };
-        let named = checkpoints
-            .as_ref()
-            .map(|c| (c, &stage_prefix as &dyn Fn(usize) -> String));
-        let output = spawn_stages(stages, merged, &mut wired.tasks, named);
-        wired.tasks.push(tokio::task::spawn_blocking(move || {
-            run_sink(sink, output, &stats, checkpoints)
+        let output = spawn_stages(stages, merged, &stage_prefix, &mut wiring);
+        let (sink_stats, sink_checkpoints) = (stats.clone(), checkpoints.clone());
+        wiring.tasks.push(tokio::task::spawn_blocking(move || {
+            run_sink(sink, output, &sink_stats, sink_checkpoints, time_column)
         }));
+        wired.tasks = tasks;
         Ok(wired)
     }
 
@@ -645,6 +655,31 @@ impl Live {
     /// runs on a task of its own, so a caller that gives up waiting cannot
     /// leave a logged batch half handed out.
     pub async fn push(&self, stream: &str, batch: RecordBatch) -> Result<()> {
+        self.push_until(stream, batch, None).await
+    }
+
+    /// Sends `batch` like [`Live::push`], but waits at most `timeout` for
+    /// the stream's queries to have room for it; then gives up with
+    /// [`Error::Busy`], having handed out nothing. With a write-ahead log,
+    /// the room is looked for before the batch is logged, and a logged
+    /// batch is always handed out: if other pushes took the room meanwhile,
+    /// this one waits for it past `timeout`, holding only its own rows.
+    pub async fn push_within(
+        &self,
+        stream: &str,
+        batch: RecordBatch,
+        timeout: std::time::Duration,
+    ) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        self.push_until(stream, batch, Some(deadline)).await
+    }
+
+    async fn push_until(
+        &self,
+        stream: &str,
+        batch: RecordBatch,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<()> {
         let (wal, order) = {
             let mut state = self.lock();
             let hub = state.hubs.entry(stream.to_string()).or_default();
@@ -654,8 +689,11 @@ impl Live {
             (hub.wal.clone(), hub.order.clone())
         };
         let Some(wal) = wal else {
-            return self.deliver(stream, batch, None).await;
+            return self.deliver(stream, batch, None, deadline).await;
         };
+        if let Some(deadline) = deadline {
+            self.wait_for_room(stream, &batch, deadline).await?;
+        }
         let live = self.clone();
         let stream = stream.to_string();
         tokio::spawn(async move { live.push_logged(&stream, &wal, &order, batch).await })
@@ -689,43 +727,86 @@ impl Live {
         let mut done = order.done.subscribe();
         let _ = done.wait_for(|&d| d + 1 >= ticket).await;
         let result = match outcome {
-            Ok(seq) => self.deliver(stream, batch, Some(seq)).await,
+            Ok(seq) => self.deliver(stream, batch, Some(seq), None).await,
             Err(e) => Err(e),
         };
         order.done.send_replace(ticket);
         result
     }
 
+    /// The live subscribers of push stream `stream`, and its gate and
+    /// counters.
+    fn hub_parts(&self, stream: &str) -> (Arc<tokio::sync::Mutex<()>>, Arc<SourceStats>) {
+        let mut state = self.lock();
+        let hub = state.hubs.entry(stream.to_string()).or_default();
+        (hub.gate.clone(), hub.stats.clone())
+    }
+
+    fn live_subscribers(&self, stream: &str) -> Vec<Subscriber> {
+        let mut state = self.lock();
+        let hub = state.hubs.entry(stream.to_string()).or_default();
+        hub.subscribers.retain(|s| !s.tx.is_closed());
+        hub.subscribers
+            .iter()
+            .map(|s| Subscriber {
+                tx: s.tx.clone(),
+                checkpoints: s.checkpoints.clone(),
+                buffer: s.buffer.clone(),
+            })
+            .collect()
+    }
+
     /// Hands `batch` to the stream's subscribers; its position becomes
-    /// `seq` (a logged batch) or goes up by one.
-    async fn deliver(&self, stream: &str, batch: RecordBatch, seq: Option<u64>) -> Result<()> {
-        let (gate, stats) = {
-            let mut state = self.lock();
-            let hub = state.hubs.entry(stream.to_string()).or_default();
-            (hub.gate.clone(), hub.stats.clone())
-        };
+    /// `seq` (a logged batch) or goes up by one. With a deadline, takes room
+    /// in every subscriber first and hands out nothing if it cannot by then.
+    async fn deliver(
+        &self,
+        stream: &str,
+        batch: RecordBatch,
+        seq: Option<u64>,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<()> {
+        let (gate, stats) = self.hub_parts(stream);
         let _turn = gate.lock().await;
-        let subscribers = {
-            let mut state = self.lock();
-            let hub = state.hubs.entry(stream.to_string()).or_default();
-            hub.pushed = seq.unwrap_or(hub.pushed + 1);
-            hub.subscribers.retain(|s| !s.tx.is_closed());
-            hub.subscribers
-                .iter()
-                .map(|s| Subscriber {
-                    tx: s.tx.clone(),
-                    per_record: s.per_record,
-                    checkpoints: s.checkpoints.clone(),
-                    buffer: s.buffer.clone(),
-                })
-                .collect::<Vec<_>>()
+        let subscribers = self.live_subscribers(stream);
+        let started = std::time::Instant::now();
+        let rooms = match deadline {
+            Some(deadline) => Some(reserve_all(&subscribers, stream, &batch, deadline).await?),
+            None => None,
         };
+        if let Some(hub) = self.lock().hubs.get_mut(stream) {
+            hub.pushed = seq.unwrap_or(hub.pushed + 1);
+        }
         stats
             .rows
             .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
-        for subscriber in &subscribers {
-            subscriber.send_async(&batch).await;
+        match rooms {
+            Some(rooms) => {
+                for room in rooms.into_iter().flatten() {
+                    room.send(Message::Batch(batch.clone())).await;
+                }
+            }
+            None => {
+                for subscriber in &subscribers {
+                    subscriber.send_async(&batch).await;
+                }
+            }
         }
+        let waited = started.elapsed().as_nanos() as u64;
+        stats.blocked_ns.fetch_add(waited, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Waits until every query reading `stream` has room for `batch`, or
+    /// fails with [`Error::Busy`] at `deadline`.
+    async fn wait_for_room(
+        &self,
+        stream: &str,
+        batch: &RecordBatch,
+        deadline: tokio::time::Instant,
+    ) -> Result<()> {
+        let subscribers = self.live_subscribers(stream);
+        reserve_all(&subscribers, stream, batch, deadline).await?;
         Ok(())
     }
 
@@ -1013,6 +1094,68 @@ struct Wired {
     tasks: Vec<JoinHandle<Result<()>>>,
 }
 
+/// Room taken for a pushed batch in one query: in its channel, or in its
+/// disk buffer.
+enum Room {
+    Channel(super::channel::Reservation),
+    Buffer(Arc<BufferedSender>),
+}
+
+impl Room {
+    /// Sends `message` into the room (a disk buffer with room takes it
+    /// without waiting).
+    async fn send(self, message: Message) {
+        match self {
+            Room::Channel(room) => room.send(message),
+            Room::Buffer(buffer) => {
+                buffer.send(message).await;
+            }
+        }
+    }
+}
+
+/// Takes room for `batch` in every subscriber (`None` for one that has
+/// stopped listening), or fails with [`Error::Busy`] if one of them has
+/// none by `deadline`. A query with a disk buffer has room while its buffer
+/// does.
+async fn reserve_all(
+    subscribers: &[Subscriber],
+    stream: &str,
+    batch: &RecordBatch,
+    deadline: tokio::time::Instant,
+) -> Result<Vec<Option<Room>>> {
+    let rows = batch.num_rows();
+    let mut rooms = Vec::with_capacity(subscribers.len());
+    for subscriber in subscribers {
+        let reserved = match &subscriber.buffer {
+            Some(buffer) => buffer.room_within(batch, deadline).await.map(|room| {
+                room.map(|channel| match channel {
+                    Some(channel) => Room::Channel(channel),
+                    None => Room::Buffer(buffer.clone()),
+                })
+            }),
+            None => subscriber
+                .tx
+                .reserve_within(rows, deadline)
+                .await
+                .map(|room| room.map(Room::Channel)),
+        };
+        match reserved {
+            Ok(Some(room)) => rooms.push(Some(room)),
+            Ok(None) => {
+                return Err(Error::Busy {
+                    message: format!(
+                        "stream {stream}: its queries are behind and had no room for {rows} rows within the ingest timeout"
+                    ),
+                    retry_after: std::time::Duration::from_secs(1),
+                });
+            }
+            Err(super::channel::Closed) => rooms.push(None),
+        }
+    }
+    Ok(rooms)
+}
+
 /// One reading of a stream: queries of a group restored to the same
 /// position of a stream share it, others read it on their own.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -1043,12 +1186,7 @@ fn report_buffers(subscribers: &[Subscriber], stats: &Arc<SourceStats>) {
 /// Sends the end of input to a query that joins a stream which has ended:
 /// at once when it has room (and no disk buffer), else from a task.
 fn end_soon(subscriber: Subscriber) {
-    if subscriber.buffer.is_none()
-        && subscriber
-            .tx
-            .try_send(Message::Watermark(END_OF_INPUT))
-            .is_ok()
-    {
+    if subscriber.buffer.is_none() && subscriber.tx.try_send(Message::Watermark(END_OF_INPUT)) {
         return;
     }
     tokio::spawn(async move {

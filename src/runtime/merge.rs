@@ -3,13 +3,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc::{self, Receiver, Sender};
+use tokio::sync::mpsc;
 
 use datafusion::arrow::array::{Array, AsArray, Int64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
 
-use super::CHANNEL_CAPACITY;
+use super::channel::{CHANNEL_MESSAGES, Receiver, Sender};
 use super::checkpoint::QueryCheckpoints;
 use crate::error::Result;
 use crate::exec::{MergeOperator, Message};
@@ -31,12 +31,12 @@ const IDLE_CHECK: Duration = Duration::from_millis(100);
 /// input that sends a newer barrier first makes the merge give up on `n`
 /// and align on the newer one.
 pub async fn run(
-    inputs: Vec<(Receiver<Message>, Option<Duration>)>,
+    inputs: Vec<(Receiver, Option<Duration>)>,
     mut join: Option<Box<dyn MergeOperator>>,
-    output: Sender<Message>,
+    output: Sender,
     checkpoints: Option<Arc<QueryCheckpoints>>,
 ) -> Result<()> {
-    let (tagged_tx, mut tagged) = mpsc::channel(CHANNEL_CAPACITY);
+    let (tagged_tx, mut tagged) = mpsc::channel(CHANNEL_MESSAGES);
     let mut state = Watermarks::new(inputs.iter().map(|(_, idle)| *idle).collect());
     if let Some(restored) = checkpoints.as_ref().and_then(|c| c.take_merge_watermarks()) {
         state.restore(&restored)?;

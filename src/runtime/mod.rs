@@ -10,6 +10,7 @@
 //! watermark, every window fires, and the tasks end in order.
 
 pub mod buffer;
+pub mod channel;
 pub mod checkpoint;
 pub mod crashpoint;
 mod exchange;
@@ -23,21 +24,20 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use datafusion::arrow::record_batch::RecordBatch;
-use tokio::sync::mpsc::{self, Receiver, Sender};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::connectors::{
     Sink, SourceConfig, SourceLocation, SourcePosition, SourceStats, read_source_from,
 };
 use crate::error::{Error, Result};
+use crate::exec::metrics::QueueGauge;
 use crate::exec::{Chain, END_OF_INPUT, Message, QueryStats};
 use crate::planner::{QueryGraph, Stages};
+use channel::{Receiver, Sender};
 use checkpoint::{Coordinator, QueryCheckpoints};
 use exchange::{Inbox, Outbox};
 use live::Live;
-
-/// Messages buffered between two tasks before the sender waits.
-pub const CHANNEL_CAPACITY: usize = 16;
 
 /// A planned query and where its results go.
 pub struct RunnableQuery {
@@ -118,9 +118,25 @@ pub async fn run_on(
     }
 }
 
-/// Where a line of stages sends its snapshots, and the id prefix of each
-/// stage.
-type StageIds<'a> = (&'a Arc<QueryCheckpoints>, &'a dyn Fn(usize) -> String);
+/// What the tasks of one query are started with: where their handles go,
+/// where their counters are registered, and where their snapshots go.
+pub(crate) struct Wiring<'a> {
+    /// The tasks started so far.
+    pub tasks: &'a mut Vec<JoinHandle<Result<()>>>,
+    /// The query's counters: every channel and operator is registered.
+    pub stats: &'a Arc<QueryStats>,
+    /// Where the query collects its checkpoints, if it takes them.
+    pub checkpoints: Option<&'a Arc<QueryCheckpoints>>,
+}
+
+impl Wiring<'_> {
+    /// A channel whose gauge is registered with the query as `label`.
+    fn channel(&self, label: String, stage: &str) -> (Sender, Receiver) {
+        let gauge = Arc::new(QueueGauge::new(label, stage));
+        self.stats.metrics.add_queue(gauge.clone());
+        channel::channel(gauge)
+    }
+}
 
 /// Tasks whose output is not wired yet: each with its chain (`None` for the
 /// input itself, read by whatever comes next) and where it reads from.
@@ -128,26 +144,30 @@ type Upstream = Vec<(Option<Chain>, Inbox)>;
 
 /// Starts the tasks of every stage, chained: an instance per chain of a
 /// stage, with exchanges where the number of instances or the key changes;
-/// returns the last stage's output. With `checkpoints`, stage J's
-/// operators send their snapshots there under the ids `prefix(J).oK`.
+/// returns the last stage's output. Stage J is named `prefix(J)`: its
+/// operators' metrics and snapshots (ids `prefix(J).oK`) go by that name.
 fn spawn_stages(
     stages: Stages,
-    input: Receiver<Message>,
-    tasks: &mut Vec<JoinHandle<Result<()>>>,
-    checkpoints: Option<StageIds<'_>>,
-) -> Receiver<Message> {
+    input: Receiver,
+    prefix: &dyn Fn(usize) -> String,
+    wiring: &mut Wiring<'_>,
+) -> Receiver {
     let mut upstream: Upstream = vec![(None, Inbox::One(input))];
+    let count = stages.len();
     for (j, stage) in stages.into_iter().enumerate() {
         let n = stage.instances.len();
-        let inboxes = connect(upstream, n, stage.keys, tasks);
+        let inboxes = connect(upstream, n, stage.keys, &prefix(j), wiring);
         upstream = stage
             .instances
             .into_iter()
             .zip(inboxes)
             .enumerate()
             .map(|(instance, (ops, inbox))| {
-                let mut chain = Chain::new(ops);
-                if let Some((checkpoints, prefix)) = checkpoints {
+                let mut chain = Chain::placed(ops, &prefix(j), instance);
+                for metrics in chain.metrics() {
+                    wiring.stats.metrics.add_operator(metrics.clone());
+                }
+                if let Some(checkpoints) = wiring.checkpoints {
                     let sink = checkpoints.chain_sink(&prefix(j), &chain, instance, n);
                     chain = chain.with_snapshots(sink);
                 }
@@ -155,26 +175,28 @@ fn spawn_stages(
             })
             .collect();
     }
-    match connect(upstream, 1, None, tasks).pop() {
+    let after = prefix(count);
+    match connect(upstream, 1, None, &after, wiring).pop() {
         Some(Inbox::One(rx)) => rx,
         Some(gather) => {
-            let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+            let (tx, rx) = wiring.channel(format!("{after} gather"), &after);
             let meet = run_stage(Chain::new(Vec::new()), gather, Outbox::One(tx));
-            tasks.push(tokio::spawn(meet));
+            wiring.tasks.push(tokio::spawn(meet));
             rx
         }
         None => unreachable!("connect gives one inbox per instance"),
     }
 }
 
-/// Starts the `upstream` tasks, their outputs feeding `n` new inboxes: one
-/// channel when both sides are single, else a channel from every upstream
-/// task to every instance, rows routed by `keys`.
+/// Starts the `upstream` tasks, their outputs feeding `n` new inboxes of
+/// stage `stage`: one channel when both sides are single, else a channel
+/// from every upstream task to every instance, rows routed by `keys`.
 fn connect(
     mut upstream: Upstream,
     n: usize,
     keys: Option<Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>>,
-    tasks: &mut Vec<JoinHandle<Result<()>>>,
+    stage: &str,
+    wiring: &mut Wiring<'_>,
 ) -> Vec<Inbox> {
     let m = upstream.len();
     if m == 1 && n == 1 {
@@ -182,15 +204,17 @@ fn connect(
         let Some(chain) = chain else {
             return vec![inbox];
         };
-        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-        tasks.push(tokio::spawn(run_stage(chain, inbox, Outbox::One(tx))));
+        let (tx, rx) = wiring.channel(stage.to_string(), stage);
+        wiring
+            .tasks
+            .push(tokio::spawn(run_stage(chain, inbox, Outbox::One(tx))));
         return vec![Inbox::One(rx)];
     }
-    let mut receivers: Vec<Vec<Receiver<Message>>> = (0..n).map(|_| Vec::new()).collect();
-    for (chain, inbox) in upstream {
+    let mut receivers: Vec<Vec<Receiver>> = (0..n).map(|_| Vec::new()).collect();
+    for (from, (chain, inbox)) in upstream.into_iter().enumerate() {
         let mut senders = Vec::with_capacity(n);
-        for column in receivers.iter_mut() {
-            let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        for (to, column) in receivers.iter_mut().enumerate() {
+            let (tx, rx) = wiring.channel(format!("{stage} i{to} from {from}"), stage);
             senders.push(tx);
             column.push(rx);
         }
@@ -199,7 +223,9 @@ fn connect(
             (_, Some(keys)) => Outbox::Route(exchange::Router::new(senders, keys.clone(), m == 1)),
         };
         let chain = chain.unwrap_or_else(|| Chain::new(Vec::new()));
-        tasks.push(tokio::spawn(run_stage(chain, inbox, outbox)));
+        wiring
+            .tasks
+            .push(tokio::spawn(run_stage(chain, inbox, outbox)));
     }
     receivers
         .into_iter()
@@ -212,9 +238,7 @@ fn connect(
 
 /// A query reading a source.
 struct Subscriber {
-    tx: Sender<Message>,
-    /// Send rows one at a time rather than as the source's batches.
-    per_record: bool,
+    tx: Sender,
     /// Where the query collects its checkpoints, if it takes them.
     checkpoints: Option<Arc<QueryCheckpoints>>,
     /// The query's disk buffer for this input, if it has one: then every
@@ -257,23 +281,7 @@ impl Subscriber {
     /// Sends a batch from async code; false once the query has stopped
     /// listening.
     async fn send_async(&self, batch: &RecordBatch) -> bool {
-        if self.buffer.is_some() {
-            return self.send_message(Message::Batch(batch.clone())).await;
-        }
-        if !self.per_record {
-            return self.tx.send(Message::Batch(batch.clone())).await.is_ok();
-        }
-        for row in 0..batch.num_rows() {
-            if self
-                .tx
-                .send(Message::Batch(batch.slice(row, 1)))
-                .await
-                .is_err()
-            {
-                return false;
-            }
-        }
-        true
+        self.send_message(Message::Batch(batch.clone())).await
     }
 
     /// Sends a batch; false once the query has stopped listening.
@@ -282,18 +290,23 @@ impl Subscriber {
             // A source that waits for input: nothing to send.
             return !self.tx.is_closed();
         }
-        if self.buffer.is_some() {
-            return self.blocking_send_message(Message::Batch(batch.clone()));
-        }
-        if !self.per_record {
-            return self.tx.blocking_send(Message::Batch(batch.clone())).is_ok();
-        }
-        (0..batch.num_rows()).all(|row| {
-            self.tx
-                .blocking_send(Message::Batch(batch.slice(row, 1)))
-                .is_ok()
-        })
+        self.blocking_send_message(Message::Batch(batch.clone()))
     }
+
+    /// Nanoseconds its sender has waited so far (with a disk buffer, the
+    /// source's waits for it, not the buffer's for the query).
+    fn blocked_ns(&self) -> u64 {
+        match &self.buffer {
+            Some(buffer) => buffer.counters().blocked_ns.load(Ordering::Relaxed),
+            None => self.tx.gauge().blocked_ns.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Nanoseconds `subscribers` have waited so far, together: a source sends
+/// to them one after the other, so this is how long it was held up.
+fn blocked_ns(subscribers: &[Subscriber]) -> u64 {
+    subscribers.iter().map(Subscriber::blocked_ns).sum()
 }
 
 /// Feeds `late(stream)` queries the rows other queries dropped as late.
@@ -306,9 +319,12 @@ async fn run_late_source(
         stats
             .rows
             .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+        let before = blocked_ns(&subscribers);
         for subscriber in &subscribers {
             subscriber.send_async(&batch).await;
         }
+        let waited = blocked_ns(&subscribers) - before;
+        stats.blocked_ns.fetch_add(waited, Ordering::Relaxed);
     }
     if stats.stop.load(Ordering::Relaxed) {
         return Ok(());
@@ -340,9 +356,12 @@ fn run_source(
     }
     let mut emit = |batch: RecordBatch| {
         let mut alive = false;
+        let before = blocked_ns(&subscribers);
         for subscriber in &subscribers {
             alive |= subscriber.send(&batch);
         }
+        let waited = blocked_ns(&subscribers) - before;
+        stats.blocked_ns.fetch_add(waited, Ordering::Relaxed);
         crashpoint::hit("read");
         if let Some(barriers) = &mut barriers
             && barriers.send_due(stats, &subscribers)
@@ -443,7 +462,13 @@ async fn run_stage(mut chain: Chain, mut input: Inbox, mut output: Outbox) -> Re
             },
             _ = next_tick(&mut ticker) => chain.tick()?,
         };
-        if !output.send(produced).await? {
+        let before = output.blocked_ns();
+        let alive = output.send(produced).await?;
+        if let Some(last) = chain.metrics().last() {
+            let waited = output.blocked_ns() - before;
+            last.blocked_ns.fetch_add(waited, Ordering::Relaxed);
+        }
+        if !alive {
             return Ok(());
         }
         if chain.finished() {
@@ -463,12 +488,14 @@ async fn next_tick(ticker: &mut Option<tokio::time::Interval>) {
 }
 
 /// Writes a query's results; at a barrier, commits the sink and completes
-/// the query's checkpoint.
+/// the query's checkpoint. `time_column` names the result column that says
+/// which event time a result row is about, to measure result latency.
 fn run_sink(
     mut sink: Box<dyn Sink>,
-    mut input: Receiver<Message>,
+    mut input: Receiver,
     stats: &QueryStats,
     checkpoints: Option<Arc<QueryCheckpoints>>,
+    time_column: Option<usize>,
 ) -> Result<()> {
     while let Some(message) = input.blocking_recv() {
         match message {
@@ -476,6 +503,9 @@ fn run_sink(
                 stats
                     .rows_out
                     .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+                if let Some(column) = time_column {
+                    observe_latency(&batch, column, stats);
+                }
                 sink.write(&batch)?;
             }
             Message::Barrier(id) => {
@@ -485,8 +515,52 @@ fn run_sink(
                     checkpoints.complete(id, commit);
                 }
             }
+            Message::Watermark(w) if w != END_OF_INPUT => {
+                stats.watermark.store(w, Ordering::Relaxed);
+            }
             Message::Watermark(_) | Message::Epoch => {}
         }
     }
     sink.finish()
+}
+
+/// Which result column says what event time a row is about: a window's
+/// end, an alert's event time, or else the stream's own time column when
+/// the query keeps it. `None` when the results have none of them.
+fn latency_column(
+    schema: &datafusion::arrow::datatypes::Schema,
+    stream_time: Option<&str>,
+) -> Option<usize> {
+    let timestamp = |name: &str| {
+        schema.index_of(name).ok().filter(|&i| {
+            matches!(
+                schema.field(i).data_type(),
+                datafusion::arrow::datatypes::DataType::Timestamp(..)
+            )
+        })
+    };
+    ["window_end", "event_time"]
+        .into_iter()
+        .chain(stream_time)
+        .find_map(timestamp)
+}
+
+/// Records, for each row of `batch`, wall clock now minus its event time.
+fn observe_latency(batch: &RecordBatch, column: usize, stats: &QueryStats) {
+    use datafusion::arrow::datatypes::{DataType, TimeUnit, TimestampMillisecondType};
+    let Some(times) = batch.columns().get(column) else {
+        return;
+    };
+    let Ok(millis) =
+        datafusion::arrow::compute::cast(times, &DataType::Timestamp(TimeUnit::Millisecond, None))
+    else {
+        return;
+    };
+    let now = chrono::Utc::now().timestamp_millis();
+    let millis =
+        datafusion::arrow::array::AsArray::as_primitive::<TimestampMillisecondType>(&millis);
+    stats
+        .metrics
+        .latency
+        .observe_all(millis.iter().flatten().map(|t| now.saturating_sub(t)));
 }

@@ -458,12 +458,25 @@ pub(super) async fn push_rows(
     let mut rows = 0;
     for batch in batches {
         let n = batch.num_rows() as u64;
-        match session.push(&def.name, batch).await {
+        match session
+            .push_within(&def.name, batch, state.inner.ingest_timeout)
+            .await
+        {
             Ok(()) => rows += n,
             Err(crate::error::Error::Overloaded {
                 message,
                 retry_after,
-            }) => return Ok(overloaded(&message, retry_after, rows)),
+            }) => {
+                let status = StatusCode::SERVICE_UNAVAILABLE;
+                return Ok(refused(status, &message, retry_after, rows));
+            }
+            Err(crate::error::Error::Busy {
+                message,
+                retry_after,
+            }) => {
+                let status = StatusCode::TOO_MANY_REQUESTS;
+                return Ok(refused(status, &message, retry_after, rows));
+            }
             Err(e) => return Err(ApiError::new(StatusCode::CONFLICT, e.to_string())),
         }
     }
@@ -473,12 +486,19 @@ pub(super) async fn push_rows(
     ))
 }
 
-/// 503 with `Retry-After` (whole seconds, at least 1): the write-ahead log
-/// is full. The rows of the request's earlier batches, if any, were taken.
-fn overloaded(message: &str, retry_after: std::time::Duration, rows: u64) -> Response {
+/// `status` with `Retry-After` (whole seconds, at least 1): 503 when the
+/// write-ahead log is full, 429 when the stream's queries had no room
+/// within the ingest timeout. The rows of the request's earlier batches,
+/// if any, were taken (`rows` says how many).
+fn refused(
+    status: StatusCode,
+    message: &str,
+    retry_after: std::time::Duration,
+    rows: u64,
+) -> Response {
     let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
     let mut response = reply(
-        StatusCode::SERVICE_UNAVAILABLE,
+        status,
         json!({"error": message, "retry_after": seconds, "rows": rows}),
     );
     response

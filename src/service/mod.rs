@@ -75,6 +75,10 @@ pub const DEFAULT_MAX_QUERIES: usize = 64;
 /// 8 MiB.
 pub const DEFAULT_MAX_RESULT_BUFFER: usize = 8 << 20;
 
+/// How long a push waits for room before it gets 429, unless set.
+pub const DEFAULT_INGEST_TIMEOUT: std::time::Duration =
+    crate::runtime::channel::DEFAULT_INGEST_TIMEOUT;
+
 /// How `vigil serve` runs.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -99,6 +103,9 @@ pub struct Config {
     /// Where the statements posted are recorded and replayed on start; it
     /// should be the session's state directory.
     pub state_dir: Option<PathBuf>,
+    /// How long `POST /streams/{name}/rows` waits for the stream's queries
+    /// to have room for its rows before it answers 429 with `Retry-After`.
+    pub ingest_timeout: std::time::Duration,
 }
 
 impl Default for Config {
@@ -111,6 +118,7 @@ impl Default for Config {
             max_result_buffer: DEFAULT_MAX_RESULT_BUFFER,
             scripts: Vec::new(),
             state_dir: None,
+            ingest_timeout: DEFAULT_INGEST_TIMEOUT,
         }
     }
 }
@@ -221,6 +229,7 @@ struct Inner {
     max_body: usize,
     max_queries: usize,
     max_result_buffer: usize,
+    ingest_timeout: std::time::Duration,
     /// Rows with state 'firing' seen on the session's alert stream.
     alerts_fired: Arc<AtomicU64>,
     /// Turns true when the service stops: open event streams end.
@@ -356,6 +365,7 @@ impl AppState {
                 max_body: config.max_body,
                 max_queries: config.max_queries,
                 max_result_buffer: config.max_result_buffer,
+                ingest_timeout: config.ingest_timeout,
                 alerts_fired,
                 shutdown: watch::channel(false).0,
                 log: config.state_dir.as_ref().map(|d| d.join(STATEMENT_LOG)),
