@@ -424,31 +424,59 @@ async fn held(
     axum::http::StatusCode::OK
 }
 
-#[test]
-fn pushes_return_while_the_query_is_behind() {
-    use super::service::{Server, TOKEN, post};
-    let gate = Gate::start();
-    let dir = tempfile::tempdir().unwrap();
+/// A service whose one query sends stream `ev` to the webhook at `gate`.
+fn held_service(dir: &Path, gate: &Gate, buffer: &str) -> super::service::Server {
     let setup = format!(
-        "CREATE STREAM ev (id BIGINT, host TEXT) WITH (connector = 'push', buffer = 'disk');
+        "CREATE STREAM ev (id BIGINT, host TEXT) WITH (connector = 'push'{buffer});
          CREATE SINK hook WITH (connector = 'webhook', url = 'http://{}/hook', timeout = '10min');
          INSERT INTO hook SELECT id, host FROM ev;",
         gate.addr
     );
-    fs::write(dir.path().join("setup.sql"), setup).unwrap();
-    let server = Server::start(
-        dir.path(),
-        &["--addr", "127.0.0.1:0", "--token", TOKEN, "setup.sql"],
-    );
+    fs::write(dir.join("setup.sql"), setup).unwrap();
+    let args = ["--addr", "127.0.0.1:0", "--token", super::service::TOKEN];
+    let extra = ["--ingest-timeout", "200ms", "setup.sql"];
+    super::service::Server::start(dir, &[&args[..], &extra[..]].concat())
+}
+
+/// Request `r`'s rows, as JSON lines.
+fn push_body(r: u64, per_request: u64) -> String {
+    (0..per_request)
+        .map(|j| format!("{{\"id\": {}, \"host\": \"h{j}\"}}\n", r * per_request + j))
+        .collect()
+}
+
+#[test]
+fn pushes_return_while_the_query_is_behind() {
+    use super::service::post;
+    let (requests, per_request) = (200u64, 1000u64);
+    // Without a buffer, pushes into a query held up by its webhook are
+    // refused once its queues are full.
+    let held = Gate::start();
+    let dir = tempfile::tempdir().unwrap();
+    let server = held_service(dir.path(), &held, "");
+    let refused = (0..requests).find(|&r| {
+        let body = push_body(r, per_request);
+        let answer = post(
+            &server,
+            "/streams/ev/rows",
+            Some("application/x-ndjson"),
+            &body,
+        );
+        assert!(matches!(answer.status, 200 | 429), "{}", answer.body);
+        answer.status == 429
+    });
+    let refused = refused.expect("an unbuffered push is refused");
+    drop(server);
+
+    let gate = Gate::start();
+    let dir = tempfile::tempdir().unwrap();
+    let server = held_service(dir.path(), &gate, ", buffer = 'disk'");
     // The webhook holds the query's first results: it falls behind, and
     // every push after that goes to its buffer.
-    let (requests, per_request) = (200u64, 1000u64);
     let mut slowest = Duration::ZERO;
     let pushing = Instant::now();
     for r in 0..requests {
-        let body: String = (0..per_request)
-            .map(|j| format!("{{\"id\": {}, \"host\": \"h{j}\"}}\n", r * per_request + j))
-            .collect();
+        let body = push_body(r, per_request);
         let started = Instant::now();
         let answer = post(
             &server,
@@ -474,7 +502,8 @@ fn pushes_return_while_the_query_is_behind() {
     }
     println!(
         "buffer, service: {requests} pushes of {per_request} rows in {pushed:.2?} (slowest \
-         {slowest:.2?}) while the webhook held the query; drained in {:.2?}",
+         {slowest:.2?}) while the webhook held the query (unbuffered: push {refused} got 429); \
+         drained in {:.2?}",
         draining.elapsed()
     );
     assert_eq!(
