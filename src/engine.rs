@@ -1214,6 +1214,18 @@ mod tests {
                 None,
             ]
         );
+        let described = parse_script("DESCRIBE b").unwrap().remove(0);
+        let Outcome::Rows(listing) = engine.execute(&described, Path::new(".")).unwrap() else {
+            panic!("DESCRIBE lists")
+        };
+        assert!(
+            listing
+                .notes
+                .iter()
+                .any(|n| n == "a query behind it buffers its rows on disk, up to 2147483648 bytes"),
+            "{:?}",
+            listing.notes
+        );
         let mut fresh = self::engine();
         let mut e = |sql: &str| {
             let statement = parse_script(sql).unwrap().remove(0);

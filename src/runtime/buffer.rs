@@ -676,4 +676,58 @@ mod tests {
         assert_eq!(show(&rx.recv().await.unwrap()), "b9");
         assert!(rx.recv().await.is_none());
     }
+
+    #[tokio::test]
+    async fn records_are_kept_behind_the_oldest_kept_checkpoint_only() {
+        use crate::runtime::checkpoint::{CheckpointConfig, Coordinator};
+        let root = tempfile::tempdir().unwrap();
+        let mut config = CheckpointConfig::new(root.path().join("ck"));
+        config.keep = 1;
+        let coordinator = Arc::new(Coordinator::new(config));
+        let checkpoints = Arc::new(
+            QueryCheckpoints::open(coordinator, "q", Arc::new(Default::default())).unwrap(),
+        );
+        let (tx, mut rx) = bounded(4);
+        let place = BufferPlace {
+            dir: Some(root.path().join("buffer")),
+            restored: None,
+        };
+        let (sender, drain) =
+            BufferedSender::open(tx, 1 << 20, place, Some(checkpoints.clone())).unwrap();
+        tokio::spawn(drain);
+        // A source that cannot be read again: from its first barrier on,
+        // everything goes through the buffer and stays there.
+        assert_eq!(sender.mark_barrier(1, false), Some(0));
+        let mut sent = 0;
+        let mut send_all = async |n: usize| {
+            for _ in 0..n {
+                assert!(sender.send(batch(sent)).await);
+                sent += 100;
+            }
+        };
+        send_all(500).await;
+        assert_eq!(receive(&mut rx, 500).await.len(), 500);
+        let counters = sender.counters().clone();
+        let kept = counters.bytes.load(Ordering::Relaxed);
+        assert!(
+            kept > 500 << 10,
+            "read, but kept for checkpoint 1: {kept} bytes"
+        );
+        checkpoints.complete(1, None);
+        let at = sender.mark_barrier(2, false).unwrap();
+        assert_eq!(at, 500);
+        assert!(sender.send(Message::Barrier(2)).await);
+        send_all(10).await;
+        receive(&mut rx, 11).await;
+        let before = counters.bytes.load(Ordering::Relaxed);
+        assert!(before >= kept, "checkpoint 2 is not complete: all is kept");
+        // Checkpoint 2 complete, 1 no longer kept: what is before 2's
+        // barrier goes (whole segments), what is after it stays.
+        checkpoints.complete(2, None);
+        send_all(1).await;
+        receive(&mut rx, 1).await;
+        let after = counters.bytes.load(Ordering::Relaxed);
+        assert!(after < before / 2, "{after} of {before} bytes kept");
+        assert!(after > 0, "the records after barrier 2 are kept");
+    }
 }
