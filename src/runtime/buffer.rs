@@ -46,7 +46,6 @@ use datafusion::arrow::record_batch::RecordBatch;
 use tokio::sync::Notify;
 
 use super::channel::{Closed, Reservation, Sender};
-
 use super::checkpoint::QueryCheckpoints;
 use super::frames::safe_name;
 use super::spill::{Record, Spill, SpillOptions};
@@ -240,9 +239,10 @@ impl BufferedSender {
         self.tx.is_closed()
     }
 
-    /// Notes that checkpoint barrier `id` is about to be sent, the source
-    /// standing at `position` (`None`: it cannot be read again); for such a
-    /// source, the buffer's sequence number to record in the checkpoint.
+    /// Notes that checkpoint barrier `id` is about to be sent by a source
+    /// that can be read again from where it stands (`readable_again`) or
+    /// not; for one that cannot, the buffer's sequence number to record in
+    /// the checkpoint (`None` without checkpoints).
     pub fn mark_barrier(&self, id: u64, readable_again: bool) -> Option<u64> {
         let shared = &self.shared;
         shared.checkpoints.as_ref()?;

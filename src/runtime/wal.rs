@@ -17,6 +17,9 @@
 //!   then the payload, one batch as an Arrow IPC stream. Sequence numbers
 //!   start at 1 and go up by one across segments and restarts.
 //!
+//! The framing (and the recovery below) is [`super::frames`], shared with
+//! the disk buffers.
+//!
 //! A new segment is started when a record would take the current one past
 //! [`WalOptions::segment_bytes`]; [`Wal::truncate_through`] deletes whole
 //! segments, never the last one.
