@@ -84,7 +84,8 @@ pub fn drop_routed_alerts(queries: Vec<PreparedQuery>) -> Vec<PreparedQuery> {
 pub enum Outcome {
     /// A stream or sink was declared, or a setting changed.
     Done,
-    /// `EXPLAIN` text.
+    /// `EXPLAIN` text; for `EXPLAIN ANALYZE`, with the measurements of
+    /// the query, which ran to the end of its input before this returned.
     Explain(String),
     /// A continuous query, ready to run.
     Query(Box<PreparedQuery>),
@@ -163,6 +164,8 @@ pub struct Engine {
     /// The declared views, alerts and invariants, in an order where each
     /// comes after what it reads.
     derived: Vec<Derived>,
+    /// `EXPLAIN ANALYZE` plans but does not run (`vigil check`).
+    plan_only: bool,
 }
 
 impl Engine {
@@ -256,10 +259,18 @@ impl Engine {
                 self.catalog.add_sink(create, base_dir)?;
                 Ok(Outcome::Done)
             }
-            StatementKind::Explain { query, emit, alert } => {
+            StatementKind::Explain {
+                analyze,
+                query,
+                emit,
+                alert,
+            } => {
                 let alert = alert.as_deref().map(|a| (a, alert_name(statement)));
-                self.explain(query, emit.as_ref(), alert)
-                    .map(Outcome::Explain)
+                match analyze {
+                    true => self.explain_analyze(query, emit.as_ref(), alert),
+                    false => self.explain(query, emit.as_ref(), alert),
+                }
+                .map(Outcome::Explain)
             }
             StatementKind::CreateAlert {
                 name,
@@ -874,15 +885,45 @@ impl Engine {
         emit: Option<&Emit>,
         alert: Option<(&AlertClause, String)>,
     ) -> Result<String> {
-        let (logical, graph) = match alert {
-            Some((clause, name)) => self.plan_alert(query, emit, (clause, &name))?,
-            None => self.plan(query, emit)?,
-        };
-        Ok(format!(
-            "logical plan:\n{}\n{}",
-            indent(&logical.display_indent().to_string()),
-            graph.describe()
-        ))
+        let (logical, graph) = self.plan_explained(query, emit, alert)?;
+        Ok(explain_text(&logical, &graph))
+    }
+
+    /// `EXPLAIN ANALYZE`: the text of [`Engine::explain`], then what each
+    /// operator took, gave and cost when the query ran to the end of its
+    /// input (see [`crate::analyze`]). Blocks until the query ends; with
+    /// [`Engine::set_plan_only`], plans the query but does not run it.
+    pub fn explain_analyze(
+        &self,
+        query: &Query,
+        emit: Option<&Emit>,
+        alert: Option<(&AlertClause, String)>,
+    ) -> Result<String> {
+        let (logical, graph) = self.plan_explained(query, emit, alert)?;
+        crate::analyze::check_finite(&graph)?;
+        let plan = explain_text(&logical, &graph);
+        if self.plan_only {
+            return Ok(plan);
+        }
+        Ok(format!("{plan}\n{}", crate::analyze::run(graph)?))
+    }
+
+    /// Makes `EXPLAIN ANALYZE` plan its query without running it (for
+    /// `vigil check`).
+    pub fn set_plan_only(&mut self, plan_only: bool) {
+        self.plan_only = plan_only;
+    }
+
+    fn plan_explained(
+        &self,
+        query: &Query,
+        emit: Option<&Emit>,
+        alert: Option<(&AlertClause, String)>,
+    ) -> Result<(LogicalPlan, QueryGraph)> {
+        match alert {
+            Some((clause, name)) => self.plan_alert(query, emit, (clause, &name)),
+            None => self.plan(query, emit),
+        }
     }
 }
 
@@ -951,6 +992,15 @@ fn describe_all(entries: &[Derived]) -> String {
 /// the line of its statement.
 fn alert_name(statement: &Statement) -> String {
     format!("alert_{}", statement.line)
+}
+
+/// What `EXPLAIN` prints: the logical plan, then the operator graph.
+fn explain_text(logical: &LogicalPlan, graph: &QueryGraph) -> String {
+    format!(
+        "logical plan:\n{}\n{}",
+        indent(&logical.display_indent().to_string()),
+        graph.describe()
+    )
 }
 
 fn indent(text: &str) -> String {

@@ -6,8 +6,10 @@
 //! watermarks), with [`connectors`] (sources, sinks) and the front end
 //! ([`cli`]) at the edges. [`engine`] plans statements; [`session`] runs them
 //! in the background for programs that embed vigil; [`service`] puts a
-//! session behind HTTP (`vigil serve`).
+//! session behind HTTP (`vigil serve`); [`analyze`] measures a query for
+//! `EXPLAIN ANALYZE` and the shell's `.stats`.
 
+pub mod analyze;
 pub mod cli;
 pub mod connectors;
 pub mod engine;

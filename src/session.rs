@@ -282,6 +282,16 @@ impl Durable {
     }
 }
 
+/// The largest event time in `batch`, a batch of stream `def`'s rows (for
+/// the stream's lag in `/metrics`).
+fn latest_event_time(def: &StreamDef, batch: &RecordBatch) -> Option<i64> {
+    let column = batch.column(def.event_time?);
+    let times = column
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::TimestampMillisecondArray>()?;
+    datafusion::arrow::compute::max(times)
+}
+
 /// Appends `line` to `path` and fsyncs it.
 pub(crate) fn append_synced(path: &Path, line: &str) -> Result<()> {
     use std::io::Write;
@@ -300,7 +310,8 @@ pub(crate) fn append_synced(path: &Path, line: &str) -> Result<()> {
 pub enum Executed {
     /// A stream, sink, view, invariant or setting was declared.
     Done,
-    /// `EXPLAIN` text.
+    /// `EXPLAIN` text (`EXPLAIN ANALYZE`: with what the query measured
+    /// when it ran to the end of its input).
     Explain(String),
     /// A continuous query was started.
     Query(QueryHandle),
@@ -491,15 +502,22 @@ impl Session {
             .iter()
             .map(|q| {
                 let rows_in = q
-                    .sources
+                    .inputs
                     .iter()
-                    .map(|(name, rows, _)| format!("{name}: {rows}"))
+                    .map(|(name, stats)| {
+                        let rows = stats.rows.load(Ordering::Relaxed);
+                        match stats.buffered_rows.load(Ordering::Relaxed) {
+                            0 => format!("{name}: {rows}"),
+                            buffered => format!("{name}: {rows} (buffered {buffered})"),
+                        }
+                    })
                     .collect::<Vec<_>>()
                     .join(", ");
                 vec![
                     q.id.to_string(),
                     q.rows_out.to_string(),
                     q.late_rows.to_string(),
+                    q.stats.shed_rows.load(Ordering::Relaxed).to_string(),
                     rows_in,
                     q.label.clone(),
                 ]
@@ -785,7 +803,12 @@ impl Session {
     pub async fn push(&self, stream: &str, batch: RecordBatch) -> Result<()> {
         let def = self.push_stream(stream)?;
         let batch = conform(&def.schema, &batch, stream)?;
-        self.live.push(stream, batch).await
+        let latest = latest_event_time(&def, &batch);
+        self.live.push(stream, batch).await?;
+        if let Some(t) = latest {
+            self.live.push_stats(stream).max_event_time.raise(t);
+        }
+        Ok(())
     }
 
     /// Pushes rows like [`Session::push`], waiting at most `timeout` for
@@ -799,7 +822,12 @@ impl Session {
     ) -> Result<()> {
         let def = self.push_stream(stream)?;
         let batch = conform(&def.schema, &batch, stream)?;
-        self.live.push_within(stream, batch, timeout).await
+        let latest = latest_event_time(&def, &batch);
+        self.live.push_within(stream, batch, timeout).await?;
+        if let Some(t) = latest {
+            self.live.push_stats(stream).max_event_time.raise(t);
+        }
+        Ok(())
     }
 
     /// Pushes rows written as JSON lines (one object per line); malformed
@@ -836,6 +864,9 @@ impl Session {
         for batch in batches {
             rows += batch.num_rows() as u64;
             self.live.push(stream, batch).await?;
+        }
+        if let Some(t) = parsed.max_event_time.get() {
+            stats.max_event_time.raise(t);
         }
         if bad > 0 && rows == 0 {
             return Err(Error::Connector(format!(

@@ -494,3 +494,76 @@ fn a_batch_query_in_the_shell() {
     type_line(&mut repl, ".quit");
     repl.exp_eof().expect("vigil exits");
 }
+
+/// `.stats` shows a running query's operators with the rows they took and
+/// gave; `.queries` lists shed rows; `EXPLAIN ANALYZE` runs at the prompt.
+#[test]
+fn stats_show_the_operators_of_a_running_query() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("m.csv"), ROWS).expect("write m.csv");
+    let history = dir.path().join("history");
+    let mut repl = start(dir.path(), &history);
+    expect(&mut repl, "vigil> ");
+    type_line(
+        &mut repl,
+        "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE) WITH (path = 'm.csv');",
+    );
+    expect(&mut repl, "vigil> ");
+    type_line(&mut repl, ".stats");
+    expect(&mut repl, "no queries running");
+
+    type_line(
+        &mut repl,
+        "EXPLAIN ANALYZE SELECT host FROM m WHERE cpu > 2;",
+    );
+    expect(
+        &mut repl,
+        "totals: 4 rows read, 3 result rows, 0 late, 0 shed",
+    );
+
+    type_line(
+        &mut repl,
+        "CREATE STREAM f (ts TIMESTAMP, host TEXT, cpu DOUBLE) WITH (path = 'm.csv', follow = 'true');",
+    );
+    expect(&mut repl, "vigil> ");
+    type_line(&mut repl, "SELECT host, cpu FROM f WHERE cpu > 2 &");
+    expect(&mut repl, "running in the background");
+    type_line(&mut repl, ".queries");
+    expect(&mut repl, "shed_rows");
+    expect(&mut repl, "f: 4");
+    // The follower reads the 4 rows at once; the filter keeps 3.
+    let mut seen = Vec::new();
+    for _ in 0..60 {
+        type_line(&mut repl, ".stats");
+        let before = expect(&mut repl, "filter cpu@2 > 2");
+        let row = before.rsplit('\n').next().unwrap_or_default();
+        let cells: Vec<&str> = row
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty() && *c != "*")
+            .collect();
+        assert!(cells.len() >= 7, "an operator row: {row:?}");
+        seen = vec![cells[3].to_string(), cells[4].to_string()];
+        if seen == ["4", "3"] {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    assert_eq!(seen, ["4", "3"], "rows in and out of the filter");
+    // Then its queues: the one from the source took the 4 rows.
+    expect(&mut repl, "queues:");
+    let before = expect(&mut repl, "in0 source");
+    let row = before.rsplit('\n').next().unwrap_or_default();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cells.get(2),
+        Some(&"4"),
+        "rows taken from the source's queue: {row:?}"
+    );
+    type_line(&mut repl, ".stats 99");
+    expect(&mut repl, "no query 99 is running");
+    type_line(&mut repl, ".stop all");
+    expect(&mut repl, "stopped 1 query");
+    type_line(&mut repl, ".quit");
+    assert_eq!(exit_code(&mut repl), 0, "exit status");
+}

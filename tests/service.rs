@@ -939,7 +939,14 @@ fn drop_replace_show_and_describe_over_http() {
     assert_eq!(shown[0]["kind"], "rows", "{shown}");
     assert_eq!(
         shown[0]["columns"],
-        json!(["id", "rows_out", "late_rows", "rows_in", "query"])
+        json!([
+            "id",
+            "rows_out",
+            "late_rows",
+            "shed_rows",
+            "rows_in",
+            "query"
+        ])
     );
     let ids: Vec<&str> = shown[0]["rows"]
         .as_array()
@@ -1305,4 +1312,226 @@ fn a_full_write_ahead_log_answers_503_with_retry_after_and_savepoints_are_taken(
     assert_eq!(labels, ["SELECT host, v FROM ev WHERE v < 0"], "{listed}");
     let page = get(&server, "/metrics", None).body;
     assert_eq!(metric(&page, "vigil_restores_total"), 1, "{page}");
+}
+
+/// Parses a `/metrics` page with a Prometheus text-format parser, checking
+/// that it took every sample line and that the families follow the naming
+/// conventions (a HELP for each, `_total` on counters, one TYPE each).
+fn scrape(page: &str) -> prometheus_parse::Scrape {
+    use prometheus_parse::Value;
+    let lines = page.lines().map(|l| Ok(l.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("the page parses");
+    let sample_lines = page
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .count();
+    let parsed: usize = scrape
+        .samples
+        .iter()
+        .map(|s| match &s.value {
+            Value::Histogram(buckets) => buckets.len(),
+            _ => 1,
+        })
+        .sum();
+    assert_eq!(parsed, sample_lines, "every sample line parses:\n{page}");
+    let mut types = std::collections::HashSet::new();
+    for line in page.lines().filter(|l| l.starts_with("# TYPE ")) {
+        let mut words = line.split_whitespace().skip(2);
+        let (name, kind) = (words.next().unwrap(), words.next().unwrap());
+        assert!(types.insert(name.to_string()), "one TYPE for {name}");
+        assert!(scrape.docs.contains_key(name), "a HELP for {name}");
+        assert!(name.starts_with("vigil_"), "{name}");
+        assert_eq!(
+            kind == "counter",
+            name.ends_with("_total"),
+            "counters, and only they, end in _total: {line}"
+        );
+        if name.contains("seconds") {
+            assert!(
+                name.ends_with("_seconds") || name.ends_with("_seconds_total"),
+                "{name}"
+            );
+        }
+    }
+    scrape
+}
+
+/// The value of the sample of `metric` whose labels include `labels`.
+fn value_of(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    use prometheus_parse::Value;
+    let sample = scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .unwrap_or_else(|| panic!("no {metric} with {labels:?}"));
+    match sample.value {
+        Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => v,
+        _ => panic!("{metric} is not a single value"),
+    }
+}
+
+#[test]
+fn metrics_show_operators_queues_lag_and_latency() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("setup.sql"),
+        "CREATE STREAM events (ts TIMESTAMP, host TEXT, cpu DOUBLE, WATERMARK FOR ts AS ts)
+           WITH (connector = 'push');",
+    )
+    .expect("write script");
+    let server = Server::start(
+        dir.path(),
+        &["--addr", "127.0.0.1:0", "--token", TOKEN, "setup.sql"],
+    );
+    // A stateless query (no watermark reaches its sink) and a windowed one.
+    let started = statements(
+        &server,
+        "SELECT ts, host, cpu FROM events WHERE cpu > 50;
+         SELECT window_end, count(*) AS n FROM TUMBLE(events, ts, INTERVAL '1' HOUR)
+         GROUP BY window_start, window_end;",
+    );
+    assert_eq!(started.status, 200, "{}", started.body);
+    let id = |i: usize| {
+        started.json()["results"][i]["id"]
+            .as_u64()
+            .unwrap()
+            .to_string()
+    };
+    let (query, windowed) = (id(0), id(1));
+    let results = follow(&server, &format!("/queries/{query}/results"));
+
+    // Ten rows five seconds old; four have cpu > 50.
+    let old = chrono::Utc::now().timestamp_millis() - 5_000;
+    let rows: Vec<Value> = (0..10)
+        .map(|i| json!({"ts": old + i, "host": "a", "cpu": i * 10}))
+        .collect();
+    let pushed = post(
+        &server,
+        "/streams/events/rows",
+        Some("application/json"),
+        &Value::Array(rows).to_string(),
+    );
+    assert_eq!(pushed.status, 200, "{}", pushed.body);
+    for _ in 0..4 {
+        next_matching(&results, "result", |_, _| true);
+    }
+
+    // The windowed query's watermark reaches its sink soon after.
+    let deadline = Instant::now() + WAIT;
+    let (page, scrape) = loop {
+        let page = get(&server, "/metrics", Some(TOKEN)).body;
+        let parsed = scrape(&page);
+        let seen = parsed.samples.iter().any(|s| {
+            s.metric == "vigil_query_watermark_lag_seconds"
+                && s.labels.get("query") == Some(&windowed)
+        });
+        if seen || Instant::now() > deadline {
+            break (page, parsed);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let q = [("query", query.as_str())];
+
+    // The filter saw every row and kept four.
+    let filter = scrape
+        .samples
+        .iter()
+        .find(|s| {
+            s.metric == "vigil_operator_rows_in_total"
+                && s.labels.get("query") == Some(&query)
+                && s.labels
+                    .get("name")
+                    .is_some_and(|n| n.starts_with("filter"))
+        })
+        .unwrap_or_else(|| panic!("the filter's series:\n{page}"));
+    let labels: Vec<(&str, &str)> = ["query", "stage", "operator", "name"]
+        .iter()
+        .map(|&k| (k, filter.labels.get(k).unwrap()))
+        .collect();
+    assert_eq!(
+        value_of(&scrape, "vigil_operator_rows_in_total", &labels),
+        10.0
+    );
+    assert_eq!(
+        value_of(&scrape, "vigil_operator_rows_out_total", &labels),
+        4.0
+    );
+    assert!(value_of(&scrape, "vigil_operator_busy_seconds_total", &labels) > 0.0);
+
+    // The rows are five seconds behind the clock, and so are results.
+    let lag = value_of(&scrape, "vigil_stream_lag_seconds", &[("stream", "events")]);
+    assert!((4.9..WAIT.as_secs_f64() + 5.0).contains(&lag), "{lag}");
+    let w = [("query", windowed.as_str())];
+    let watermark_lag = value_of(&scrape, "vigil_query_watermark_lag_seconds", &w);
+    assert!(watermark_lag >= 4.9, "{watermark_lag}");
+    let no_watermark = scrape.samples.iter().any(|s| {
+        s.metric == "vigil_query_watermark_lag_seconds" && s.labels.get("query") == Some(&query)
+    });
+    assert!(!no_watermark, "no lag without a watermark:\n{page}");
+    let latency = scrape
+        .samples
+        .iter()
+        .find(|s| {
+            s.metric == "vigil_query_result_latency_seconds"
+                && s.labels.get("query") == Some(&query)
+        })
+        .expect("a latency histogram");
+    let prometheus_parse::Value::Histogram(buckets) = &latency.value else {
+        panic!("a histogram");
+    };
+    let counts: Vec<f64> = buckets.iter().map(|b| b.count).collect();
+    assert!(
+        counts.windows(2).all(|w| w[0] <= w[1]),
+        "cumulative: {counts:?}"
+    );
+    assert_eq!(*counts.last().unwrap(), 4.0, "{counts:?}");
+    assert!(buckets.last().unwrap().less_than.is_infinite());
+    // The 5 s of lag fall in the bucket up to 10 s (or later, on a slow machine).
+    let under_2_5s = buckets.iter().find(|b| b.less_than == 2.5).unwrap().count;
+    assert_eq!(under_2_5s, 0.0, "{counts:?}");
+    assert_eq!(
+        value_of(&scrape, "vigil_query_result_latency_seconds_count", &q),
+        4.0
+    );
+    assert!(value_of(&scrape, "vigil_query_result_latency_seconds_sum", &q) >= 4.0 * 4.9);
+
+    // Its queues are listed, and empty once the rows went through.
+    let queues: Vec<_> = scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == "vigil_queue_rows" && s.labels.get("query") == Some(&query))
+        .collect();
+    assert!(!queues.is_empty(), "{page}");
+    let received: f64 = scrape
+        .samples
+        .iter()
+        .filter(|s| {
+            s.metric == "vigil_queue_received_rows_total" && s.labels.get("query") == Some(&query)
+        })
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v) => v,
+            _ => 0.0,
+        })
+        .sum();
+    assert!(received >= 10.0, "{page}");
+    assert_eq!(value_of(&scrape, "vigil_query_shed_rows_total", &q), 0.0);
+    assert_eq!(
+        value_of(
+            &scrape,
+            "vigil_stream_buffered_rows",
+            &[("stream", "events")]
+        ),
+        0.0
+    );
+    assert_eq!(
+        value_of(&scrape, "vigil_buffer_full", &[("stream", "events")]),
+        0.0
+    );
+    assert!(
+        value_of(
+            &scrape,
+            "vigil_stream_blocked_seconds_total",
+            &[("stream", "events")]
+        ) >= 0.0
+    );
 }

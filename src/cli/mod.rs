@@ -623,9 +623,10 @@ fn load_script(
 fn print_summary(report: &RunReport) {
     for (name, stats) in &report.streams {
         eprintln!(
-            "vigil: stream {name}: rows={} bad={}",
+            "vigil: stream {name}: rows={} bad={}{}",
             stats.rows.load(Ordering::Relaxed),
-            stats.bad_rows.load(Ordering::Relaxed)
+            stats.bad_rows.load(Ordering::Relaxed),
+            shed_text(&stats.shed_rows)
         );
         let samples = stats.bad_samples.lock().unwrap_or_else(|e| e.into_inner());
         for bad in samples.iter() {
@@ -637,10 +638,19 @@ fn print_summary(report: &RunReport) {
     }
     for (i, stats) in report.queries.iter().enumerate() {
         eprintln!(
-            "vigil: query {}: out={} late={}",
+            "vigil: query {}: out={} late={}{}",
             i + 1,
             stats.rows_out.load(Ordering::Relaxed),
-            stats.late_rows.load(Ordering::Relaxed)
+            stats.late_rows.load(Ordering::Relaxed),
+            shed_text(&stats.shed_rows)
         );
+    }
+}
+
+/// ` shed=N` for a summary line, when rows were shed.
+fn shed_text(shed: &std::sync::atomic::AtomicU64) -> String {
+    match shed.load(Ordering::Relaxed) {
+        0 => String::new(),
+        n => format!(" shed={n}"),
     }
 }

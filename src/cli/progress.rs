@@ -14,6 +14,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::analyze::thousands;
 use crate::connectors::timestamp::format_timestamp_ms;
 use crate::runtime::RunReport;
 
@@ -73,10 +74,11 @@ impl Progress {
             let (line, done, report) = (line.clone(), done.clone(), report.clone());
             std::thread::spawn(move || {
                 let mut rate = Rate::default();
+                let mut blocked = Blocked::default();
                 let (lock, wake) = &*done;
                 let mut finished = lock.lock().unwrap_or_else(|e| e.into_inner());
                 while !*finished {
-                    let text = render(&report, &mut rate);
+                    let text = render(&report, &mut rate, &mut blocked);
                     drop(finished);
                     line.draw(&text);
                     finished = lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -141,28 +143,62 @@ impl Rate {
     }
 }
 
+/// The share of the time between two ticks that the sources spent waiting
+/// for room downstream (back-pressure).
+#[derive(Default)]
+struct Blocked {
+    last: Option<(Instant, u64)>,
+}
+
+impl Blocked {
+    /// The share (0 to 1) of the time since the last call that `sources`
+    /// sources, blocked `total_ns` in all so far, spent blocked.
+    fn update(&mut self, now: Instant, total_ns: u64, sources: usize) -> f64 {
+        let share = match self.last {
+            Some((then, before)) if sources > 0 => {
+                let span = now.duration_since(then).as_nanos() as f64 * sources as f64;
+                match span > 0.0 {
+                    true => (total_ns.saturating_sub(before) as f64 / span).min(1.0),
+                    false => 0.0,
+                }
+            }
+            _ => 0.0,
+        };
+        self.last = Some((now, total_ns));
+        share
+    }
+}
+
 /// The progress text: rows read, rows per second, how far event time has
 /// got (the least advanced stream, when there are several), late rows and
-/// bad rows.
-fn render(report: &RunReport, rate: &mut Rate) -> String {
+/// bad rows; and, when there are some, shed rows, rows waiting in disk
+/// buffers (and whether one is full) and the share of the last tick the
+/// sources spent back-pressured.
+fn render(report: &RunReport, rate: &mut Rate, blocked: &mut Blocked) -> String {
     // `late(...)` streams re-read rows other queries dropped: not input.
-    let inputs = report
+    let inputs: Vec<_> = report
         .streams
         .iter()
-        .filter(|(name, _)| !name.starts_with("late("));
+        .filter(|(name, _)| !name.starts_with("late("))
+        .collect();
+    let load = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::Relaxed);
     let (mut rows, mut bad, mut at) = (0, 0, None::<i64>);
-    for (_, stats) in inputs {
-        rows += stats.rows.load(Ordering::Relaxed);
-        bad += stats.bad_rows.load(Ordering::Relaxed);
+    let (mut shed, mut buffered, mut full, mut blocked_ns) = (0, 0, false, 0);
+    for (_, stats) in &inputs {
+        rows += load(&stats.rows);
+        bad += load(&stats.bad_rows);
+        shed += load(&stats.shed_rows);
+        buffered += load(&stats.buffered_rows);
+        full |= stats.buffer_full.load(Ordering::Relaxed);
+        blocked_ns += load(&stats.blocked_ns);
         if let Some(t) = stats.max_event_time.get() {
             at = Some(at.map_or(t, |a| a.min(t)));
         }
     }
-    let late: u64 = report
-        .queries
-        .iter()
-        .map(|q| q.late_rows.load(Ordering::Relaxed))
-        .sum();
+    let late: u64 = report.queries.iter().map(|q| load(&q.late_rows)).sum();
+    // A stream's shed rows are those of every query reading it: adding
+    // the queries' would count them twice.
+    let share = blocked.update(Instant::now(), blocked_ns, inputs.len());
     let per_second = rate.update(rows);
     let mut text = format!(
         "vigil: {} row{} ({}/s)",
@@ -178,20 +214,20 @@ fn render(report: &RunReport, rate: &mut Rate) -> String {
         thousands(late),
         thousands(bad)
     ));
-    text
-}
-
-/// `1234567` as `1,234,567`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
+    if shed > 0 {
+        text.push_str(&format!(", shed {}", thousands(shed)));
     }
-    out
+    if buffered > 0 {
+        text.push_str(&format!(", buffered {}", thousands(buffered)));
+    }
+    if full {
+        text.push_str(", buffer full");
+    }
+    let percent = (share * 100.0).round();
+    if percent > 0.0 {
+        text.push_str(&format!(", back-pressure {percent}%"));
+    }
+    text
 }
 
 #[cfg(test)]
@@ -201,11 +237,37 @@ mod tests {
     use crate::exec::QueryStats;
 
     #[test]
-    fn numbers_get_separators() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1000), "1,000");
-        assert_eq!(thousands(1234567), "1,234,567");
+    fn shed_buffered_and_back_pressure_show_when_there_are_some() {
+        let (a, b) = (
+            Arc::new(SourceStats::default()),
+            Arc::new(SourceStats::default()),
+        );
+        a.rows.store(10, Ordering::Relaxed);
+        a.shed_rows.store(4, Ordering::Relaxed);
+        b.buffered_rows.store(2500, Ordering::Relaxed);
+        b.buffer_full.store(true, Ordering::Relaxed);
+        let query = Arc::new(QueryStats::default());
+        query.shed_rows.store(4, Ordering::Relaxed);
+        b.shed_rows.store(1, Ordering::Relaxed);
+        let report = RunReport {
+            streams: vec![("a".into(), a), ("b".into(), b.clone())],
+            queries: vec![query],
+        };
+        let (mut rate, mut blocked) = (Rate::default(), Blocked::default());
+        assert_eq!(
+            render(&report, &mut rate, &mut blocked),
+            "vigil: 10 rows (0/s), late 0, bad 0, shed 5, buffered 2,500, buffer full"
+        );
+        // Two sources over one second: 1.5 s blocked is three quarters.
+        let start = Instant::now();
+        let mut blocked = Blocked::default();
+        assert_eq!(blocked.update(start, 0, 2), 0.0);
+        let share = blocked.update(start + Duration::from_secs(1), 1_500_000_000, 2);
+        assert_eq!(share, 0.75);
+        assert_eq!(
+            blocked.update(start + Duration::from_secs(2), 1_500_000_000, 2),
+            0.0
+        );
     }
 
     #[test]
@@ -227,12 +289,16 @@ mod tests {
             streams: vec![("a".into(), a), ("b".into(), b), ("late(a)".into(), late)],
             queries: vec![query],
         };
-        let text = render(&report, &mut Rate::default());
+        let text = render(&report, &mut Rate::default(), &mut Blocked::default());
         assert_eq!(
             text,
             "vigil: 2,000 rows (0/s) at 1970-01-01T00:00:10.250, late 3, bad 2"
         );
-        let empty = render(&RunReport::default(), &mut Rate::default());
+        let empty = render(
+            &RunReport::default(),
+            &mut Rate::default(),
+            &mut Blocked::default(),
+        );
         assert_eq!(empty, "vigil: 0 rows (0/s), late 0, bad 0");
         let one = RunReport {
             streams: vec![("a".into(), Arc::new(SourceStats::default()))],
@@ -240,7 +306,7 @@ mod tests {
         };
         one.streams[0].1.rows.store(1, Ordering::Relaxed);
         assert_eq!(
-            render(&one, &mut Rate::default()),
+            render(&one, &mut Rate::default(), &mut Blocked::default()),
             "vigil: 1 row (0/s), late 0, bad 0"
         );
     }

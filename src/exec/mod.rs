@@ -369,7 +369,9 @@ impl Chain {
         }
     }
 
-    /// Per operator, first to last, its measurements.
+    /// Per operator, first to last, its measurements: rows of the batches
+    /// it was given and of those it emitted, and the time of its calls
+    /// (batches, watermarks, ticks, and its snapshots at barriers).
     pub fn metrics(&self) -> &[std::sync::Arc<metrics::OperatorMetrics>] {
         &self.metrics
     }
@@ -404,13 +406,26 @@ impl Chain {
     }
 
     fn process_from(&mut self, first: usize, mut current: Vec<Message>) -> Result<Vec<Message>> {
+        // One clock read per call: each call's end starts the next one's
+        // time, so the little bookkeeping between calls is charged to the
+        // call after it.
+        let mut clock = std::time::Instant::now();
         for index in first..self.ops.len() {
             let op = &mut self.ops[index];
+            let metrics = &self.metrics[index];
             let mut next = Vec::with_capacity(current.len());
             for message in current {
+                let rows_in = message_rows(&message);
                 match message {
-                    Message::Batch(batch) | Message::Changes(batch, _) if batch.num_rows() == 0 => {
+                    Message::Batch(_) | Message::Changes(..) if rows_in == 0 => continue,
+                    Message::Epoch => {
+                        next.push(Message::Epoch);
+                        continue;
                     }
+                    _ => {}
+                }
+                let emitted = next.len();
+                match message {
                     Message::Batch(batch) => op.on_batch(batch, &mut next)?,
                     Message::Changes(batch, kind) => op.on_changes(batch, kind, &mut next)?,
                     Message::Watermark(w) => op.on_watermark(w, &mut next)?,
@@ -422,6 +437,7 @@ impl Chain {
                     }
                     Message::Epoch => next.push(Message::Epoch),
                 }
+                measure(metrics, &mut clock, rows_in, &next[emitted..]);
             }
             current = next;
         }
@@ -439,7 +455,9 @@ impl Chain {
         let mut out = Vec::new();
         for i in 0..self.ops.len() {
             let mut produced = Vec::new();
+            let mut clock = std::time::Instant::now();
             self.ops[i].on_tick(&mut produced)?;
+            measure(&self.metrics[i], &mut clock, 0, &produced);
             if !produced.is_empty() {
                 out.extend(self.process_from(i + 1, produced)?);
             }
@@ -450,5 +468,148 @@ impl Chain {
     /// True once any operator will never emit again.
     pub fn finished(&self) -> bool {
         self.ops.iter().any(|op| op.finished())
+    }
+}
+
+/// The rows a message carries (none for watermarks, barriers and epochs).
+fn message_rows(message: &Message) -> u64 {
+    match message {
+        Message::Batch(batch) | Message::Changes(batch, _) => batch.num_rows() as u64,
+        _ => 0,
+    }
+}
+
+/// Charges one call of an operator, begun at `clock` (moved on to now),
+/// that took `rows_in` rows and emitted `emitted`. The chain is the only
+/// writer of its operators' rows and busy time, so a plain load and store
+/// does, without the cost of an atomic add on every message.
+fn measure(
+    metrics: &metrics::OperatorMetrics,
+    clock: &mut std::time::Instant,
+    rows_in: u64,
+    emitted: &[Message],
+) {
+    let now = std::time::Instant::now();
+    let busy = now.duration_since(*clock).as_nanos() as u64;
+    *clock = now;
+    let rows_out: u64 = emitted.iter().map(message_rows).sum();
+    add(&metrics.busy_ns, busy);
+    if rows_in > 0 {
+        add(&metrics.rows_in, rows_in);
+    }
+    if rows_out > 0 {
+        add(&metrics.rows_out, rows_out);
+    }
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    counter.store(counter.load(Relaxed).wrapping_add(n), Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    /// Keeps the rows at even positions; sleeps `pause` on each batch, so
+    /// its busy time has a known floor.
+    struct Halve {
+        pause: std::time::Duration,
+    }
+
+    impl Operator for Halve {
+        fn describe(&self) -> String {
+            "halve".into()
+        }
+
+        fn on_batch(&mut self, batch: RecordBatch, out: &mut Vec<Message>) -> Result<()> {
+            std::thread::sleep(self.pause);
+            let keep: datafusion::arrow::array::BooleanArray =
+                (0..batch.num_rows()).map(|i| Some(i % 2 == 0)).collect();
+            out.push(Message::Batch(
+                datafusion::arrow::compute::filter_record_batch(&batch, &keep)?,
+            ));
+            Ok(())
+        }
+    }
+
+    /// Emits one row per tick.
+    struct Ticker;
+
+    impl Operator for Ticker {
+        fn describe(&self) -> String {
+            "ticker".into()
+        }
+
+        fn on_batch(&mut self, batch: RecordBatch, out: &mut Vec<Message>) -> Result<()> {
+            out.push(Message::Batch(batch));
+            Ok(())
+        }
+
+        fn tick_interval(&self) -> Option<std::time::Duration> {
+            Some(std::time::Duration::from_secs(1))
+        }
+
+        fn on_tick(&mut self, out: &mut Vec<Message>) -> Result<()> {
+            out.push(Message::Batch(rows(1)));
+            Ok(())
+        }
+    }
+
+    fn rows(n: i64) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(0..n))]).unwrap()
+    }
+
+    fn counts(m: &metrics::OperatorMetrics) -> (u64, u64) {
+        (
+            m.rows_in.load(Ordering::Relaxed),
+            m.rows_out.load(Ordering::Relaxed),
+        )
+    }
+
+    #[test]
+    fn each_operator_counts_its_rows_and_time() {
+        let pause = std::time::Duration::from_millis(3);
+        let mut chain = Chain::placed(
+            vec![Box::new(Halve { pause }), Box::new(Halve { pause })],
+            "s2",
+            1,
+        );
+        let out = chain.process(Message::Batch(rows(10))).unwrap();
+        let out = out.iter().map(message_rows).sum::<u64>();
+        assert_eq!(out, 3);
+        chain.process(Message::Batch(rows(0))).unwrap();
+        chain.process(Message::Watermark(5)).unwrap();
+        let [first, second] = chain.metrics() else {
+            panic!("two operators")
+        };
+        assert_eq!(counts(first), (10, 5));
+        assert_eq!(counts(second), (5, 3));
+        for m in [first, second] {
+            // One batch each (the empty one never reaches an operator).
+            assert!(m.busy_ns.load(Ordering::Relaxed) >= pause.as_nanos() as u64);
+            assert_eq!(
+                (m.stage.as_str(), m.instance, m.name.as_str()),
+                ("s2", 1, "halve")
+            );
+        }
+        assert_eq!((first.index, second.index), (0, 1));
+    }
+
+    #[test]
+    fn a_tick_is_charged_to_the_operator_it_ran_and_those_after_it() {
+        let pause = std::time::Duration::from_millis(1);
+        let mut chain = Chain::new(vec![Box::new(Ticker), Box::new(Halve { pause })]);
+        let out = chain.tick().unwrap();
+        assert_eq!(out.iter().map(message_rows).sum::<u64>(), 1);
+        assert_eq!(counts(&chain.metrics()[0]), (0, 1));
+        assert_eq!(counts(&chain.metrics()[1]), (1, 1));
     }
 }

@@ -70,7 +70,16 @@ pub fn listing_text(listing: &Listing) -> String {
 }
 
 /// The columns of `SHOW QUERIES` (and the shell's `.queries`).
-pub const QUERY_COLUMNS: [&str; 5] = ["id", "rows_out", "late_rows", "rows_in", "query"];
+/// `rows_in` lists each stream's rows read, with the rows waiting in its
+/// disk buffer when there are some.
+pub const QUERY_COLUMNS: [&str; 6] = [
+    "id",
+    "rows_out",
+    "late_rows",
+    "shed_rows",
+    "rows_in",
+    "query",
+];
 
 /// A column type as SQL names it in `CREATE STREAM`.
 pub fn sql_type(data_type: &DataType) -> String {

@@ -1,5 +1,5 @@
-//! The dot commands: `.help`, `.streams`, `.describe`, `.queries`, `.stop`,
-//! `.read`, `.format`, `.quit`; and the psql commands people type out of
+//! The dot commands: `.help`, `.streams`, `.describe`, `.queries`,
+//! `.stats`, `.stop`, `.read`, `.format`, `.quit`; and the psql commands people type out of
 //! habit: `\q`, `\d`, `\d NAME`, `\i FILE`, `\?`, `\h`.
 
 use std::path::Path;
@@ -23,7 +23,11 @@ it; end it with '&' instead of ';' to run it in the background.
                            and source (built-in streams too)
   .describe NAME           one stream, view, alert or sink: columns, types,
                            event time
-  .queries                 background queries: id, rows out, statement
+  .queries                 background queries: id, rows out, late and shed
+                           rows, rows in, statement
+  .stats [ID]              per running query (or query ID): each operator's
+                           rows in and out, busy and blocked time, the
+                           bottleneck; its queues; result latency
   .stop ID|all             stop a background query (or all of them)
   .read FILE [&]           run a script (its queries in the background
                            with '&'); its relative paths resolve against
@@ -50,6 +54,7 @@ impl Repl {
             ".streams" => self.list_streams(),
             ".describe" => self.describe(arg),
             ".queries" => self.list_queries(),
+            ".stats" => self.show_stats(arg),
             ".stop" => self.stop(arg),
             ".read" => self.read(arg).await,
             ".format" => self.set_format(arg),
@@ -113,6 +118,38 @@ impl Repl {
             return;
         }
         print_table(&listing);
+    }
+
+    /// `.stats`: what each running query's operators and queues measure
+    /// now (`EXPLAIN ANALYZE` prints the same table for a query it runs to
+    /// its end).
+    fn show_stats(&self, arg: &str) {
+        let mut queries = self.session.queries();
+        if !arg.is_empty() {
+            let Ok(id) = arg
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<u64>()
+            else {
+                self.fail(".stats takes a query id (.queries lists them)");
+                return;
+            };
+            queries.retain(|q| q.id == id);
+            if queries.is_empty() {
+                self.fail(format_args!(
+                    "no query {id} is running (.queries lists them)"
+                ));
+                return;
+            }
+        }
+        if queries.is_empty() {
+            outln!("no queries running");
+            return;
+        }
+        for q in queries {
+            outln!("[{}] {}", q.id, q.label);
+            out!("{}", crate::analyze::live_text(&q.stats));
+        }
     }
 
     /// Prints the rows of `SHOW` or `DESCRIBE` in the output format of

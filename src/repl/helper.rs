@@ -284,6 +284,7 @@ pub const DOT_COMMANDS: &[&str] = &[
     ".queries",
     ".quit",
     ".read",
+    ".stats",
     ".stop",
     ".streams",
 ];

@@ -172,6 +172,11 @@ pub struct QueryInfo {
     pub late_rows: u64,
     /// Per stream it reads: name, rows read, bad rows.
     pub sources: Vec<(String, u64, u64)>,
+    /// Its counters, live: operators, queues, latency, shed rows.
+    pub stats: Arc<QueryStats>,
+    /// Per stream it reads, its name and the source's counters, live (a
+    /// push stream's are shared by every query reading it).
+    pub inputs: Vec<(String, Arc<SourceStats>)>,
 }
 
 impl Live {
@@ -979,6 +984,8 @@ impl Live {
                         )
                     })
                     .collect(),
+                stats: q.stats.clone(),
+                inputs: q.sources.clone(),
             })
             .collect()
     }

@@ -1,16 +1,24 @@
 //! `GET /metrics` in the Prometheus text exposition format (0.0.4).
 //!
-//! Stream counters are those of push streams (the rows the service took);
-//! a file-backed stream is read by each query on its own, so its rows are
-//! counted per query (`vigil_query_input_rows_total`). Watermark lag and
-//! channel queue depths are not exported: the runtime does not expose them.
-//! Per-query series cover the running queries.
+//! Stream counters are those of push streams (the rows the service took,
+//! how far their event time lags the wall clock, what their disk buffers
+//! hold, what was shed, how long they waited on back-pressure); a
+//! file-backed stream is read by each query on its own, so its rows and
+//! back-pressure are counted per query (`vigil_query_input_*`).
+//!
+//! Per-query series cover the running queries: result and late rows, shed
+//! rows, watermark lag, the event-to-result latency histogram, the depth
+//! of every queue between its tasks (`vigil_queue_*`, labelled by the
+//! queue) and each operator's rows and time (`vigil_operator_*`, summed
+//! over the instances of its stage). Durations are in seconds, as
+//! Prometheus has them.
 
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-use crate::connectors::SourceLocation;
-use crate::runtime::live::QueryId;
+use crate::connectors::{SourceLocation, SourceStats};
+use crate::exec::metrics::{LATENCY_BUCKETS_MS, LatencyHistogram};
+use crate::runtime::live::{QueryId, QueryInfo};
 use crate::session::{QueryState, Session};
 
 /// The metrics of `session`, plus the count of alert rows seen firing and
@@ -21,15 +29,18 @@ pub(super) fn render(
     result_buffer_bytes: impl Fn(QueryId) -> usize,
 ) -> String {
     let mut out = String::new();
-    let streams: Vec<(String, u64, u64)> = session
+    let push: Vec<(String, std::sync::Arc<SourceStats>)> = session
         .engine()
         .catalog()
         .streams()
         .filter(|s| s.source.location == SourceLocation::Push)
-        .map(|s| {
-            let stats = session.push_stats(&s.name);
+        .map(|s| (s.name.clone(), session.push_stats(&s.name)))
+        .collect();
+    let streams: Vec<(String, u64, u64)> = push
+        .iter()
+        .map(|(name, stats)| {
             (
-                s.name.clone(),
+                name.clone(),
                 stats.rows.load(Ordering::Relaxed),
                 stats.bad_rows.load(Ordering::Relaxed),
             )
@@ -156,8 +167,276 @@ pub(super) fn render(
         "Alert rows with state 'firing' since the service started.",
     );
     sample(&mut out, "vigil_alerts_fired_total", &[], alerts_fired);
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    stream_overload(&mut out, &push, now_ms);
+    query_overload(&mut out, &queries, &push, now_ms);
+    queues(&mut out, &queries);
+    operators(&mut out, &queries);
     durable(&mut out, session);
     out
+}
+
+/// Seconds from epoch milliseconds `then` to `now_ms` (0 for a time ahead
+/// of the clock).
+fn lag_seconds(now_ms: i64, then: i64) -> f64 {
+    now_ms.saturating_sub(then).max(0) as f64 / 1e3
+}
+
+fn seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// Event-time lag, disk buffer, shed rows and back-pressure of each push
+/// stream.
+fn stream_overload(out: &mut String, push: &[(String, std::sync::Arc<SourceStats>)], now_ms: i64) {
+    header(
+        out,
+        "vigil_stream_lag_seconds",
+        "gauge",
+        "Wall clock minus the largest event time pushed into a push stream.",
+    );
+    for (name, stats) in push {
+        if let Some(t) = stats.max_event_time.get() {
+            sample(
+                out,
+                "vigil_stream_lag_seconds",
+                &[("stream", name)],
+                lag_seconds(now_ms, t),
+            );
+        }
+    }
+    type Value = fn(&SourceStats) -> f64;
+    let series: [(&str, &str, &str, Value); 5] = [
+        (
+            "vigil_stream_buffered_rows",
+            "gauge",
+            "Rows held in a push stream's disk buffer that its queries have not taken yet.",
+            |s| load_f(&s.buffered_rows),
+        ),
+        (
+            "vigil_stream_buffered_bytes",
+            "gauge",
+            "Bytes of the rows held in a push stream's disk buffer.",
+            |s| load_f(&s.buffered_bytes),
+        ),
+        (
+            "vigil_buffer_full",
+            "gauge",
+            "1 while a push stream's disk buffer is full (back-pressure has resumed), else 0.",
+            |s| u8::from(s.buffer_full.load(Ordering::Relaxed)).into(),
+        ),
+        (
+            "vigil_stream_shed_rows_total",
+            "counter",
+            "Rows of a push stream its load shedder dropped.",
+            |s| load_f(&s.shed_rows),
+        ),
+        (
+            "vigil_stream_blocked_seconds_total",
+            "counter",
+            "Time a push stream waited for room in its queries' queues (back-pressure).",
+            |s| seconds(s.blocked_ns.load(Ordering::Relaxed)),
+        ),
+    ];
+    for (metric, kind, help, value) in series {
+        header(out, metric, kind, help);
+        for (name, stats) in push {
+            sample(out, metric, &[("stream", name)], value(stats));
+        }
+    }
+}
+
+fn load_f(n: &std::sync::atomic::AtomicU64) -> f64 {
+    n.load(Ordering::Relaxed) as f64
+}
+
+/// Shed rows, watermark lag, result latency and per-input back-pressure of
+/// each running query.
+fn query_overload(
+    out: &mut String,
+    queries: &[QueryInfo],
+    push: &[(String, std::sync::Arc<SourceStats>)],
+    now_ms: i64,
+) {
+    header(
+        out,
+        "vigil_query_shed_rows_total",
+        "counter",
+        "Input rows a running query's load shedder dropped.",
+    );
+    for q in queries {
+        let id = q.id.to_string();
+        let shed = q.stats.shed_rows.load(Ordering::Relaxed);
+        sample(out, "vigil_query_shed_rows_total", &[("query", &id)], shed);
+    }
+    header(
+        out,
+        "vigil_query_watermark_lag_seconds",
+        "gauge",
+        "Wall clock minus the last watermark a running query's sink saw.",
+    );
+    for q in queries {
+        let watermark = q.stats.watermark.load(Ordering::Relaxed);
+        if watermark != i64::MIN && watermark != crate::exec::END_OF_INPUT {
+            let id = q.id.to_string();
+            let lag = lag_seconds(now_ms, watermark);
+            sample(
+                out,
+                "vigil_query_watermark_lag_seconds",
+                &[("query", &id)],
+                lag,
+            );
+        }
+    }
+    header(
+        out,
+        "vigil_query_input_blocked_seconds_total",
+        "counter",
+        "Time a running query's reader of a file or other non-push stream waited for room in its queues (back-pressure).",
+    );
+    for q in queries {
+        let id = q.id.to_string();
+        // A push stream's counters are the stream's, exported above.
+        let own = q
+            .inputs
+            .iter()
+            .filter(|(_, s)| !push.iter().any(|(_, p)| std::sync::Arc::ptr_eq(p, s)));
+        for (stream, stats) in own {
+            sample(
+                out,
+                "vigil_query_input_blocked_seconds_total",
+                &[("query", &id), ("stream", stream)],
+                seconds(stats.blocked_ns.load(Ordering::Relaxed)),
+            );
+        }
+    }
+    latency(out, queries);
+}
+
+/// Each running query's event-to-result latency, as a histogram in
+/// seconds.
+fn latency(out: &mut String, queries: &[QueryInfo]) {
+    const NAME: &str = "vigil_query_result_latency_seconds";
+    header(
+        out,
+        NAME,
+        "histogram",
+        "Wall clock at a running query's sink minus the event time of each result row.",
+    );
+    for q in queries {
+        let id = q.id.to_string();
+        let histogram: &LatencyHistogram = &q.stats.metrics.latency;
+        let cumulative = histogram.cumulative();
+        let bounds = LATENCY_BUCKETS_MS
+            .iter()
+            .map(|&ms| (ms as f64 / 1e3).to_string())
+            .chain(std::iter::once("+Inf".to_string()));
+        for (le, count) in bounds.zip(&cumulative) {
+            sample(
+                out,
+                &format!("{NAME}_bucket"),
+                &[("query", &id), ("le", &le)],
+                *count,
+            );
+        }
+        let sum = histogram.sum_ms() as f64 / 1e3;
+        sample(out, &format!("{NAME}_sum"), &[("query", &id)], sum);
+        let count = cumulative.last().copied().unwrap_or(0);
+        sample(out, &format!("{NAME}_count"), &[("query", &id)], count);
+    }
+}
+
+/// The depth of every queue between the tasks of each running query.
+fn queues(out: &mut String, queries: &[QueryInfo]) {
+    type Value = fn(&crate::exec::metrics::QueueGauge) -> f64;
+    let series: [(&str, &str, &str, Value); 4] = [
+        (
+            "vigil_queue_rows",
+            "gauge",
+            "Rows waiting in a queue between two tasks of a running query.",
+            |q| load_f(&q.queued_rows),
+        ),
+        (
+            "vigil_queue_messages",
+            "gauge",
+            "Messages (batches, watermarks, barriers) waiting in a queue between two tasks of a running query.",
+            |q| load_f(&q.queued_messages),
+        ),
+        (
+            "vigil_queue_received_rows_total",
+            "counter",
+            "Rows taken out of a queue between two tasks of a running query.",
+            |q| load_f(&q.received_rows),
+        ),
+        (
+            "vigil_queue_blocked_seconds_total",
+            "counter",
+            "Time the sender into a queue of a running query waited for room (back-pressure).",
+            |q| seconds(q.blocked_ns.load(Ordering::Relaxed)),
+        ),
+    ];
+    let gauges: Vec<_> = queries
+        .iter()
+        .map(|q| (q.id.to_string(), q.stats.metrics.queue_list()))
+        .collect();
+    for (metric, kind, help, value) in series {
+        header(out, metric, kind, help);
+        for (id, list) in &gauges {
+            for gauge in list {
+                let labels = [("query", id.as_str()), ("queue", gauge.label.as_str())];
+                sample(out, metric, &labels, value(gauge));
+            }
+        }
+    }
+}
+
+/// Each operator's rows and time, summed over the instances of its stage.
+fn operators(out: &mut String, queries: &[QueryInfo]) {
+    type Value = fn(&crate::analyze::OperatorRow) -> f64;
+    let series: [(&str, &str, Value); 4] = [
+        (
+            "vigil_operator_rows_in_total",
+            "Rows an operator of a running query was given.",
+            |r| r.rows_in as f64,
+        ),
+        (
+            "vigil_operator_rows_out_total",
+            "Rows an operator of a running query emitted.",
+            |r| r.rows_out as f64,
+        ),
+        (
+            "vigil_operator_busy_seconds_total",
+            "Time spent in an operator of a running query.",
+            |r| seconds(r.busy_ns),
+        ),
+        (
+            "vigil_operator_blocked_seconds_total",
+            "Time the task of an operator (the last of its chain) waited to hand on its output (back-pressure).",
+            |r| seconds(r.blocked_ns),
+        ),
+    ];
+    let rows: Vec<_> = queries
+        .iter()
+        .map(|q| {
+            let id = q.id.to_string();
+            (id, crate::analyze::operator_rows(&q.stats.metrics))
+        })
+        .collect();
+    for (metric, help, value) in series {
+        header(out, metric, "counter", help);
+        for (id, list) in &rows {
+            for row in list {
+                let index = (row.index + 1).to_string();
+                let labels = [
+                    ("query", id.as_str()),
+                    ("stage", row.stage.as_str()),
+                    ("operator", index.as_str()),
+                    ("name", row.name.as_str()),
+                ];
+                sample(out, metric, &labels, value(row));
+            }
+        }
+    }
 }
 
 /// The checkpoint and write-ahead log series of a durable session.
@@ -244,7 +523,7 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
-fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: u64) {
+fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
     out.push_str(name);
     if !labels.is_empty() {
         out.push('{');
@@ -277,5 +556,74 @@ mod tests {
         sample(&mut out, "m", &[("stream", "a\"b\\c\nd"), ("q", "1")], 7);
         sample(&mut out, "n", &[], 0);
         assert_eq!(out, "m{stream=\"a\\\"b\\\\c\\nd\",q=\"1\"} 7\nn 0\n");
+    }
+
+    fn query(stats: crate::exec::QueryStats) -> QueryInfo {
+        QueryInfo {
+            id: 3,
+            label: "q".into(),
+            state: QueryState::Running,
+            error: None,
+            rows_out: 0,
+            late_rows: 0,
+            sources: Vec::new(),
+            stats: std::sync::Arc::new(stats),
+            inputs: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn latency_is_a_histogram_in_seconds() {
+        let stats = crate::exec::QueryStats::default();
+        stats.metrics.latency.observe_n(4, 2);
+        stats.metrics.latency.observe(400_000);
+        let mut out = String::new();
+        latency(&mut out, &[query(stats)]);
+        for line in [
+            "# TYPE vigil_query_result_latency_seconds histogram",
+            "vigil_query_result_latency_seconds_bucket{query=\"3\",le=\"0.002\"} 0",
+            "vigil_query_result_latency_seconds_bucket{query=\"3\",le=\"0.005\"} 2",
+            "vigil_query_result_latency_seconds_bucket{query=\"3\",le=\"300\"} 2",
+            "vigil_query_result_latency_seconds_bucket{query=\"3\",le=\"+Inf\"} 3",
+            "vigil_query_result_latency_seconds_sum{query=\"3\"} 400.008",
+            "vigil_query_result_latency_seconds_count{query=\"3\"} 3",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
+        }
+    }
+
+    #[test]
+    fn queues_and_operators_are_labelled() {
+        use crate::exec::metrics::{OperatorMetrics, QueueGauge};
+        let stats = crate::exec::QueryStats::default();
+        let gauge = QueueGauge::new("stage 1 instance 0", "s0");
+        gauge.queued_rows.store(12, Ordering::Relaxed);
+        gauge.blocked_ns.store(1_500_000_000, Ordering::Relaxed);
+        stats.metrics.add_queue(std::sync::Arc::new(gauge));
+        for instance in 0..2 {
+            let op = OperatorMetrics {
+                name: "filter x > 1".into(),
+                stage: "s1".into(),
+                instance,
+                ..Default::default()
+            };
+            op.rows_in.store(10, Ordering::Relaxed);
+            op.busy_ns.store(250_000_000, Ordering::Relaxed);
+            stats.metrics.add_operator(std::sync::Arc::new(op));
+        }
+        let mut out = String::new();
+        let queries = [query(stats)];
+        queues(&mut out, &queries);
+        operators(&mut out, &queries);
+        let labels = "query=\"3\",stage=\"s1\",operator=\"1\",name=\"filter x > 1\"";
+        for line in [
+            "vigil_queue_rows{query=\"3\",queue=\"stage 1 instance 0\"} 12".to_string(),
+            "vigil_queue_blocked_seconds_total{query=\"3\",queue=\"stage 1 instance 0\"} 1.5"
+                .into(),
+            format!("vigil_operator_rows_in_total{{{labels}}} 20"),
+            format!("vigil_operator_busy_seconds_total{{{labels}}} 0.5"),
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
+        }
     }
 }

@@ -121,7 +121,13 @@ pub(super) fn attach_alert(
             emit,
             alert: clause,
         }),
-        StatementKind::Explain { query, emit, .. } => Ok(StatementKind::Explain {
+        StatementKind::Explain {
+            analyze,
+            query,
+            emit,
+            ..
+        } => Ok(StatementKind::Explain {
+            analyze,
             query,
             emit,
             alert: clause,

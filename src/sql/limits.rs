@@ -121,7 +121,9 @@ fn parts(kind: &StatementKind) -> (Vec<&Query>, Vec<&Expr>) {
         StatementKind::Query {
             query, emit, alert, ..
         }
-        | StatementKind::Explain { query, emit, alert }
+        | StatementKind::Explain {
+            query, emit, alert, ..
+        }
         | StatementKind::CreateAlert {
             query, emit, alert, ..
         } => {

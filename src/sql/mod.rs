@@ -127,8 +127,11 @@ pub enum StatementKind {
         /// The `ALERT` clause, if any.
         alert: Option<Box<AlertClause>>,
     },
-    /// `EXPLAIN <query> [EMIT ...] [ALERT ...]`.
+    /// `EXPLAIN [ANALYZE] <query> [EMIT ...] [ALERT ...]`.
     Explain {
+        /// `EXPLAIN ANALYZE`: run the query to the end of its input and
+        /// show what each operator took, gave and cost.
+        analyze: bool,
         /// The query.
         query: Box<Query>,
         /// The `EMIT` clause, if any.
@@ -477,7 +480,8 @@ fn attach_emit(
             emit,
             alert: None,
         }),
-        StatementKind::Explain { query, .. } => Ok(StatementKind::Explain {
+        StatementKind::Explain { analyze, query, .. } => Ok(StatementKind::Explain {
+            analyze,
             query,
             emit,
             alert: None,
@@ -638,8 +642,11 @@ impl<'a> ScriptParser<'a> {
                 name: object_name(&view.name),
                 query: view.query,
             }),
-            ast::Statement::Explain { statement, .. } => match *statement {
+            ast::Statement::Explain {
+                statement, analyze, ..
+            } => match *statement {
                 ast::Statement::Query(query) => Ok(StatementKind::Explain {
+                    analyze,
                     query,
                     emit: None,
                     alert: None,
