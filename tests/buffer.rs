@@ -41,11 +41,11 @@ fn rows(from: u64, to: u64) -> Vec<u8> {
     out.into_bytes()
 }
 
-/// Starts `vigil run q.sql` in `dir`, its stdin and stdout piped, stderr
-/// into `stderr.txt`.
+/// Starts `vigil run q.sql ARGS` in `dir`, its stdin and stdout piped,
+/// stderr into `stderr.txt`.
 fn start(dir: &Path, args: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(["run", "q.sql", "--format", "csv", "--progress", "never"])
+        .args(["run", "q.sql", "--format", "csv"])
         .args(args)
         .current_dir(dir)
         .env_remove("VIGIL_CRASH_AT")
@@ -137,7 +137,7 @@ fn read_all(mut stdout: ChildStdout) -> JoinHandle<String> {
 fn unbuffered_output(rows_to: u64) -> String {
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("q.sql"), script("", "")).unwrap();
-    let mut child = start(dir.path(), &[]);
+    let mut child = start(dir.path(), &["--progress", "never"]);
     let producer = Producer::start(child.stdin.take().unwrap(), rows(1, rows_to), false);
     let out = read_all(child.stdout.take().unwrap()).join().unwrap();
     producer.wait_done();
@@ -171,7 +171,7 @@ fn a_query_that_falls_behind_does_not_hold_up_stdin() {
     // Without a buffer, a query stuck at its writes holds the producer up.
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("q.sql"), script("", "")).unwrap();
-    let mut child = start(dir.path(), &[]);
+    let mut child = start(dir.path(), &["--progress", "never"]);
     let producer = Producer::start(child.stdin.take().unwrap(), rows(1, ROWS), false);
     let held_at = producer.wait_held_back(Duration::from_secs(1));
     drop(read_all(child.stdout.take().unwrap()));
@@ -180,7 +180,7 @@ fn a_query_that_falls_behind_does_not_hold_up_stdin() {
 
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("q.sql"), script(", buffer = 'disk'", "")).unwrap();
-    let mut child = start(dir.path(), &[]);
+    let mut child = start(dir.path(), &["--progress", "never"]);
     let producer = Producer::start(child.stdin.take().unwrap(), rows(1, ROWS), false);
     // Nobody reads the results yet: the query is stuck at its first
     // writes, and the producer still gets all of its rows in.
@@ -205,7 +205,8 @@ fn a_full_buffer_holds_the_producer_back_within_its_bound() {
     let extra = "SET query_name = 'pass';\n";
     let options = ", buffer = 'disk', buffer_max = '1MiB'";
     fs::write(dir.path().join("q.sql"), script(options, extra)).unwrap();
-    let mut child = start(dir.path(), &["--checkpoint-dir", "ck"]);
+    let args = ["--checkpoint-dir", "ck", "--progress", "always"];
+    let mut child = start(dir.path(), &args);
     let producer = Producer::start(child.stdin.take().unwrap(), rows(1, ROWS), false);
     let buffer = dir.path().join("ck/.buffers/pass/in0-s");
     let peak = Arc::new(AtomicU64::new(0));
@@ -240,6 +241,10 @@ fn a_full_buffer_holds_the_producer_back_within_its_bound() {
         peak <= 1 << 20,
         "the buffer grew past its bound: {peak} bytes"
     );
+    // The progress line said so while the producer was held back.
+    let log = stderr(dir.path());
+    assert!(log.contains(", buffer full"), "{log}");
+    assert!(log.contains(", buffered "), "{log}");
     assert!(got == want, "the buffered run's results differ");
 }
 
@@ -308,7 +313,14 @@ fn a_crash_loses_nothing_that_was_buffered() {
     let dir = tempfile::tempdir().unwrap();
     let extra = "SET query_name = 'pass';\n";
     fs::write(dir.path().join("q.sql"), script(", buffer = 'disk'", extra)).unwrap();
-    let args = ["--checkpoint-dir", "ck", "--checkpoint-interval", "100ms"];
+    let args = [
+        "--checkpoint-dir",
+        "ck",
+        "--checkpoint-interval",
+        "100ms",
+        "--progress",
+        "never",
+    ];
     let mut child = start(dir.path(), &args);
     let mut stdin = child.stdin.take().unwrap();
     let reader = PausedReader::start(child.stdout.take().unwrap());
