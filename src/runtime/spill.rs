@@ -332,9 +332,13 @@ impl Spill {
             .write_all(&record_header(seq, &record.payload))
             .and_then(|()| file.write_all(&record.payload));
         if let Err(e) = written {
-            // What was half written is cut off on the next open; until
-            // then nothing goes after it.
+            // Cut back what was half written (best effort: a torn record
+            // left is cut off on the next open).
             state.active = None;
+            let durable = state.segments.last().expect("a segment").bytes;
+            if let Ok(file) = fs::OpenOptions::new().write(true).open(&path) {
+                let _ = file.set_len(durable);
+            }
             return Err(Error::io(format!("writing {}", path.display()), e));
         }
         let segment = state.segments.last_mut().expect("a segment");
