@@ -15,7 +15,9 @@ use crate::connectors::SinkConfig;
 use crate::error::{Error, Result};
 use crate::exec::{ShedConfig, ShedPolicy, ShedSettings};
 use crate::plan::StreamDef;
-use crate::plan::catalog::{ALLOWED_LATENESS, IDLE_TIMEOUT, StreamTiming, stream_def};
+use crate::plan::catalog::{
+    ALLOWED_LATENESS, BUFFER, BUFFER_MAX, BufferSetting, IDLE_TIMEOUT, StreamTiming, stream_def,
+};
 use crate::plan::listing::{self, Listing};
 use crate::plan::{AlertNode, EmitNode, EmitPolicy, windows_take_late_rows};
 use crate::plan::{Catalog, SqlPlanner};
@@ -162,6 +164,9 @@ pub struct Engine {
     stream_shed: std::collections::BTreeMap<String, ShedSettings>,
     /// Load shedding as `SET` says, over every stream's.
     shed: ShedSettings,
+    /// `SET buffer` and `SET buffer_max`: for the queries planned from now
+    /// on, over streams whose own options do not say.
+    buffer: BufferSetting,
     /// The declared views, alerts and invariants, in an order where each
     /// comes after what it reads.
     derived: Vec<Derived>,
@@ -689,6 +694,7 @@ impl Engine {
                 self.shed = settings;
                 Ok(())
             }
+            BUFFER | BUFFER_MAX => self.buffer.set("SET", name, value),
             "query_name" => {
                 let value = value.trim();
                 if value.is_empty() {
@@ -698,7 +704,7 @@ impl Engine {
                 Ok(())
             }
             _ => Err(Error::Plan(format!(
-                "unknown setting '{name}' (settings: execution_mode, parallelism, query_name, shed, max_latency, shed_keep, shed_scale)"
+                "unknown setting '{name}' (settings: buffer, buffer_max, execution_mode, parallelism, query_name, shed, max_latency, shed_keep, shed_scale)"
             ))),
         }
     }
@@ -958,8 +964,22 @@ impl Engine {
             _ => ExecutionMode::MicroBatch,
         });
         let shed = self.query_shed(&logical)?;
-        let graph = plan_incremental_shed(&logical, mode, self.parallelism(), shed)?;
+        let mut graph = plan_incremental_shed(&logical, mode, self.parallelism(), shed)?;
+        self.apply_buffer(&mut graph);
         Ok((logical, graph))
+    }
+
+    /// Gives the inputs of `graph` the session's buffer setting where
+    /// their streams' options say nothing.
+    fn apply_buffer(&self, graph: &mut QueryGraph) {
+        for input in &mut graph.inputs {
+            let buffer = input.stream.buffer.or(self.buffer);
+            if buffer != input.stream.buffer {
+                let mut stream = (*input.stream).clone();
+                stream.buffer = buffer;
+                input.stream = Arc::new(stream);
+            }
+        }
     }
 
     fn emit_policy(&self, emit: &Emit) -> Result<EmitPolicy> {
@@ -1335,6 +1355,84 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("unknown setting 'nosuch'"), "{e}");
+    }
+
+    #[test]
+    fn buffer_options_and_settings_reach_the_query_inputs() {
+        let script = "CREATE STREAM b (ts TIMESTAMP, host TEXT)
+                WITH (path = 'b.csv', buffer = 'disk', buffer_max = '2GiB');
+            CREATE STREAM n (ts TIMESTAMP, host TEXT) WITH (path = 'n.csv', buffer = 'none');
+            SELECT host FROM m; SELECT host FROM b; SELECT host FROM n;
+            SET buffer = 'disk'; SET buffer_max TO '512 MiB';
+            SELECT host FROM m; SELECT host FROM b; SELECT host FROM n;";
+        let mut engine = self::engine();
+        let bounds: Vec<Option<u64>> = parse_script(script)
+            .unwrap()
+            .iter()
+            .filter_map(|s| match engine.execute(s, Path::new(".")).unwrap() {
+                Outcome::Query(q) => Some(q.graph.inputs[0].stream.buffer.disk_bytes()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            bounds,
+            [
+                None,
+                Some(2 << 30),
+                None,
+                // The session's setting fills in what a stream does not say.
+                Some(512 << 20),
+                Some(2 << 30),
+                None,
+            ]
+        );
+        let described = parse_script("DESCRIBE b").unwrap().remove(0);
+        let Outcome::Rows(listing) = engine.execute(&described, Path::new(".")).unwrap() else {
+            panic!("DESCRIBE lists")
+        };
+        assert!(
+            listing
+                .notes
+                .iter()
+                .any(|n| n == "a query behind it buffers its rows on disk, up to 2147483648 bytes"),
+            "{:?}",
+            listing.notes
+        );
+        let mut fresh = self::engine();
+        let mut e = |sql: &str| {
+            let statement = parse_script(sql).unwrap().remove(0);
+            fresh
+                .execute(&statement, Path::new("."))
+                .err()
+                .unwrap()
+                .to_string()
+        };
+        let bad = e("CREATE STREAM x (ts TIMESTAMP) WITH (path = 'x.csv', buffer = 'memory')");
+        assert!(
+            bad.contains("bad value 'memory' for option 'buffer' (accepted: disk, none)"),
+            "{bad}"
+        );
+        for size in ["lots", "10 parsecs", "1000"] {
+            let bad = e(&format!(
+                "CREATE STREAM x (ts TIMESTAMP) WITH (path = 'x.csv', buffer_max = '{size}')"
+            ));
+            assert!(
+                bad.contains(&format!("bad value '{size}' for option 'buffer_max'")),
+                "{bad}"
+            );
+        }
+        let twice = e(
+            "CREATE STREAM x (ts TIMESTAMP) WITH (path = 'x.csv', buffer = 'disk', buffer = 'none')",
+        );
+        assert!(
+            twice.contains("'buffer' is given more than once"),
+            "{twice}"
+        );
+        let bad = e("SET buffer = 'ram'");
+        assert!(
+            bad.contains("SET: bad value 'ram' for option 'buffer'"),
+            "{bad}"
+        );
     }
 
     #[test]

@@ -595,6 +595,7 @@ impl Session {
                     ..Default::default()
                 }),
                 ended: false,
+                buffer: None,
             })
             .collect();
         let start = durable.start_of(&name, now)?;
@@ -773,6 +774,7 @@ impl Session {
             idle_timeout: None,
             source,
             late_of: None,
+            buffer: Default::default(),
         })?;
         self.open_wal(name)
     }

@@ -788,11 +788,13 @@ fn write_checkpoint(root: &Path) {
                     ..Default::default()
                 }),
                 ended: false,
+                buffer: None,
             },
             SourceEntry {
                 stream: "events".into(),
                 position: None,
                 ended: false,
+                buffer: None,
             },
         ],
         sinks: vec![SinkEntry {

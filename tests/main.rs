@@ -1,6 +1,7 @@
 //! All integration tests live in one binary so DataFusion is linked once.
 
 mod analyze;
+mod buffer;
 mod checkpoints;
 mod cli;
 mod conformance;

@@ -180,7 +180,7 @@ fn delete(server: &Server, path: &str) -> Answer {
     )
 }
 
-fn post(server: &Server, path: &str, content_type: Option<&str>, body: &str) -> Answer {
+pub(crate) fn post(server: &Server, path: &str, content_type: Option<&str>, body: &str) -> Answer {
     let mut request = agent(Some(WAIT))
         .post(server.url(path))
         .header("authorization", bearer(TOKEN));

@@ -142,24 +142,14 @@ pub(super) async fn serve(args: ServeArgs) -> Result<()> {
 
 /// A size such as `16MiB`, `512KiB`, `10MB` or `1048576` (bytes).
 fn parse_size(text: &str) -> std::result::Result<usize, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let bad = || format!("expected a size such as 16MiB, 512KiB or 1048576, got '{text}'");
-    let n: usize = digits.parse().map_err(|_| bad())?;
-    let factor: usize = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        _ => return Err(bad()),
-    };
-    n.checked_mul(factor).ok_or_else(bad)
+    crate::connectors::options::parse_size(text)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| {
+            format!(
+                "expected a size such as 16MiB, 512KiB or 1048576, got '{}'",
+                text.trim()
+            )
+        })
 }
 
 #[cfg(test)]

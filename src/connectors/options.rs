@@ -339,6 +339,30 @@ fn decoding(opts: &Options<'_>, format: Format) -> Result<Decoding> {
     })
 }
 
+/// Parses a size: a whole number of bytes, or one with a unit: `KiB`,
+/// `MiB`, `GiB` (powers of 1024; also `k`, `m`, `g`), `KB`, `MB`, `GB`
+/// (powers of 1000), any case, a space allowed before the unit (`16MiB`,
+/// `512 KiB`, `1048576`).
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits.parse().ok()?;
+    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(factor)
+}
+
 /// Parses a `max_future` value: `none` (or `off`) disables the guard,
 /// else a positive duration: a number and a unit from milliseconds to
 /// weeks (`'1 hour'`, `'90 s'`, `'2 days'`).

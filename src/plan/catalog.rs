@@ -42,6 +42,9 @@ pub struct StreamDef {
     /// not read from `source` but sent by the window operators of the other
     /// queries over that stream.
     pub late_of: Option<String>,
+    /// What a query does with the stream's rows while it is behind:
+    /// `buffer` and `buffer_max` in `WITH`.
+    pub buffer: BufferSetting,
 }
 
 impl StreamDef {
@@ -255,6 +258,7 @@ fn builtin_def(name: &str, connector: &str) -> StreamDef {
         idle_timeout: None,
         source,
         late_of: None,
+        buffer: BufferSetting::default(),
     }
 }
 
@@ -264,6 +268,74 @@ pub const ALLOWED_LATENESS: &str = "allowed_lateness";
 /// `WITH` option about event time rather than the connector: when an input
 /// counts as idle.
 pub const IDLE_TIMEOUT: &str = "idle_timeout";
+/// `WITH` option about a query falling behind: `'disk'` buffers its rows
+/// on disk rather than making the stream wait, `'none'` does not.
+pub const BUFFER: &str = "buffer";
+/// `WITH` option: the most bytes a disk buffer holds (a size such as
+/// `'2GiB'`).
+pub const BUFFER_MAX: &str = "buffer_max";
+
+/// The bound of a disk buffer when `buffer_max` is not given.
+pub const DEFAULT_BUFFER_MAX: u64 = 1 << 30;
+
+/// The smallest `buffer_max` accepted.
+pub const MIN_BUFFER_MAX: u64 = 1 << 20;
+
+/// What a query does with a stream's rows while it is behind: by default
+/// the stream waits for it (back-pressure); with a disk buffer the rows
+/// wait on disk instead, up to a bound (see [`crate::runtime::buffer`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BufferSetting {
+    /// `buffer`: `Some(true)` for `'disk'`, `Some(false)` for `'none'`,
+    /// `None` when not said.
+    pub disk: Option<bool>,
+    /// `buffer_max` in bytes, `None` when not said.
+    pub max_bytes: Option<u64>,
+}
+
+impl BufferSetting {
+    /// Reads option `key` (`buffer` or `buffer_max`) into this setting;
+    /// `what` names the stream or setting in errors.
+    pub fn set(&mut self, what: &str, key: &str, value: &str) -> Result<()> {
+        let bad = |accepted: &str| {
+            Error::Plan(format!(
+                "{what}: bad value '{value}' for option '{key}' (accepted: {accepted})"
+            ))
+        };
+        match key {
+            BUFFER => {
+                self.disk = Some(match value.trim().to_ascii_lowercase().as_str() {
+                    "disk" => true,
+                    "none" => false,
+                    _ => return Err(bad("disk, none")),
+                });
+            }
+            _ => {
+                let bytes = crate::connectors::options::parse_size(value)
+                    .filter(|&n| n >= MIN_BUFFER_MAX)
+                    .ok_or_else(|| bad("a size of at least 1MiB, such as '512MiB' or '2GiB'"))?;
+                self.max_bytes = Some(bytes);
+            }
+        }
+        Ok(())
+    }
+
+    /// This setting, with `fallback`'s where this one says nothing (a
+    /// stream's own options win over the session's).
+    pub fn or(self, fallback: BufferSetting) -> BufferSetting {
+        BufferSetting {
+            disk: self.disk.or(fallback.disk),
+            max_bytes: self.max_bytes.or(fallback.max_bytes),
+        }
+    }
+
+    /// The bound of the disk buffer, when rows are buffered on disk.
+    pub fn disk_bytes(&self) -> Option<u64> {
+        self.disk
+            .unwrap_or(false)
+            .then(|| self.max_bytes.unwrap_or(DEFAULT_BUFFER_MAX))
+    }
+}
 
 /// A stream's event-time settings, evaluated from its statement.
 #[derive(Debug, Clone, Copy, Default)]
@@ -300,12 +372,23 @@ pub fn stream_def(
     }
     let schema = Arc::new(Schema::new(fields));
     let event_time = event_time_column(create, &schema)?;
-    let connector_options: Vec<(String, String)> = create
-        .options
-        .iter()
-        .filter(|(k, _)| k != ALLOWED_LATENESS && k != IDLE_TIMEOUT)
-        .cloned()
-        .collect();
+    let mut buffer = BufferSetting::default();
+    let mut connector_options: Vec<(String, String)> = Vec::new();
+    for (key, value) in &create.options {
+        match key.as_str() {
+            ALLOWED_LATENESS | IDLE_TIMEOUT => {}
+            BUFFER | BUFFER_MAX => {
+                let what = format!("stream {}", create.name);
+                if create.options.iter().filter(|(k, _)| k == key).count() > 1 {
+                    return Err(Error::Plan(format!(
+                        "{what}: option '{key}' is given more than once"
+                    )));
+                }
+                buffer.set(&what, key, value)?
+            }
+            _ => connector_options.push((key.clone(), value.clone())),
+        }
+    }
     let source = SourceConfig::from_options(
         &create.name,
         schema.clone(),
@@ -322,6 +405,7 @@ pub fn stream_def(
         idle_timeout: timing.idle_timeout,
         source,
         late_of: None,
+        buffer,
     })
 }
 

@@ -185,6 +185,11 @@ pub fn describe_stream(stream: &StreamDef) -> Listing {
         }
         listing.notes.push(timing);
     }
+    if let Some(bytes) = stream.buffer.disk_bytes() {
+        listing.notes.push(format!(
+            "a query behind it buffers its rows on disk, up to {bytes} bytes"
+        ));
+    }
     listing
 }
 

@@ -283,6 +283,9 @@ pub struct QueryCheckpoints {
     /// Snapshots of some instances of an operator, by barrier and operator
     /// id, until all of them are in.
     parts: Mutex<HashMap<(u64, String), InstanceStates>>,
+    /// The complete checkpoints kept, oldest first (see
+    /// [`QueryCheckpoints::oldest_kept`]).
+    kept: Mutex<std::collections::VecDeque<u64>>,
 }
 
 impl QueryCheckpoints {
@@ -301,11 +304,19 @@ impl QueryCheckpoints {
             ended: Mutex::new(Vec::new()),
             merge_watermarks: Mutex::new(None),
             parts: Mutex::new(HashMap::new()),
+            kept: Mutex::new(std::collections::VecDeque::new()),
         })
     }
 
-    /// Notes where source `stream` stood at barrier `id`.
-    pub fn add_source(&self, id: u64, stream: &str, position: Option<SourcePosition>) {
+    /// Notes where source `stream` stood at barrier `id`, and for a source
+    /// that cannot be read again, where the query's disk buffer stood.
+    pub fn add_source(
+        &self,
+        id: u64,
+        stream: &str,
+        position: Option<SourcePosition>,
+        buffer: Option<u64>,
+    ) {
         let mut partial = lock(&self.partial);
         let sources = &mut partial.entry(id).or_default().sources;
         if !sources.iter().any(|s| s.stream == stream) {
@@ -313,7 +324,25 @@ impl QueryCheckpoints {
                 stream: stream.to_string(),
                 position,
                 ended: false,
+                buffer,
             });
+        }
+    }
+
+    /// The oldest complete checkpoint of this query that is kept (of those
+    /// this run wrote or restored): a restore may go back to it, so a disk
+    /// buffer keeps what came after it.
+    pub fn oldest_kept(&self) -> Option<u64> {
+        lock(&self.kept).front().copied()
+    }
+
+    /// Notes that checkpoint `id` is complete and kept; the oldest beyond
+    /// those kept are forgotten, as the store deletes them.
+    fn kept(&self, id: u64) {
+        let mut kept = lock(&self.kept);
+        kept.push_back(id);
+        while kept.len() > self.coordinator.config().keep.max(1) {
+            kept.pop_front();
         }
     }
 
@@ -324,6 +353,7 @@ impl QueryCheckpoints {
             stream: stream.to_string(),
             position,
             ended: true,
+            buffer: None,
         });
     }
 
@@ -447,8 +477,12 @@ impl QueryCheckpoints {
             partial
         };
         let stats = &self.coordinator.stats;
+        let savepoint = self.coordinator.savepoint_root(id).is_some();
         match self.write(id, partial, commit) {
             Ok(info) => {
+                if !savepoint {
+                    self.kept(id);
+                }
                 stats.completed.fetch_add(1, Ordering::Relaxed);
                 stats
                     .last_duration_us
@@ -614,6 +648,7 @@ impl QueryCheckpoints {
         if let Some(commit) = checkpoint.sinks.first().and_then(|s| s.commit.as_ref()) {
             sink.restore(commit)?;
         }
+        self.kept(checkpoint.id);
         self.coordinator
             .stats
             .restores

@@ -16,6 +16,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::buffer::{BufferPlace, BufferedSender, buffer_dir};
 use super::checkpoint::{
     CheckpointConfig, Coordinator, QueryCheckpoints, input_prefix, stage_prefix,
 };
@@ -258,10 +259,8 @@ impl Live {
                 ..SourcePosition::default()
             };
             for subscriber in subscribers {
-                if let Some(checkpoints) = &subscriber.checkpoints {
-                    checkpoints.add_source(id, &stream, Some(position.clone()));
-                }
-                let _ = subscriber.tx.send(Message::Barrier(id)).await;
+                subscriber.add_source(id, &stream, Some(position.clone()));
+                subscriber.send_message(Message::Barrier(id)).await;
             }
         }
     }
@@ -278,6 +277,7 @@ impl Live {
             .map(|s| Subscriber {
                 tx: s.tx.clone(),
                 checkpoints: s.checkpoints.clone(),
+                buffer: s.buffer.clone(),
             })
             .collect();
         Some((senders, hub.pushed))
@@ -370,6 +370,14 @@ impl Live {
             Some(checkpoints) => checkpoints.restore(&mut graph, sink.as_mut())?,
             None => None,
         };
+        // The checkpoint restored, for the disk buffers: right after a
+        // restore, it is the only checkpoint kept that this run knows.
+        let restored = match (&checkpoints, &positions) {
+            (Some(checkpoints), Some(sources)) => {
+                checkpoints.oldest_kept().map(|id| (id, sources.clone()))
+            }
+            _ => None,
+        };
         let positions = positions.or_else(|| {
             let name = name.as_ref()?;
             self.lock().start_positions.get(name).cloned()
@@ -416,6 +424,16 @@ impl Live {
                 .as_ref()
                 .and_then(|p| position_of(p, &stream.name));
             let key = SourceKey::new(&stream.name, position.as_ref());
+            let buffer = match stream.buffer.disk_bytes() {
+                Some(max_bytes) => {
+                    let place = self.buffer_place(name.as_deref(), i, &stream.name, &restored)?;
+                    let opened =
+                        BufferedSender::open(tx.clone(), max_bytes, place, checkpoints.clone())?;
+                    wiring.tasks.push(tokio::spawn(opened.1));
+                    Some(Arc::new(opened.0))
+                }
+                None => None,
+            };
             group
                 .sources
                 .entry(key.clone())
@@ -424,6 +442,7 @@ impl Live {
                 .push(Subscriber {
                     tx,
                     checkpoints: checkpoints.clone(),
+                    buffer,
                 });
             if !wired.streams.contains(&key) {
                 wired.streams.push(key);
@@ -449,6 +468,28 @@ impl Live {
         Ok(wired)
     }
 
+    /// Where input `input` (reading `stream`) of query `name` keeps its disk
+    /// buffer, and what the checkpoint restored (`restored`) says of it.
+    fn buffer_place(
+        &self,
+        name: Option<&str>,
+        input: usize,
+        stream: &str,
+        restored: &Option<(u64, Vec<SourceEntry>)>,
+    ) -> Result<BufferPlace> {
+        let dir = match (&self.coordinator, name) {
+            (Some(coordinator), Some(name)) => {
+                Some(buffer_dir(&coordinator.config().dir, name, input, stream)?)
+            }
+            _ => None,
+        };
+        let restored = restored.as_ref().and_then(|(id, sources)| {
+            let entry = sources.iter().find(|s| s.stream == stream)?;
+            Some((*id, entry.clone()))
+        });
+        Ok(BufferPlace { dir, restored })
+    }
+
     /// Starts one source per stream of a group: a push stream's hub, the
     /// late rows of the group's queries, or a reading of its own. Returns,
     /// per stream, its counters and what its source ended with.
@@ -466,6 +507,7 @@ impl Live {
             let stats = if stream.source.location == SourceLocation::Push {
                 let hub = state.hubs.entry(stream.name.clone()).or_default();
                 if let (Some(wal), Some(position)) = (hub.wal.clone(), position) {
+                    report_buffers(&subscribers, &hub.stats);
                     let live = self.clone();
                     let gate = hub.gate.clone();
                     let name = stream.name.clone();
@@ -478,8 +520,11 @@ impl Live {
                     continue;
                 }
                 for subscriber in subscribers {
+                    if let Some(buffer) = &subscriber.buffer {
+                        buffer.report_to(hub.stats.clone());
+                    }
                     if hub.ended {
-                        let _ = subscriber.tx.try_send(Message::Watermark(END_OF_INPUT));
+                        end_soon(subscriber);
                     } else {
                         hub.subscribers.push(subscriber);
                     }
@@ -488,6 +533,7 @@ impl Live {
                 hub.stats.clone()
             } else {
                 let stats = Arc::new(SourceStats::default());
+                report_buffers(&subscribers, &stats);
                 let task_stats = stats.clone();
                 let coordinator = self.coordinator.clone().map(|c| (c, first_barrier));
                 let late = stream.late_of.as_ref().map(|of| {
@@ -653,8 +699,7 @@ impl Live {
             return self.deliver(stream, batch, None, deadline).await;
         };
         if let Some(deadline) = deadline {
-            self.wait_for_room(stream, batch.num_rows(), deadline)
-                .await?;
+            self.wait_for_room(stream, &batch, deadline).await?;
         }
         let live = self.clone();
         let stream = stream.to_string();
@@ -713,6 +758,7 @@ impl Live {
             .map(|s| Subscriber {
                 tx: s.tx.clone(),
                 checkpoints: s.checkpoints.clone(),
+                buffer: s.buffer.clone(),
             })
             .collect()
     }
@@ -732,9 +778,7 @@ impl Live {
         let subscribers = self.live_subscribers(stream);
         let started = std::time::Instant::now();
         let rooms = match deadline {
-            Some(deadline) => {
-                Some(reserve_all(&subscribers, stream, batch.num_rows(), deadline).await?)
-            }
+            Some(deadline) => Some(reserve_all(&subscribers, stream, &batch, deadline).await?),
             None => None,
         };
         if let Some(hub) = self.lock().hubs.get_mut(stream) {
@@ -746,7 +790,7 @@ impl Live {
         match rooms {
             Some(rooms) => {
                 for room in rooms.into_iter().flatten() {
-                    room.send(Message::Batch(batch.clone()));
+                    room.send(Message::Batch(batch.clone())).await;
                 }
             }
             None => {
@@ -760,16 +804,16 @@ impl Live {
         Ok(())
     }
 
-    /// Waits until every query reading `stream` has room for `rows` rows,
-    /// or fails with [`Error::Busy`] at `deadline`.
+    /// Waits until every query reading `stream` has room for `batch`, or
+    /// fails with [`Error::Busy`] at `deadline`.
     async fn wait_for_room(
         &self,
         stream: &str,
-        rows: usize,
+        batch: &RecordBatch,
         deadline: tokio::time::Instant,
     ) -> Result<()> {
         let subscribers = self.live_subscribers(stream);
-        reserve_all(&subscribers, stream, rows, deadline).await?;
+        reserve_all(&subscribers, stream, batch, deadline).await?;
         Ok(())
     }
 
@@ -857,7 +901,7 @@ impl Live {
             Some(hub) => hub.subscribers.extend(subscribers),
             None => {
                 for subscriber in subscribers {
-                    let _ = subscriber.tx.try_send(Message::Watermark(END_OF_INPUT));
+                    end_soon(subscriber);
                 }
             }
         }
@@ -883,7 +927,9 @@ impl Live {
             std::mem::take(&mut hub.subscribers)
         };
         for subscriber in subscribers {
-            let _ = subscriber.tx.send(Message::Watermark(END_OF_INPUT)).await;
+            subscriber
+                .send_message(Message::Watermark(END_OF_INPUT))
+                .await;
         }
     }
 
@@ -900,7 +946,9 @@ impl Live {
         drop(hub.wal.take());
         tokio::spawn(async move {
             for subscriber in hub.subscribers {
-                let _ = subscriber.tx.send(Message::Watermark(END_OF_INPUT)).await;
+                subscriber
+                    .send_message(Message::Watermark(END_OF_INPUT))
+                    .await;
             }
         });
     }
@@ -1055,18 +1103,53 @@ struct Wired {
     tasks: Vec<JoinHandle<Result<()>>>,
 }
 
-/// Takes room for a batch of `rows` rows in every subscriber (`None` for
-/// one that has stopped listening), or fails with [`Error::Busy`] if one of
-/// them has none by `deadline`.
+/// Room taken for a pushed batch in one query: in its channel, or in its
+/// disk buffer.
+enum Room {
+    Channel(super::channel::Reservation),
+    Buffer(Arc<BufferedSender>),
+}
+
+impl Room {
+    /// Sends `message` into the room (a disk buffer with room takes it
+    /// without waiting).
+    async fn send(self, message: Message) {
+        match self {
+            Room::Channel(room) => room.send(message),
+            Room::Buffer(buffer) => {
+                buffer.send(message).await;
+            }
+        }
+    }
+}
+
+/// Takes room for `batch` in every subscriber (`None` for one that has
+/// stopped listening), or fails with [`Error::Busy`] if one of them has
+/// none by `deadline`. A query with a disk buffer has room while its buffer
+/// does.
 async fn reserve_all(
     subscribers: &[Subscriber],
     stream: &str,
-    rows: usize,
+    batch: &RecordBatch,
     deadline: tokio::time::Instant,
-) -> Result<Vec<Option<super::channel::Reservation>>> {
+) -> Result<Vec<Option<Room>>> {
+    let rows = batch.num_rows();
     let mut rooms = Vec::with_capacity(subscribers.len());
     for subscriber in subscribers {
-        match subscriber.tx.reserve_within(rows, deadline).await {
+        let reserved = match &subscriber.buffer {
+            Some(buffer) => buffer.room_within(batch, deadline).await.map(|room| {
+                room.map(|channel| match channel {
+                    Some(channel) => Room::Channel(channel),
+                    None => Room::Buffer(buffer.clone()),
+                })
+            }),
+            None => subscriber
+                .tx
+                .reserve_within(rows, deadline)
+                .await
+                .map(|room| room.map(Room::Channel)),
+        };
+        match reserved {
             Ok(Some(room)) => rooms.push(Some(room)),
             Ok(None) => {
                 return Err(Error::Busy {
@@ -1100,6 +1183,26 @@ impl SourceKey {
                 .unwrap_or_default(),
         }
     }
+}
+
+/// Adds the disk buffers of `subscribers` to their source's counters.
+fn report_buffers(subscribers: &[Subscriber], stats: &Arc<SourceStats>) {
+    for buffer in subscribers.iter().filter_map(|s| s.buffer.as_ref()) {
+        buffer.report_to(stats.clone());
+    }
+}
+
+/// Sends the end of input to a query that joins a stream which has ended:
+/// at once when it has room (and no disk buffer), else from a task.
+fn end_soon(subscriber: Subscriber) {
+    if subscriber.buffer.is_none() && subscriber.tx.try_send(Message::Watermark(END_OF_INPUT)) {
+        return;
+    }
+    tokio::spawn(async move {
+        subscriber
+            .send_message(Message::Watermark(END_OF_INPUT))
+            .await;
+    });
 }
 
 /// Where a checkpoint left `stream`.

@@ -9,12 +9,15 @@
 //! limit. At the end of a finite input the source sends the final
 //! watermark, every window fires, and the tasks end in order.
 
+pub mod buffer;
 pub mod channel;
 pub mod checkpoint;
 pub mod crashpoint;
 mod exchange;
+mod frames;
 pub mod live;
 mod merge;
+pub mod spill;
 pub mod wal;
 
 use std::sync::Arc;
@@ -238,13 +241,47 @@ struct Subscriber {
     tx: Sender,
     /// Where the query collects its checkpoints, if it takes them.
     checkpoints: Option<Arc<QueryCheckpoints>>,
+    /// The query's disk buffer for this input, if it has one: then every
+    /// message goes through it.
+    buffer: Option<Arc<buffer::BufferedSender>>,
 }
 
 impl Subscriber {
+    /// Sends `message` from async code (through the disk buffer, if any);
+    /// false once the query has stopped listening.
+    async fn send_message(&self, message: Message) -> bool {
+        match &self.buffer {
+            Some(buffer) => buffer.send(message).await,
+            None => self.tx.send(message).await.is_ok(),
+        }
+    }
+
+    /// Sends `message` like [`Subscriber::send_message`], from a thread
+    /// outside the async runtime.
+    fn blocking_send_message(&self, message: Message) -> bool {
+        match &self.buffer {
+            Some(buffer) => buffer.blocking_send(message),
+            None => self.tx.blocking_send(message).is_ok(),
+        }
+    }
+
+    /// Notes where the source stood at barrier `id` with the query's
+    /// checkpoints (and for a source that cannot be read again, where the
+    /// disk buffer stood).
+    fn add_source(&self, id: u64, stream: &str, position: Option<SourcePosition>) {
+        if let Some(checkpoints) = &self.checkpoints {
+            let buffer = self
+                .buffer
+                .as_ref()
+                .and_then(|b| b.mark_barrier(id, position.is_some()));
+            checkpoints.add_source(id, stream, position, buffer);
+        }
+    }
+
     /// Sends a batch from async code; false once the query has stopped
     /// listening.
     async fn send_async(&self, batch: &RecordBatch) -> bool {
-        self.tx.send(Message::Batch(batch.clone())).await.is_ok()
+        self.send_message(Message::Batch(batch.clone())).await
     }
 
     /// Sends a batch; false once the query has stopped listening.
@@ -253,12 +290,16 @@ impl Subscriber {
             // A source that waits for input: nothing to send.
             return !self.tx.is_closed();
         }
-        self.tx.blocking_send(Message::Batch(batch.clone())).is_ok()
+        self.blocking_send_message(Message::Batch(batch.clone()))
     }
 
-    /// Nanoseconds its sender has waited so far.
+    /// Nanoseconds its sender has waited so far (with a disk buffer, the
+    /// source's waits for it, not the buffer's for the query).
     fn blocked_ns(&self) -> u64 {
-        self.tx.gauge().blocked_ns.load(Ordering::Relaxed)
+        match &self.buffer {
+            Some(buffer) => buffer.counters().blocked_ns.load(Ordering::Relaxed),
+            None => self.tx.gauge().blocked_ns.load(Ordering::Relaxed),
+        }
     }
 }
 
@@ -289,7 +330,9 @@ async fn run_late_source(
         return Ok(());
     }
     for subscriber in &subscribers {
-        let _ = subscriber.tx.send(Message::Watermark(END_OF_INPUT)).await;
+        subscriber
+            .send_message(Message::Watermark(END_OF_INPUT))
+            .await;
     }
     Ok(())
 }
@@ -339,9 +382,7 @@ fn run_source(
         barriers.ended(stats, &subscribers);
     }
     for subscriber in &subscribers {
-        let _ = subscriber
-            .tx
-            .blocking_send(Message::Watermark(END_OF_INPUT));
+        subscriber.blocking_send_message(Message::Watermark(END_OF_INPUT));
     }
     Ok(())
 }
@@ -389,10 +430,8 @@ impl Barriers {
         self.sent = id;
         let position = current_position(stats);
         for subscriber in subscribers {
-            if let Some(checkpoints) = &subscriber.checkpoints {
-                checkpoints.add_source(id, &self.stream, position.clone());
-            }
-            let _ = subscriber.tx.blocking_send(Message::Barrier(id));
+            subscriber.add_source(id, &self.stream, position.clone());
+            subscriber.blocking_send_message(Message::Barrier(id));
         }
         self.coordinator.stops_at(id)
     }

@@ -17,6 +17,9 @@
 //!   then the payload, one batch as an Arrow IPC stream. Sequence numbers
 //!   start at 1 and go up by one across segments and restarts.
 //!
+//! The framing (and the recovery below) is [`super::frames`], shared with
+//! the disk buffers.
+//!
 //! A new segment is started when a record would take the current one past
 //! [`WalOptions::segment_bytes`]; [`Wal::truncate_through`] deletes whole
 //! segments, never the last one.
@@ -49,7 +52,7 @@
 
 use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -62,6 +65,10 @@ use datafusion::arrow::ipc::writer::StreamWriter;
 use datafusion::arrow::record_batch::RecordBatch;
 use tokio::sync::oneshot;
 
+use super::frames::{
+    HEADER, Segment, create_segment, decode_batch, encode_batch, open_append, read_prefix,
+    record_header, safe_name, scan_log, scan_records, segment_path, sync, sync_dir,
+};
 use crate::error::{Error, Result};
 
 /// Most records one fsync covers.
@@ -75,8 +82,8 @@ pub const GROUP_BYTES: u64 = 16 << 20;
 /// comes back when a checkpoint lets [`Wal::truncate_through`] run.
 pub const RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// Bytes of a record's header.
-const HEADER: usize = 20;
+/// How messages name this kind of log.
+const WHAT: &str = "write-ahead log";
 
 const SCHEMA_FILE: &str = "schema.arrow";
 
@@ -127,17 +134,6 @@ struct State {
     failed: Option<String>,
 }
 
-#[derive(Debug, Clone)]
-struct Segment {
-    path: PathBuf,
-    first_seq: u64,
-    /// The segment's records are `first_seq..=last_seq`; `first_seq - 1`
-    /// when it has none.
-    last_seq: u64,
-    /// Durable bytes: a reader reads no further.
-    bytes: u64,
-}
-
 /// One queued append.
 struct Append {
     record: Vec<u8>,
@@ -151,7 +147,7 @@ impl Wal {
         let folder = dir.join(safe_name(stream));
         let mut next_seq = 1;
         if folder.exists() && !same_schema(&folder, &schema)? {
-            next_seq = scan_log(&folder)?.1 + 1;
+            next_seq = scan_log(WHAT, &folder)?.1 + 1;
             set_aside(&folder)?;
         }
         fs::create_dir_all(&folder)
@@ -159,7 +155,7 @@ impl Wal {
         if !folder.join(SCHEMA_FILE).exists() {
             write_schema(&folder, &schema)?;
         }
-        let (mut segments, last_seq) = scan_log(&folder)?;
+        let (mut segments, last_seq) = scan_log(WHAT, &folder)?;
         if segments.is_empty() {
             let path = segment_path(&folder, next_seq);
             create_segment(&path)?;
@@ -207,7 +203,7 @@ impl Wal {
                 self.shared.dir.display()
             )));
         }
-        let record = encode_batch(batch)?;
+        let record = encode_batch(WHAT, batch)?;
         self.reserve(record.len() as u64 + HEADER as u64)?;
         let (reply, answer) = oneshot::channel();
         let queued = self
@@ -279,12 +275,17 @@ impl Wal {
         let mut out = Vec::new();
         for segment in segments {
             let data = read_prefix(&segment.path, segment.bytes)?;
-            let scan = scan_records(&segment.path, &data, segment.first_seq, false)?;
+            let scan = scan_records(WHAT, &segment.path, &data, segment.first_seq, false)?;
             for (seq, range) in scan.records {
                 if seq > after {
                     out.push((
                         seq,
-                        decode_batch(&segment.path, range.0, &data[range.0 + HEADER..range.1])?,
+                        decode_batch(
+                            WHAT,
+                            &segment.path,
+                            range.0,
+                            &data[range.0 + HEADER..range.1],
+                        )?,
                     ));
                 }
             }
@@ -456,89 +457,6 @@ fn append_records(
     result
 }
 
-fn sync(file: &File, path: &Path) -> Result<()> {
-    file.sync_data()
-        .map_err(|e| Error::io(format!("cannot sync {}", path.display()), e))
-}
-
-fn open_append(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .append(true)
-        .open(path)
-        .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))
-}
-
-/// Creates an empty segment and makes its name durable.
-fn create_segment(path: &Path) -> Result<()> {
-    File::create(path).map_err(|e| Error::io(format!("cannot create {}", path.display()), e))?;
-    sync_dir(path.parent().expect("a segment is in a folder"))
-}
-
-fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(format!("cannot sync {}", dir.display()), e))
-}
-
-fn record_header(seq: u64, payload: &[u8]) -> [u8; HEADER] {
-    let mut header = [0u8; HEADER];
-    header[0..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-    header[4..12].copy_from_slice(&seq.to_le_bytes());
-    let header_crc = crc32fast::hash(&header[0..12]);
-    header[12..16].copy_from_slice(&header_crc.to_le_bytes());
-    header[16..20].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
-    header
-}
-
-fn encode_batch(batch: &RecordBatch) -> Result<Vec<u8>> {
-    let mut writer = StreamWriter::try_new(Vec::new(), &batch.schema())?;
-    writer.write(batch)?;
-    writer.finish()?;
-    let record = writer.into_inner()?;
-    if record.len() > u32::MAX as usize {
-        return Err(Error::Plan(format!(
-            "a batch of {} bytes is too large for the write-ahead log",
-            record.len()
-        )));
-    }
-    Ok(record)
-}
-
-fn decode_batch(path: &Path, offset: usize, payload: &[u8]) -> Result<RecordBatch> {
-    let bad = |why: String| {
-        Error::Connector(format!(
-            "write-ahead log {} at offset {offset}: {why}",
-            path.display()
-        ))
-    };
-    let mut reader =
-        StreamReader::try_new(payload, None).map_err(|e| bad(format!("bad batch: {e}")))?;
-    match reader.next() {
-        Some(batch) => batch.map_err(|e| bad(format!("bad batch: {e}"))),
-        None => Err(bad("the record holds no batch".into())),
-    }
-}
-
-/// `name` with every byte but letters, digits, `_` and `-` as `%XX`.
-fn safe_name(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for byte in name.bytes() {
-        if byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-' {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    if out.is_empty() {
-        out.push_str("%00");
-    }
-    out
-}
-
-fn segment_path(dir: &Path, first_seq: u64) -> PathBuf {
-    dir.join(format!("segment-{first_seq:020}.log"))
-}
-
 fn write_schema(folder: &Path, schema: &SchemaRef) -> Result<()> {
     let mut writer = StreamWriter::try_new(Vec::new(), schema)?;
     writer.finish()?;
@@ -593,147 +511,6 @@ fn set_aside(folder: &Path) -> Result<()> {
     eprintln!(
         "vigil: the stream's columns changed: its old write-ahead log was moved to {}",
         target.display()
-    );
-    Ok(())
-}
-
-fn read_prefix(path: &Path, bytes: u64) -> Result<Vec<u8>> {
-    let mut data = Vec::with_capacity(bytes as usize);
-    File::open(path)
-        .and_then(|f| f.take(bytes).read_to_end(&mut data))
-        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-    Ok(data)
-}
-
-/// What reading one segment found.
-struct Scan {
-    /// Each record's sequence number and byte range (header included).
-    records: Vec<(u64, (usize, usize))>,
-    /// Where the good records end.
-    end: usize,
-}
-
-/// Reads the records of a segment whose first record is `first_seq`. With
-/// `last`, a torn tail ends the scan; otherwise (and for damage before the
-/// tail) a bad record is an error naming `path` and its offset.
-fn scan_records(path: &Path, data: &[u8], first_seq: u64, last: bool) -> Result<Scan> {
-    let bad = |offset: usize, why: &str| {
-        Error::Connector(format!(
-            "write-ahead log {} is damaged at offset {offset}: {why}",
-            path.display()
-        ))
-    };
-    let mut records = Vec::new();
-    let mut at = 0;
-    while at < data.len() {
-        let rest = &data[at..];
-        let torn = |why: &str| if last { Ok(()) } else { Err(bad(at, why)) };
-        if rest.len() < HEADER {
-            torn("a partial record header")?;
-            break;
-        }
-        let header = &rest[..HEADER];
-        let stored_crc = u32::from_le_bytes(header[12..16].try_into().expect("4 bytes"));
-        if crc32fast::hash(&header[0..12]) != stored_crc {
-            // Zeros to the end: space the crash allocated, never written.
-            if rest.iter().all(|&b| b == 0) {
-                torn("")?;
-                break;
-            }
-            return Err(bad(at, "bad record header checksum"));
-        }
-        let length = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) as usize;
-        let seq = u64::from_le_bytes(header[4..12].try_into().expect("8 bytes"));
-        let expected = first_seq + records.len() as u64;
-        if seq != expected {
-            return Err(bad(
-                at,
-                &format!("sequence number {seq} where {expected} was expected"),
-            ));
-        }
-        let end = at + HEADER + length;
-        if end > data.len() {
-            torn("a partial record")?;
-            break;
-        }
-        let payload_crc = u32::from_le_bytes(header[16..20].try_into().expect("4 bytes"));
-        if crc32fast::hash(&data[at + HEADER..end]) != payload_crc {
-            if end == data.len() {
-                torn("bad record checksum")?;
-                break;
-            }
-            return Err(bad(at, "bad record checksum"));
-        }
-        records.push((seq, (at, end)));
-        at = end;
-    }
-    let end = records.last().map_or(0, |r| r.1.1);
-    Ok(Scan { records, end })
-}
-
-/// Reads the segments of the log in `folder`, cutting a torn tail off the
-/// last one; returns them and the last sequence number (0 if none).
-fn scan_log(folder: &Path) -> Result<(Vec<Segment>, u64)> {
-    let mut paths = Vec::new();
-    let entries = fs::read_dir(folder)
-        .map_err(|e| Error::io(format!("cannot read {}", folder.display()), e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(format!("cannot read {}", folder.display()), e))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if let Some(first) = name
-            .strip_prefix("segment-")
-            .and_then(|n| n.strip_suffix(".log"))
-        {
-            let first: u64 = first.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
-                Error::Connector(format!(
-                    "write-ahead log {}: unexpected file {name}",
-                    folder.display()
-                ))
-            })?;
-            paths.push((first, entry.path()));
-        }
-    }
-    paths.sort();
-    let mut segments = Vec::new();
-    let mut last_seq = 0;
-    let count = paths.len();
-    for (i, (first_seq, path)) in paths.into_iter().enumerate() {
-        if i > 0 && first_seq != last_seq + 1 {
-            return Err(Error::Connector(format!(
-                "write-ahead log {}: starts at record {first_seq}, but the segment before \
-                 ends at {last_seq}",
-                path.display()
-            )));
-        }
-        let data =
-            fs::read(&path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-        let is_last = i + 1 == count;
-        let scan = scan_records(&path, &data, first_seq, is_last)?;
-        if scan.end < data.len() {
-            cut_tail(&path, scan.end, data.len())?;
-        }
-        last_seq = first_seq + scan.records.len() as u64 - 1;
-        segments.push(Segment {
-            path,
-            first_seq,
-            last_seq,
-            bytes: scan.end as u64,
-        });
-    }
-    Ok((segments, last_seq))
-}
-
-fn cut_tail(path: &Path, end: usize, length: usize) -> Result<()> {
-    OpenOptions::new()
-        .write(true)
-        .open(path)
-        .and_then(|f| f.set_len(end as u64).and_then(|()| f.sync_all()))
-        .map_err(|e| Error::io(format!("cannot cut the torn end off {}", path.display()), e))?;
-    eprintln!(
-        "vigil: write-ahead log {}: cut off a torn record at offset {end} ({} bytes, never \
-         acknowledged)",
-        path.display(),
-        length - end
     );
     Ok(())
 }

@@ -102,6 +102,11 @@ pub struct SourceEntry {
     /// handed on everything, and may be missing from the checkpoint.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ended: bool,
+    /// For a source that cannot go back but whose query has a disk buffer:
+    /// the buffer's sequence number at the barrier. A restore hands the
+    /// query the buffer's records after it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffer: Option<u64>,
 }
 
 /// One sink's commit point in a checkpoint.

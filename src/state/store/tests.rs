@@ -67,11 +67,13 @@ fn checkpoint(id: u64, savepoint: bool) -> Checkpoint {
                     extra: serde_json::json!({"reference": 5}),
                 }),
                 ended: false,
+                buffer: None,
             },
             SourceEntry {
                 stream: "stdin".into(),
                 position: None,
                 ended: false,
+                buffer: None,
             },
         ],
         sinks: vec![
