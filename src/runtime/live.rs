@@ -429,7 +429,12 @@ impl Live {
                     let place = self.buffer_place(name.as_deref(), i, &stream.name, &restored)?;
                     let opened =
                         BufferedSender::open(tx.clone(), max_bytes, place, checkpoints.clone())?;
-                    wiring.tasks.push(tokio::spawn(opened.1));
+                    // The drain reads the buffer's files: on a thread of its
+                    // own, not a worker of the runtime.
+                    let drain = opened.1;
+                    wiring.tasks.push(tokio::task::spawn_blocking(move || {
+                        futures::executor::block_on(drain)
+                    }));
                     Some(Arc::new(opened.0))
                 }
                 None => None,
