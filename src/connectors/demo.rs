@@ -392,8 +392,9 @@ mod tests {
         .unwrap();
         let sent: Vec<&(usize, u64, Duration)> = arrivals.iter().filter(|a| a.0 > 0).collect();
         assert_eq!(sent.len(), 2, "{arrivals:?}");
-        // Row 2 goes at once, not 500 ms in; row 3 250 ms later.
-        assert!(sent[0].2 < Duration::from_millis(200), "{arrivals:?}");
+        // Row 2 goes at once, not 500 ms in (the bound leaves room for a
+        // busy machine); row 3 250 ms later.
+        assert!(sent[0].2 < Duration::from_millis(450), "{arrivals:?}");
         assert!(sent[1].2 >= Duration::from_millis(240), "{arrivals:?}");
         // Empty batches while waiting, with the position of the rows sent.
         let empty: Vec<&(usize, u64, Duration)> = arrivals.iter().filter(|a| a.0 == 0).collect();

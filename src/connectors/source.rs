@@ -3794,7 +3794,9 @@ mod tests {
         // 400 ms of event time at speed 4 = 100 ms of wall time per gap.
         let sizes: Vec<usize> = arrivals.iter().map(|a| a.0).collect();
         assert_eq!(sizes, vec![2, 1, 1]);
-        assert!(arrivals[0].1 < Duration::from_millis(50), "{arrivals:?}");
+        // At once: before the first gap's 100 ms, with room for a busy
+        // machine.
+        assert!(arrivals[0].1 < Duration::from_millis(100), "{arrivals:?}");
         assert!(arrivals[1].1 >= Duration::from_millis(100), "{arrivals:?}");
         assert!(arrivals[2].1 >= Duration::from_millis(200), "{arrivals:?}");
         assert!(arrivals[2].1 < Duration::from_millis(1000), "{arrivals:?}");
