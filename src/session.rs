@@ -801,14 +801,7 @@ impl Session {
     /// Pushes rows into push stream `stream`; columns are matched by name
     /// and cast to the stream's types.
     pub async fn push(&self, stream: &str, batch: RecordBatch) -> Result<()> {
-        let def = self.push_stream(stream)?;
-        let batch = conform(&def.schema, &batch, stream)?;
-        let latest = latest_event_time(&def, &batch);
-        self.live.push(stream, batch).await?;
-        if let Some(t) = latest {
-            self.live.push_stats(stream).max_event_time.raise(t);
-        }
-        Ok(())
+        self.push_conformed(stream, batch, None).await
     }
 
     /// Pushes rows like [`Session::push`], waiting at most `timeout` for
@@ -820,10 +813,25 @@ impl Session {
         batch: RecordBatch,
         timeout: std::time::Duration,
     ) -> Result<()> {
+        self.push_conformed(stream, batch, Some(timeout)).await
+    }
+
+    /// Casts `batch` to the stream's columns and pushes it, waiting at most
+    /// `timeout` for room when given; then raises the stream's largest
+    /// event time.
+    async fn push_conformed(
+        &self,
+        stream: &str,
+        batch: RecordBatch,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<()> {
         let def = self.push_stream(stream)?;
         let batch = conform(&def.schema, &batch, stream)?;
         let latest = latest_event_time(&def, &batch);
-        self.live.push_within(stream, batch, timeout).await?;
+        match timeout {
+            Some(timeout) => self.live.push_within(stream, batch, timeout).await?,
+            None => self.live.push(stream, batch).await?,
+        }
         if let Some(t) = latest {
             self.live.push_stats(stream).max_event_time.raise(t);
         }

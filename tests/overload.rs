@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::service::{Server, TOKEN, agent, bearer};
+use super::webhook::serve_locally;
 
 /// Peak resident memory the process may reach under overload.
 const RSS_BOUND: u64 = 300 << 20;
@@ -146,14 +147,23 @@ fn feed(mut stdin: std::process::ChildStdin) -> u64 {
     rows
 }
 
-const STDIN_STREAM: &str = "CREATE STREAM m (ts TIMESTAMP, host TEXT, v DOUBLE, \
-     WATERMARK FOR ts AS ts) WITH (connector = 'stdin', format = 'csv');";
+/// What a run fed by [`feed`] did.
+struct Fed {
+    /// Rows written into its stdin.
+    written: u64,
+    /// Seconds the writing took.
+    fed_for: f64,
+    /// Its peak resident memory, in bytes.
+    peak: u64,
+    /// The sum of column `n` of its CSV results on stdout (0 without one).
+    counted: u64,
+    stderr: String,
+}
 
-#[test]
-fn a_generator_ten_times_faster_than_the_query_is_held_back_without_losing_rows() {
-    let generator = generator_rate(Duration::from_secs(1));
+/// Runs `sql` fed by [`feed`] until it ends; asserts that it succeeded.
+fn run_fed(sql: &str) -> Fed {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut child = start_run(dir.path(), &format!("{STDIN_STREAM}\n{HOP_QUERY};"));
+    let mut child = start_run(dir.path(), sql);
     let peak = PeakRss::watch(child.id());
     let counted = sum_column(child.stdout.take().expect("stdout"), "n");
     let stderr = child.stderr.take().expect("stderr");
@@ -165,6 +175,28 @@ fn a_generator_ten_times_faster_than_the_query_is_held_back_without_losing_rows(
     let peak = peak.finish();
     let stderr = stderr.join().expect("stderr read");
     assert!(status.success(), "vigil failed: {stderr}");
+    Fed {
+        written,
+        fed_for,
+        peak,
+        counted: counted.join().expect("stdout read"),
+        stderr,
+    }
+}
+
+const STDIN_STREAM: &str = "CREATE STREAM m (ts TIMESTAMP, host TEXT, v DOUBLE, \
+     WATERMARK FOR ts AS ts) WITH (connector = 'stdin', format = 'csv');";
+
+#[test]
+fn a_generator_ten_times_faster_than_the_query_is_held_back_without_losing_rows() {
+    let generator = generator_rate(Duration::from_secs(1));
+    let Fed {
+        written,
+        fed_for,
+        peak,
+        counted,
+        ..
+    } = run_fed(&format!("{STDIN_STREAM}\n{HOP_QUERY};"));
     let taken = written as f64 / fed_for;
     eprintln!(
         "overload/stdin: generator {generator:.0} rows/s, vigil took {taken:.0} rows/s \
@@ -178,7 +210,6 @@ fn a_generator_ten_times_faster_than_the_query_is_held_back_without_losing_rows(
         "the generator ({generator:.0} rows/s) is not 10x faster than the query ({taken:.0} rows/s)"
     );
     assert!(peak > 0 && peak < RSS_BOUND, "peak RSS {peak} bytes");
-    let counted = counted.join().expect("stdout read");
     assert_eq!(
         counted,
         written * WINDOWS_PER_ROW,
@@ -333,15 +364,6 @@ struct SlowHook {
 
 impl SlowHook {
     fn start(delay: Duration) -> Self {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .expect("bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("address");
         let rows = Arc::new(AtomicU64::new(0));
         let counted = rows.clone();
         let app = axum::Router::new().route(
@@ -357,7 +379,7 @@ impl SlowHook {
                 }
             }),
         );
-        runtime.spawn(async move { axum::serve(listener, app).await });
+        let (addr, runtime) = serve_locally(app);
         Self {
             addr,
             rows,
@@ -370,23 +392,18 @@ impl SlowHook {
 fn a_slow_webhook_slows_its_query_not_the_memory() {
     let generator = generator_rate(Duration::from_secs(1));
     let hook = SlowHook::start(Duration::from_millis(100));
-    let dir = tempfile::tempdir().expect("temp dir");
     let sql = format!(
         "{STDIN_STREAM}\nCREATE SINK hook WITH (connector = 'webhook', url = 'http://{}/hook');\n\
          INSERT INTO hook SELECT ts, host, v FROM m;",
         hook.addr
     );
-    let mut child = start_run(dir.path(), &sql);
-    let peak = PeakRss::watch(child.id());
-    let stderr = child.stderr.take().expect("stderr");
-    let stderr = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
-    let started = Instant::now();
-    let written = feed(child.stdin.take().expect("stdin"));
-    let fed_for = started.elapsed().as_secs_f64();
-    let status = child.wait().expect("vigil ends");
-    let peak = peak.finish();
-    let stderr = stderr.join().expect("stderr read");
-    assert!(status.success(), "vigil failed: {stderr}");
+    let Fed {
+        written,
+        fed_for,
+        peak,
+        stderr,
+        ..
+    } = run_fed(&sql);
     let delivered = hook.rows.load(Ordering::Relaxed);
     eprintln!(
         "overload/webhook: {written} rows written in {fed_for:.1} s ({:.0} rows/s) to a receiver \

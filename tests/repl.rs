@@ -463,20 +463,26 @@ fn a_pack_file_reads_twice_then_drop_and_show() {
     }
 }
 
-/// A bounded question over a file is answered at the prompt as a batch
-/// query; over a stream that never ends it is refused, saying why.
-#[test]
-fn a_batch_query_in_the_shell() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::write(dir.path().join("m.csv"), ROWS).expect("write m.csv");
-    let history = dir.path().join("history");
-    let mut repl = start(dir.path(), &history);
+/// A shell in `dir` with stream `m` declared over [`ROWS`] in `m.csv`, at
+/// its prompt.
+fn shell_over_m(dir: &Path) -> PtySession {
+    std::fs::write(dir.join("m.csv"), ROWS).expect("write m.csv");
+    let mut repl = start(dir, &dir.join("history"));
     expect(&mut repl, "vigil> ");
     type_line(
         &mut repl,
         "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE) WITH (path = 'm.csv');",
     );
     expect(&mut repl, "vigil> ");
+    repl
+}
+
+/// A bounded question over a file is answered at the prompt as a batch
+/// query; over a stream that never ends it is refused, saying why.
+#[test]
+fn a_batch_query_in_the_shell() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut repl = shell_over_m(dir.path());
     type_line(
         &mut repl,
         "SELECT count(*) AS readings, max(cpu) AS peak FROM m;",
@@ -500,15 +506,7 @@ fn a_batch_query_in_the_shell() {
 #[test]
 fn stats_show_the_operators_of_a_running_query() {
     let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::write(dir.path().join("m.csv"), ROWS).expect("write m.csv");
-    let history = dir.path().join("history");
-    let mut repl = start(dir.path(), &history);
-    expect(&mut repl, "vigil> ");
-    type_line(
-        &mut repl,
-        "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE) WITH (path = 'm.csv');",
-    );
-    expect(&mut repl, "vigil> ");
+    let mut repl = shell_over_m(dir.path());
     type_line(&mut repl, ".stats");
     expect(&mut repl, "no queries running");
 

@@ -41,15 +41,6 @@ struct Receiver {
 
 impl Receiver {
     fn start(statuses: &[u16]) -> Receiver {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .expect("bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("address");
         let script = Script {
             statuses: Arc::new(statuses.to_vec()),
             received: Arc::default(),
@@ -58,7 +49,7 @@ impl Receiver {
         let app = Router::new()
             .route("/{*path}", post(hook))
             .with_state(script);
-        runtime.spawn(async move { axum::serve(listener, app).await });
+        let (addr, runtime) = serve_locally(app);
         Receiver {
             addr,
             received,
@@ -73,6 +64,22 @@ impl Receiver {
     fn received(&self) -> Vec<Received> {
         self.received.lock().unwrap().clone()
     }
+}
+
+/// Serves `app` on 127.0.0.1 at a free port, on a runtime of its own that
+/// stops when dropped; returns the address and the runtime.
+pub(crate) fn serve_locally(app: Router) -> (SocketAddr, tokio::runtime::Runtime) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("address");
+    runtime.spawn(async move { axum::serve(listener, app).await });
+    (addr, runtime)
 }
 
 async fn hook(

@@ -155,6 +155,21 @@ pub(super) fn safe_name(name: &str) -> String {
     out
 }
 
+/// How many segment files `dir` holds (for tests of what is deleted).
+#[cfg(test)]
+pub(super) fn segment_count(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "log")
+        })
+        .count()
+}
+
 /// The file of the segment whose first record is `first_seq`.
 pub(super) fn segment_path(dir: &Path, first_seq: u64) -> PathBuf {
     dir.join(format!("segment-{first_seq:020}.log"))

@@ -136,6 +136,14 @@ struct Hub {
     order: Arc<Sequencer>,
 }
 
+impl Hub {
+    /// The subscribers still listening (the others are forgotten).
+    fn listening(&mut self) -> Vec<Subscriber> {
+        self.subscribers.retain(|s| !s.tx.is_closed());
+        self.subscribers.clone()
+    }
+}
+
 /// Tickets in log order: a push takes one as it queues its batch to the
 /// log, and hands the batch out once every earlier ticket is done, so that
 /// `pushed` only goes up and equals the log's sequence number.
@@ -270,17 +278,7 @@ impl Live {
     fn hub_senders(&self, stream: &str) -> Option<(Vec<Subscriber>, u64)> {
         let mut state = self.lock();
         let hub = state.hubs.get_mut(stream).filter(|h| !h.ended)?;
-        hub.subscribers.retain(|s| !s.tx.is_closed());
-        let senders = hub
-            .subscribers
-            .iter()
-            .map(|s| Subscriber {
-                tx: s.tx.clone(),
-                checkpoints: s.checkpoints.clone(),
-                buffer: s.buffer.clone(),
-            })
-            .collect();
-        Some((senders, hub.pushed))
+        Some((hub.listening(), hub.pushed))
     }
 
     /// What takes the checkpoints, if this runtime takes them.
@@ -756,16 +754,11 @@ impl Live {
 
     fn live_subscribers(&self, stream: &str) -> Vec<Subscriber> {
         let mut state = self.lock();
-        let hub = state.hubs.entry(stream.to_string()).or_default();
-        hub.subscribers.retain(|s| !s.tx.is_closed());
-        hub.subscribers
-            .iter()
-            .map(|s| Subscriber {
-                tx: s.tx.clone(),
-                checkpoints: s.checkpoints.clone(),
-                buffer: s.buffer.clone(),
-            })
-            .collect()
+        state
+            .hubs
+            .entry(stream.to_string())
+            .or_default()
+            .listening()
     }
 
     /// Hands `batch` to the stream's subscribers; its position becomes

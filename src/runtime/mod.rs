@@ -237,6 +237,7 @@ fn connect(
 }
 
 /// A query reading a source.
+#[derive(Clone)]
 struct Subscriber {
     tx: Sender,
     /// Where the query collects its checkpoints, if it takes them.

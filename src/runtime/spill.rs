@@ -619,18 +619,7 @@ mod tests {
         out
     }
 
-    fn segments(dir: &Path) -> usize {
-        fs::read_dir(dir)
-            .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .path()
-                    .extension()
-                    .is_some_and(|x| x == "log")
-            })
-            .count()
-    }
+    use super::super::frames::segment_count as segments;
 
     fn big() -> SpillOptions {
         SpillOptions::new(1 << 30)

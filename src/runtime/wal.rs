@@ -736,18 +736,7 @@ mod tests {
         let wal = open(dir.path(), options);
         append_all(&wal, 1..=20);
         let folder = dir.path().join("cpu%2Fmetrics");
-        let segments = |folder: &Path| {
-            fs::read_dir(folder)
-                .unwrap()
-                .filter(|e| {
-                    e.as_ref()
-                        .unwrap()
-                        .path()
-                        .extension()
-                        .is_some_and(|x| x == "log")
-                })
-                .count()
-        };
+        let segments = super::super::frames::segment_count;
         let before = segments(&folder);
         assert!(before > 3, "{before} segments");
         let bytes = wal.bytes();
