@@ -391,22 +391,13 @@ struct Gate {
 
 impl Gate {
     fn start() -> Gate {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
         let (open, opened) = tokio::sync::watch::channel(false);
         let ids = Arc::new(std::sync::Mutex::new(Vec::new()));
         let state = (opened, ids.clone());
         let app = axum::Router::new()
             .route("/hook", axum::routing::post(held))
             .with_state(state);
-        runtime.spawn(async move { axum::serve(listener, app).await });
+        let (addr, runtime) = super::webhook::serve_locally(app);
         Gate {
             addr,
             open,
