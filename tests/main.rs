@@ -19,6 +19,7 @@ mod series_pack;
 mod service;
 mod session;
 mod shed;
+mod stack;
 mod statement_gen;
 mod webhook;
 
