@@ -24,3 +24,4 @@ pub mod service;
 pub mod session;
 pub mod sql;
 pub mod state;
+pub mod types;
