@@ -9,6 +9,7 @@ mod crash;
 mod examples;
 mod follow;
 mod grammar_examples;
+mod import_rules;
 mod library;
 mod limits;
 mod overload;

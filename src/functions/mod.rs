@@ -8,6 +8,7 @@
 //! `f(...) OVER (PARTITION BY window_end)`; [`check_dbscan_args`] checks a
 //! `dbscan` call's literals when the query is planned.
 
+mod counter;
 mod dbscan;
 mod ewma;
 mod mad;
@@ -35,6 +36,9 @@ pub fn register(state: &mut SessionState) -> Result<()> {
         ))))?;
     }
     state.register_udaf(Arc::new(AggregateUDF::from(mad::Mad::default())))?;
+    for kind in [counter::CounterKind::Increase, counter::CounterKind::Irate] {
+        state.register_udaf(Arc::new(AggregateUDF::from(counter::Counter::new(kind))))?;
+    }
     state.register_udaf(Arc::new(AggregateUDF::from(ewma::Ewma::default())))?;
     state.register_udaf(Arc::new(AggregateUDF::from(
         sketch::ApproxPercentile::default(),
