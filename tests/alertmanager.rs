@@ -19,7 +19,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 fn script(am: &str) -> String {
     format!(
         "CREATE STREAM metrics (ts TIMESTAMP, host TEXT, cpu DOUBLE, WATERMARK FOR ts AS ts)
-           WITH (connector = 'stdin', format = 'csv');
+           WITH (connector = 'stdin', format = 'csv', buffer = 'disk');
          CREATE SINK am WITH (connector = 'alertmanager', url = '{am}', resend = '1 second',
            generator_url = 'http://vigil.example/alerts?host={{host}}');
          CREATE ALERT high_cpu AS SELECT ts, host, cpu FROM metrics
@@ -28,13 +28,15 @@ fn script(am: &str) -> String {
            MESSAGE 'cpu on {{host}} at {{cpu:.0}} %'
            LABELS (team = 'infra', instance = '{{host}}:9100')
            ANNOTATIONS (runbook_url = 'http://wiki.example/cpu');
+         SET query_name = 'page';
          INSERT INTO am SELECT * FROM high_cpu;\n"
     )
 }
 
-fn start(dir: &Path) -> Child {
+fn start(dir: &Path, args: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_vigil"))
         .args(["run", "alerts.sql"])
+        .args(args)
         .current_dir(dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -65,7 +67,12 @@ fn high_cpu(am: &stack::Program) -> Vec<Value> {
 }
 
 /// Waits until `check` holds for the `high_cpu` alerts; returns them.
-fn wait_until(am: &stack::Program, dir: &Path, what: &str, check: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+fn wait_until(
+    am: &stack::Program,
+    dir: &Path,
+    what: &str,
+    check: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let alerts = high_cpu(am);
@@ -95,7 +102,7 @@ fn alerts_reach_alertmanager_are_silenced_and_resolve() {
     let am = stack::alertmanager(None);
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("alerts.sql"), script(&am.url(""))).unwrap();
-    let mut vigil = start(dir.path());
+    let mut vigil = start(dir.path(), &[]);
     let mut stdin = vigil.stdin.take().unwrap();
     // Event time a minute ago, so that the resolve time is in the past.
     let t0 = epoch_ms() - 60_000;
@@ -119,7 +126,11 @@ fn alerts_reach_alertmanager_are_silenced_and_resolve() {
     assert_eq!(alert["generatorURL"], "http://vigil.example/alerts?host=a");
     assert_eq!(alert["status"]["state"], "active");
     let starts = chrono::DateTime::parse_from_rfc3339(alert["startsAt"].as_str().unwrap()).unwrap();
-    assert_eq!(starts.timestamp_millis(), t0, "startsAt is the event time it began");
+    assert_eq!(
+        starts.timestamp_millis(),
+        t0,
+        "startsAt is the event time it began"
+    );
 
     // A silence on the alert's labels, through Alertmanager's API.
     let now = chrono::Utc::now();
@@ -134,7 +145,8 @@ fn alerts_reach_alertmanager_are_silenced_and_resolve() {
         "comment": "maintenance"
     });
     let answer = ureq::post(&am.url("/api/v2/silences"))
-        .send_json(&silence)
+        .header("content-type", "application/json")
+        .send(silence.to_string().as_bytes())
         .expect("silence created")
         .body_mut()
         .read_to_string()
@@ -162,7 +174,10 @@ fn alerts_reach_alertmanager_are_silenced_and_resolve() {
     // The data recovers: resolved at that row's event time, and gone from
     // Alertmanager's active alerts.
     let recovered = t0 + 2000;
-    send(&mut stdin, &format!("{recovered},a,20\n{},b,10\n", t0 + 3000));
+    send(
+        &mut stdin,
+        &format!("{recovered},a,20\n{},b,10\n", t0 + 3000),
+    );
     wait_until(&am, dir.path(), "the alert resolved", |a| a.is_empty());
     drop(stdin);
     let status = vigil.wait().unwrap();
@@ -172,4 +187,55 @@ fn alerts_reach_alertmanager_are_silenced_and_resolve() {
         stderr.contains("vigil: sink am: delivered=") && stderr.contains("failed=0"),
         "{stderr}"
     );
+}
+
+/// Checkpoints of query `page` whose sink commit records a firing alert.
+fn checkpoints_with_firing(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join("ck/page"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| std::fs::read_to_string(e.path().join("manifest.json")).ok())
+                .filter(|manifest| manifest.contains("starts_at"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_restore_sends_the_firing_alerts_again() {
+    let am = stack::alertmanager(None);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("alerts.sql"), script(&am.url(""))).unwrap();
+    let args = ["--checkpoint-dir", "ck", "--checkpoint-interval", "100ms"];
+    let mut vigil = start(dir.path(), &args);
+    let mut stdin = vigil.stdin.take().unwrap();
+    let t0 = epoch_ms() - 60_000;
+    send(&mut stdin, &format!("ts,host,cpu\n{t0},a,95\n"));
+    // b's rows move the watermark on (a fires) and let checkpoints be taken.
+    let mut t = t0;
+    let deadline = Instant::now() + PATIENCE;
+    while high_cpu(&am).is_empty() || checkpoints_with_firing(dir.path()) == 0 {
+        assert!(Instant::now() < deadline, "no alert or no checkpoint of it");
+        t += 1000;
+        send(&mut stdin, &format!("{t},b,10\n"));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // vigil dies: nobody resends, and Alertmanager lets the alert end at
+    // its endsAt (4 resends of 1 s after the last send).
+    vigil.kill().unwrap();
+    vigil.wait().unwrap();
+    wait_until(&am, dir.path(), "the alert ended", |a| a.is_empty());
+
+    // Restored from its checkpoint, with no new row: the firing alert is
+    // sent again at once.
+    let mut vigil = start(dir.path(), &args);
+    let alerts = wait_until(&am, dir.path(), "the alert sent again", |a| a.len() == 1);
+    assert_eq!(alerts[0]["labels"]["host"], "a");
+    assert_eq!(alerts[0]["status"]["state"], "active");
+    let starts =
+        chrono::DateTime::parse_from_rfc3339(alerts[0]["startsAt"].as_str().unwrap()).unwrap();
+    assert_eq!(starts.timestamp_millis(), t0, "the alert it was");
+    drop(vigil.stdin.take());
+    assert!(vigil.wait().unwrap().success());
 }
