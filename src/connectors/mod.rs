@@ -7,6 +7,7 @@
 //! sink writes result batches in one of the output formats, or POSTs them to
 //! a webhook.
 
+pub mod alertmanager;
 pub mod builtin;
 pub mod demo;
 pub mod file_commit;

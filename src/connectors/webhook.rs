@@ -72,9 +72,9 @@
 //! delivery goes on with the next batch. Giving up never fails the run, since
 //! an unreachable receiver must not stop the queries feeding other sinks.
 
-use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use datafusion::arrow::datatypes::Schema;
 use datafusion::arrow::json::writer::{JsonArray, LineDelimited};
@@ -438,19 +438,55 @@ impl Client {
     }
 }
 
-/// A rendered batch on its way to the delivery thread.
-struct Batch {
-    body: Vec<u8>,
-    rows: usize,
+/// A rendered batch, as the delivery thread posts it.
+pub(super) struct Batch {
+    /// The request body.
+    pub(super) body: Vec<u8>,
+    /// Rows in it, for messages.
+    pub(super) rows: usize,
     /// Its `Idempotency-Key`.
-    key: String,
+    pub(super) key: String,
 }
 
 /// What the delivery thread is given, in order.
-enum Delivery {
-    Batch(Batch),
-    /// Answered once every batch before it is dealt with.
+enum Delivery<T> {
+    Item(T),
+    /// Answered once every item before it is dealt with.
     Flush(SyncSender<()>),
+}
+
+/// What a delivery thread posts, and when: a sink whose bodies depend on
+/// the wall-clock time they are sent at, or that sends again on a schedule
+/// (the Alertmanager sink), implements it; the webhook posts each batch as
+/// written ([`AsWritten`]). Its methods run on the delivery thread.
+pub(super) trait Schedule: Send + 'static {
+    /// What the sink queues for the thread.
+    type Item: Send + 'static;
+    /// The batches to post for `item`, now.
+    fn on_item(&mut self, item: Self::Item) -> Vec<Batch>;
+    /// When [`due`](Self::due) wants calling next, if ever.
+    fn next_due(&self) -> Option<Instant>;
+    /// The batches to post now that the time `next_due` gave has come.
+    fn due(&mut self) -> Vec<Batch>;
+}
+
+/// The webhook's schedule: each batch once, as written.
+struct AsWritten;
+
+impl Schedule for AsWritten {
+    type Item = Batch;
+
+    fn on_item(&mut self, batch: Batch) -> Vec<Batch> {
+        vec![batch]
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        None
+    }
+
+    fn due(&mut self) -> Vec<Batch> {
+        Vec::new()
+    }
 }
 
 /// Columns that make a row an alert's state change.
@@ -509,50 +545,156 @@ pub struct DeliveryStats {
     pub retried: u64,
 }
 
-/// Delivers every batch from `queue`, in order, until the queue closes.
-fn run_delivery(name: &str, config: &WebhookConfig, queue: Receiver<Delivery>) -> DeliveryStats {
+/// Delivers what `schedule` makes of every item from `queue`, in order,
+/// and what it has due in between, until the queue closes.
+fn run_delivery<S: Schedule>(
+    name: &str,
+    config: &WebhookConfig,
+    queue: Receiver<Delivery<S::Item>>,
+    mut schedule: S,
+) -> DeliveryStats {
     let client = Client::new(config);
     let mut stats = DeliveryStats::default();
-    for delivery in queue {
-        let batch = match delivery {
-            Delivery::Batch(batch) => batch,
-            Delivery::Flush(done) => {
+    loop {
+        let next = match schedule.next_due() {
+            // Checked before waiting, so that a busy queue cannot starve it.
+            Some(at) if at <= Instant::now() => Err(RecvTimeoutError::Timeout),
+            Some(at) => queue.recv_timeout(at.saturating_duration_since(Instant::now())),
+            None => queue.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        let batches = match next {
+            Ok(Delivery::Item(item)) => schedule.on_item(item),
+            Ok(Delivery::Flush(done)) => {
                 let _ = done.send(());
                 continue;
             }
+            Err(RecvTimeoutError::Timeout) => schedule.due(),
+            Err(RecvTimeoutError::Disconnected) => break,
         };
-        let outcome = deliver(
-            config.retries,
-            config.backoff,
-            || client.post(&batch.body, &batch.key),
-            std::thread::sleep,
-        );
-        stats.retried += u64::from(outcome.attempts - 1);
-        match outcome.error {
-            None => stats.delivered += 1,
-            Some(why) => {
-                stats.failed += 1;
-                let attempts = match outcome.attempts {
-                    1 => "1 attempt".to_string(),
-                    n => format!("{n} attempts"),
-                };
-                eprintln!(
-                    "vigil: sink {name}: gave up on a batch of {} rows after {attempts}: {why}",
-                    batch.rows
-                );
-            }
+        for batch in batches {
+            post_batch(name, config, &client, &batch, &mut stats);
         }
     }
     stats
+}
+
+/// Delivers one batch with retries, counting it in `stats`.
+fn post_batch(
+    name: &str,
+    config: &WebhookConfig,
+    client: &Client,
+    batch: &Batch,
+    stats: &mut DeliveryStats,
+) {
+    let outcome = deliver(
+        config.retries,
+        config.backoff,
+        || client.post(&batch.body, &batch.key),
+        std::thread::sleep,
+    );
+    stats.retried += u64::from(outcome.attempts - 1);
+    match outcome.error {
+        None => stats.delivered += 1,
+        Some(why) => {
+            stats.failed += 1;
+            let attempts = match outcome.attempts {
+                1 => "1 attempt".to_string(),
+                n => format!("{n} attempts"),
+            };
+            eprintln!(
+                "vigil: sink {name}: gave up on a batch of {} rows after {attempts}: {why}",
+                batch.rows
+            );
+        }
+    }
+}
+
+/// A sink's delivery thread and the queue to it: see the [module
+/// docs](self) for its order, back-pressure, retries and summary line.
+pub(super) struct DeliveryThread<T> {
+    name: String,
+    /// Closed (`None`) by `close`, which ends the thread.
+    queue: Option<SyncSender<Delivery<T>>>,
+    worker: Option<JoinHandle<DeliveryStats>>,
+}
+
+impl<T: Send + 'static> DeliveryThread<T> {
+    /// Starts the thread for sink `name`, posting to `config.url` what
+    /// `schedule` makes of the items sent to it. If it is dropped without
+    /// [`close`](Self::close) (the run failed), the thread still works
+    /// through what was queued but nobody waits for it.
+    pub(super) fn start<S: Schedule<Item = T>>(
+        name: &str,
+        config: &WebhookConfig,
+        schedule: S,
+    ) -> Result<Self> {
+        let (tx, rx) = mpsc::sync_channel(QUEUE_CAPACITY);
+        let (thread_name, config) = (name.to_string(), config.clone());
+        let worker = std::thread::Builder::new()
+            .name(format!("webhook-{name}"))
+            .spawn(move || run_delivery(&thread_name, &config, rx, schedule))
+            .map_err(|e| Error::io(format!("sink {name}: cannot start delivery"), e))?;
+        Ok(Self {
+            name: name.to_string(),
+            queue: Some(tx),
+            worker: Some(worker),
+        })
+    }
+
+    /// Queues `item`, waiting while the queue is full.
+    pub(super) fn send(&self, item: T) -> Result<()> {
+        self.queue()?
+            .send(Delivery::Item(item))
+            .map_err(|_| self.thread_failed())
+    }
+
+    /// Waits until everything queued before has been dealt with.
+    pub(super) fn flush(&self) -> Result<()> {
+        let (done, flushed) = mpsc::sync_channel(1);
+        self.queue()?
+            .send(Delivery::Flush(done))
+            .map_err(|_| self.thread_failed())?;
+        flushed.recv().map_err(|_| self.thread_failed())
+    }
+
+    /// The queue, or the error for a sink written after `finish`.
+    fn queue(&self) -> Result<&SyncSender<Delivery<T>>> {
+        self.queue.as_ref().ok_or_else(|| {
+            Error::Connector(format!("sink {}: written after it was finished", self.name))
+        })
+    }
+
+    fn thread_failed(&self) -> Error {
+        Error::Connector(format!("sink {}: the delivery thread failed", self.name))
+    }
+
+    /// Closes the queue and waits for the thread to finish it; returns
+    /// what it counted, or `None` if this was done before.
+    pub(super) fn close(&mut self) -> Result<Option<DeliveryStats>> {
+        drop(self.queue.take());
+        let Some(worker) = self.worker.take() else {
+            return Ok(None);
+        };
+        worker.join().map(Some).map_err(|_| self.thread_failed())
+    }
+
+    /// [`close`](Self::close), then the summary line on stderr.
+    pub(super) fn finish(&mut self) -> Result<()> {
+        if let Some(stats) = self.close()? {
+            eprintln!(
+                "vigil: sink {}: delivered={} failed={} retried={}",
+                self.name, stats.delivered, stats.failed, stats.retried
+            );
+        }
+        Ok(())
+    }
 }
 
 /// A sink that POSTs each batch as a JSON array; see the [module
 /// docs](self).
 pub struct WebhookSink {
     name: String,
-    /// Closed (`None`) by `finish`, which ends the delivery thread.
-    queue: Option<SyncSender<Delivery>>,
-    worker: Option<JoinHandle<DeliveryStats>>,
+    delivery: DeliveryThread<Batch>,
     /// Non-empty batches written (restored by a restore), numbering them
     /// for their idempotency keys.
     batches: u64,
@@ -563,41 +705,17 @@ impl WebhookSink {
     /// without [`finish`](Sink::finish) (the run failed), the thread still
     /// works through what was queued but nobody waits for it.
     pub fn open(name: &str, config: &WebhookConfig) -> Result<WebhookSink> {
-        let (tx, rx) = mpsc::sync_channel(QUEUE_CAPACITY);
-        let (thread_name, config) = (name.to_string(), config.clone());
-        let worker = std::thread::Builder::new()
-            .name(format!("webhook-{name}"))
-            .spawn(move || run_delivery(&thread_name, &config, rx))
-            .map_err(|e| Error::io(format!("sink {name}: cannot start delivery"), e))?;
         Ok(WebhookSink {
             name: name.to_string(),
-            queue: Some(tx),
-            worker: Some(worker),
+            delivery: DeliveryThread::start(name, config, AsWritten)?,
             batches: 0,
         })
-    }
-
-    /// The queue, or the error for a sink written after `finish`.
-    fn queue(&self) -> Result<&SyncSender<Delivery>> {
-        self.queue.as_ref().ok_or_else(|| {
-            Error::Connector(format!("sink {}: written after it was finished", self.name))
-        })
-    }
-
-    fn thread_failed(&self) -> Error {
-        Error::Connector(format!("sink {}: the delivery thread failed", self.name))
     }
 
     /// Closes the queue and waits for the delivery thread to finish it;
     /// returns what it counted, or `None` if this was done before.
     pub fn close(&mut self) -> Result<Option<DeliveryStats>> {
-        drop(self.queue.take());
-        let Some(worker) = self.worker.take() else {
-            return Ok(None);
-        };
-        worker.join().map(Some).map_err(|_| {
-            Error::Connector(format!("sink {}: the delivery thread failed", self.name))
-        })
+        self.delivery.close()
     }
 }
 
@@ -606,7 +724,7 @@ impl Sink for WebhookSink {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        let queue = self.queue()?;
+        self.delivery.queue()?;
         let body = write_json_rows::<JsonArray>(batch, Vec::new())?;
         let key = idempotency_key(&self.name, self.batches + 1, batch, &body)?;
         let batch = Batch {
@@ -614,19 +732,13 @@ impl Sink for WebhookSink {
             rows: batch.num_rows(),
             key,
         };
-        queue
-            .send(Delivery::Batch(batch))
-            .map_err(|_| self.thread_failed())?;
+        self.delivery.send(batch)?;
         self.batches += 1;
         Ok(())
     }
 
     fn checkpoint(&mut self) -> Result<Option<SinkCommit>> {
-        let (done, flushed) = mpsc::sync_channel(1);
-        self.queue()?
-            .send(Delivery::Flush(done))
-            .map_err(|_| self.thread_failed())?;
-        flushed.recv().map_err(|_| self.thread_failed())?;
+        self.delivery.flush()?;
         Ok(Some(serde_json::json!({ "batches": self.batches })))
     }
 
@@ -644,13 +756,7 @@ impl Sink for WebhookSink {
     }
 
     fn finish(&mut self) -> Result<()> {
-        if let Some(stats) = self.close()? {
-            eprintln!(
-                "vigil: sink {}: delivered={} failed={} retried={}",
-                self.name, stats.delivered, stats.failed, stats.retried
-            );
-        }
-        Ok(())
+        self.delivery.finish()
     }
 }
 
