@@ -15,7 +15,7 @@ use promql_parser::parser::{
     AggregateExpr, BinaryExpr, Call, Expr, LabelModifier, MatrixSelector, VectorSelector,
 };
 
-use super::sql::{ident, interval, quote};
+use super::sql::{ident, interval, nested, quote};
 
 /// Prometheus' default lookback of an instant selector.
 const LOOKBACK_MS: i64 = 5 * 60 * 1000;
@@ -378,8 +378,9 @@ fn counter_rate(ms: &MatrixSelector, per_second: bool, target: &Target) -> Resul
          \x20           THEN least(({first} - {start}) / 1000.0, ({last} - {first}) / 1000.0 * first_value / increase)\n\
          \x20           ELSE ({first} - {start}) / 1000.0 END AS to_start,\n\
          \x20      ({end} - 1 - {last}) / 1000.0 AS to_end\n\
-         FROM (\n{samples}\n)\n\
+         FROM (\n{}\n)\n\
          WHERE samples >= 2 AND last_ts > first_ts",
+        nested(&samples),
         first = ms_of("first_ts"),
         last = ms_of("last_ts"),
         start = ms_of("window_start"),
@@ -395,7 +396,8 @@ fn counter_rate(ms: &MatrixSelector, per_second: bool, target: &Target) -> Resul
          \x20      increase * (sampled\n\
          \x20        + CASE WHEN to_start < spacing * 1.1 THEN to_start ELSE spacing / 2 END\n\
          \x20        + CASE WHEN to_end < spacing * 1.1 THEN to_end ELSE spacing / 2 END) / sampled{per} AS value\n\
-         FROM (\n{edges}\n)"
+         FROM (\n{}\n)",
+        nested(&edges)
     );
     Ok(Value::Table(Table {
         sql,
@@ -447,21 +449,22 @@ fn series_table(series: &Series, target: &Target) -> Result<Table, String> {
             .collect::<Vec<_>>()
             .join(" OR "),
     };
+    let sql = format!(
+        "SELECT window_start, window_end, {group}, {value} AS value\n\
+         FROM {hop}\n\
+         WHERE {selection}\n\
+         GROUP BY window_start, window_end, {group}"
+    );
     // Both sides of a binary operation must have a sample, as Prometheus
     // matches them one to one.
-    let having = match combined {
-        true => format!("\nHAVING {value} IS NOT NULL"),
-        false => String::new(),
-    };
-    Ok(Table {
-        sql: format!(
-            "SELECT window_start, window_end, {group}, {value} AS value\n\
-             FROM {hop}\n\
-             WHERE {selection}\n\
-             GROUP BY window_start, window_end, {group}{having}"
+    let sql = match combined {
+        true => format!(
+            "SELECT window_start, window_end, {group}, value\nFROM (\n{}\n)\nWHERE value IS NOT NULL",
+            nested(&sql)
         ),
-        keys,
-    })
+        false => sql,
+    };
+    Ok(Table { sql, keys })
 }
 
 fn render(calc: &Calc, selections: &[String], filtered: bool) -> String {
@@ -648,7 +651,7 @@ fn project(table: &Table, keys: &Keys, value: &str, filter: Option<&str>) -> Tab
     Table {
         sql: format!(
             "SELECT window_start, window_end, {columns}, {value} AS value\nFROM (\n{}\n){filter}",
-            table.sql
+            nested(&table.sql)
         ),
         keys: keys.clone(),
     }
@@ -765,7 +768,7 @@ fn aggregate(a: &AggregateExpr, target: &Target) -> Result<Value, String> {
             "SELECT window_start, window_end, {select}{function} AS value\n\
              FROM (\n{}\n)\n\
              GROUP BY window_start, window_end{group}",
-            inner.sql
+            nested(&inner.sql)
         ),
         keys,
     }))

@@ -103,7 +103,8 @@ pub fn template(text: &str) -> Result<Template, String> {
             .find("}}")
             .ok_or_else(|| format!("template `{text}`: `{{{{` without `}}}}`"))?;
         let action = after[..close].trim_start_matches('-').trim_end_matches('-').trim();
-        out.text.push_str(&action_text(action, &mut out)?);
+        let piece = action_text(action, &mut out)?;
+        out.text.push_str(&piece);
         rest = &after[close + 2..];
     }
     literal(rest, &mut out.text);
