@@ -172,8 +172,9 @@ impl Series {
         out
     }
 
-    /// The series as sample rows (JSON lines), one every minute from 0.
-    fn rows(&self) -> Vec<String> {
+    /// The series as sample rows (JSON lines), one every minute from 0,
+    /// with their times.
+    fn rows(&self) -> Vec<(i64, String)> {
         let get = |key: &str| {
             self.labels
                 .iter()
@@ -191,15 +192,16 @@ impl Series {
             .into_iter()
             .enumerate()
             .map(|(i, value)| {
-                serde_json::json!({
-                    "ts": i as i64 * 60_000,
+                let ts = i as i64 * 60_000;
+                let row = serde_json::json!({
+                    "ts": ts,
                     "job": get("job"),
                     "instance": get("instance"),
                     "name": self.name,
                     "labels": rest,
                     "value": value,
-                })
-                .to_string()
+                });
+                (ts, row.to_string())
             })
             .collect()
     }
@@ -284,7 +286,11 @@ fn vigil_firing(dir: &Path) -> Firing {
         .iter()
         .find(|f| f.ends_with("node_alerts.sql"))
         .unwrap();
-    let rows: Vec<String> = SERIES.iter().flat_map(|s| s.rows()).collect();
+    // In time order, as remote write delivers them: a series written after
+    // the others would be late.
+    let mut rows: Vec<(i64, String)> = SERIES.iter().flat_map(|s| s.rows()).collect();
+    rows.sort_by_key(|r| r.0);
+    let rows: Vec<String> = rows.into_iter().map(|r| r.1).collect();
     std::fs::write(dir.join("samples.jsonl"), rows.join("\n") + "\n").unwrap();
     // Swap the remote-write source for the file of rows, as a user would.
     let sql = std::fs::read_to_string(alerts).unwrap().replace(
