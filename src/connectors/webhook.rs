@@ -43,8 +43,8 @@
 //!   `event_time`, as rows from a `CREATE ALERT` do) is keyed by what
 //!   identifies each state change: for every row, its alert name, state,
 //!   event time and the other columns (the alert's key, and the values
-//!   that fixed it), leaving out `since`, `severity` and `message`, which
-//!   follow from the change. The same change gets the same key in any run
+//!   that fixed it), leaving out `since`, `severity`, `message` and the
+//!   `LABELS` and `ANNOTATIONS` columns, which follow from the change. The same change gets the same key in any run
 //!   and from any sink, however many times it is computed again.
 //! - Any other batch is keyed by the sink's name, its number among the
 //!   sink's non-empty batches (1, 2, ...) and its body. The number is what
@@ -85,6 +85,7 @@ use super::options::Options;
 use super::sink::{Sink, SinkCommit, write_json_rows};
 use super::{OutputFormat, SinkConfig, SinkTarget};
 use crate::error::{Error, Result};
+use crate::plan::columns::Role;
 
 /// Retries after the first attempt when `retries` is not given.
 pub const DEFAULT_RETRIES: u32 = 5;
@@ -507,6 +508,7 @@ fn alert_identity(schema: &Schema) -> Option<Vec<usize>> {
         .iter()
         .enumerate()
         .filter(|(_, f)| !ALERT_DERIVED.contains(&f.name().as_str()))
+        .filter(|(_, f)| !matches!(Role::of(f), Some(Role::Label | Role::Annotation)))
         .map(|(i, _)| i)
         .collect();
     Some(columns)
@@ -1215,6 +1217,12 @@ mod tests {
             alert_identity(&alert_rows("", 0).schema()),
             Some(vec![0, 1, 2, 3])
         );
+        // A LABELS column follows from the change too.
+        let role = [(crate::plan::columns::ROLE.to_string(), "label".to_string())];
+        let label = Field::new("label_team", DataType::Utf8, true).with_metadata(role.into());
+        let mut fields = alert_rows("", 0).schema().fields().to_vec();
+        fields.push(Arc::new(label));
+        assert_eq!(alert_identity(&Schema::new(fields)), Some(vec![0, 1, 2, 3]));
     }
 
     /// Each request's idempotency key and body, in arrival order.
