@@ -55,6 +55,8 @@
 //! alert it already has by its labels).
 
 use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray};
@@ -64,8 +66,11 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use serde::{Deserialize, Serialize};
 
+use super::options::Options;
+use super::registry::{Opener, OptionSpec, OptionType, SinkConnector, SinkOpen};
 use super::sink::{Sink, SinkCommit};
-use super::webhook::{Batch, DeliveryThread, Schedule, WebhookConfig};
+use super::webhook::{self, Batch, DeliveryThread, Schedule, WebhookConfig};
+use super::{OutputFormat, SinkConfig, SinkTarget};
 use crate::error::{Error, Result};
 use crate::exec::MessageTemplate;
 use crate::plan::columns::{self, Role};
@@ -579,6 +584,160 @@ impl Sink for AlertmanagerSink {
         // Sent again at once, then resent: Alertmanager may have let them
         // end while vigil was down.
         self.delivery.send(firing)
+    }
+}
+
+/// The options of `connector = 'alertmanager'`.
+const OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        name: "url",
+        ty: OptionType::Url,
+        default: None,
+        accepted: "an http:// or https:// URL such as 'http://127.0.0.1:9093'",
+        doc: "Alertmanager (required); /api/v2/alerts is added unless the URL ends with it",
+    },
+    OptionSpec {
+        name: "resend",
+        ty: OptionType::Duration,
+        default: Some("1 minute"),
+        accepted: "a duration from 1 second to 24 hours such as '1 minute'",
+        doc: "how often a firing alert is sent again; firing alerts end 4 resends after a send",
+    },
+    OptionSpec {
+        name: "generator_url",
+        ty: OptionType::Text,
+        default: None,
+        accepted: "a URL template with {column} placeholders like MESSAGE",
+        doc: "the alerts' generatorURL",
+    },
+    OptionSpec {
+        name: "retries",
+        ty: OptionType::Count,
+        default: Some("5"),
+        accepted: "an integer from 0 to 100",
+        doc: "attempts after the first for a request that failed transiently",
+    },
+    OptionSpec {
+        name: "backoff",
+        ty: OptionType::Duration,
+        default: Some("200 milliseconds"),
+        accepted: "a duration from 1 millisecond to 30 seconds such as '200 milliseconds'",
+        doc: "wait before the first retry; it doubles with each further one",
+    },
+    OptionSpec {
+        name: "timeout",
+        ty: OptionType::Duration,
+        default: Some("10 seconds"),
+        accepted: "a duration from 1 millisecond to 24 hours such as '5 seconds'",
+        doc: "longest one request may take",
+    },
+    OptionSpec {
+        name: "header_",
+        ty: OptionType::Prefix,
+        default: None,
+        accepted: "a header value (printable ASCII text, no line breaks)",
+        doc: "an extra request header; `_` in the name becomes `-`",
+    },
+];
+
+/// Shortest accepted `resend`.
+pub const MIN_RESEND: Duration = Duration::from_secs(1);
+
+/// Longest accepted `resend`.
+pub const MAX_RESEND: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// `connector = 'alertmanager'` in `CREATE SINK`.
+pub struct AlertmanagerSinkConnector;
+
+impl SinkConnector for AlertmanagerSinkConnector {
+    fn name(&self) -> &'static str {
+        "alertmanager"
+    }
+
+    fn summary(&self) -> &'static str {
+        "alert rows posted to Alertmanager's API v2 as Prometheus posts alerts, resent while firing"
+    }
+
+    fn options(&self) -> &'static [OptionSpec] {
+        OPTIONS
+    }
+
+    fn configure(&self, name: &str, opts: &Options<'_>, _: &Path) -> Result<SinkConfig> {
+        let Some(url) = opts.url("url")? else {
+            return Err(Error::Plan(format!(
+                "sink {name}: connector 'alertmanager' needs a 'url' option, such as 'http://127.0.0.1:9093'"
+            )));
+        };
+        let url = alerts_url(&url).map_err(|_| opts.bad_value("url", &url))?;
+        let bounded = |key: &str, default: Duration, min: Duration, max: Duration| match opts
+            .duration(key)?
+        {
+            None => Ok(default),
+            Some(d) if (min..=max).contains(&d) => Ok(d),
+            Some(_) => Err(opts.bad_value(key, opts.get(key).unwrap_or(""))),
+        };
+        let one_ms = Duration::from_millis(1);
+        let resend = bounded("resend", DEFAULT_RESEND, MIN_RESEND, MAX_RESEND)?;
+        let backoff = bounded(
+            "backoff",
+            webhook::DEFAULT_BACKOFF,
+            one_ms,
+            webhook::MAX_BACKOFF,
+        )?;
+        let timeout = bounded(
+            "timeout",
+            webhook::DEFAULT_TIMEOUT,
+            one_ms,
+            webhook::MAX_TIMEOUT,
+        )?;
+        let retries = match opts.count("retries")? {
+            None => webhook::DEFAULT_RETRIES,
+            Some(n) if n <= u64::from(webhook::MAX_RETRIES) => n as u32,
+            Some(_) => return Err(opts.bad_value("retries", opts.get("retries").unwrap_or(""))),
+        };
+        let generator_url = opts.text("generator_url").map(str::to_string);
+        if let Some(template) = &generator_url {
+            MessageTemplate::parse(template)
+                .map_err(|e| Error::Plan(format!("sink {name}: generator_url: {e}")))?;
+        }
+        let config = AlertmanagerConfig {
+            delivery: WebhookConfig {
+                url,
+                retries,
+                backoff,
+                timeout,
+                headers: webhook::headers(name, opts)?,
+            },
+            resend,
+            generator_url,
+        };
+        Ok(SinkConfig {
+            name: name.to_string(),
+            target: SinkTarget::Connector(Opener(Arc::new(config))),
+            // The payload is always JSON; the format only matters to other sinks.
+            format: OutputFormat::Jsonl,
+            // Alert rows are final rows.
+            append_only: false,
+        })
+    }
+}
+
+impl SinkOpen for AlertmanagerConfig {
+    /// Scheme, host and port only: the rest may hold secrets.
+    fn describe(&self) -> String {
+        match url::Url::parse(&self.delivery.url) {
+            Ok(url) => format!(
+                "alertmanager {}://{}{}",
+                url.scheme(),
+                url.host_str().unwrap_or(""),
+                url.port().map(|p| format!(":{p}")).unwrap_or_default()
+            ),
+            Err(_) => "alertmanager".to_string(),
+        }
+    }
+
+    fn open(&self, name: &str, schema: &SchemaRef) -> Result<Box<dyn Sink>> {
+        Ok(Box::new(AlertmanagerSink::open(name, self, schema)?))
     }
 }
 
