@@ -38,6 +38,7 @@ pub fn sql_type(data_type: &DataType) -> &'static str {
         DataType::Float64 => "DOUBLE",
         DataType::Int64 => "BIGINT",
         DataType::Boolean => "BOOLEAN",
+        t if *t == crate::types::labels_type() => "MAP<TEXT, TEXT>",
         _ => "?",
     }
 }

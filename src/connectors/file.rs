@@ -17,17 +17,36 @@ use crate::error::{Error, Result};
 
 const FORMATS: &[&str] = &["csv", "jsonl", "json", "ndjson"];
 
-/// The options of the three text sources. `path` and `follow` are listed
-/// for `stdin` and `push` too, so that using them there gets the error
-/// that says why, not "unknown option".
-const SOURCE_OPTIONS: &[OptionSpec] = &[
+/// The options of a `file` source: those of every text source, then its
+/// own.
+const FILE_OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         name: "path",
         ty: OptionType::Path,
         default: None,
         accepted: "a file path",
-        doc: "the file to read (required for `file`), relative to the script",
+        doc: "the file to read (required), relative to the script",
     },
+    TEXT_OPTIONS[0],
+    TEXT_OPTIONS[1],
+    TEXT_OPTIONS[2],
+    TEXT_OPTIONS[3],
+    TEXT_OPTIONS[4],
+    TEXT_OPTIONS[5],
+    TEXT_OPTIONS[6],
+    TEXT_OPTIONS[7],
+    TEXT_OPTIONS[8],
+    OptionSpec {
+        name: "follow",
+        ty: OptionType::Flag,
+        default: Some("false"),
+        accepted: "true, false",
+        doc: "keep reading the file as it grows (`tail -F`)",
+    },
+];
+
+/// The options of every text source (`file`, `stdin`, `push`).
+const TEXT_OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         name: "format",
         ty: OptionType::Choice(FORMATS),
@@ -62,13 +81,6 @@ const SOURCE_OPTIONS: &[OptionSpec] = &[
         default: None,
         accepted: "a file path",
         doc: "file that malformed rows are copied to",
-    },
-    OptionSpec {
-        name: "follow",
-        ty: OptionType::Flag,
-        default: Some("false"),
-        accepted: "true, false",
-        doc: "keep reading the file as it grows (`tail -F`), files only",
     },
     OptionSpec {
         name: "multiline",
@@ -118,7 +130,7 @@ impl SourceConnector for FileSource {
         "CSV or JSON lines from a file, replayable and resumable; `follow` tails it"
     }
     fn options(&self) -> &'static [OptionSpec] {
-        SOURCE_OPTIONS
+        FILE_OPTIONS
     }
     fn configure(&self, decl: &StreamDecl<'_>, opts: &Options<'_>) -> Result<SourceConfig> {
         let Some(path) = opts.path("path", decl.base_dir)? else {
@@ -140,16 +152,9 @@ impl SourceConnector for StdinSource {
         "CSV or JSON lines from standard input, as it comes"
     }
     fn options(&self) -> &'static [OptionSpec] {
-        SOURCE_OPTIONS
+        TEXT_OPTIONS
     }
     fn configure(&self, decl: &StreamDecl<'_>, opts: &Options<'_>) -> Result<SourceConfig> {
-        no_path(decl, opts, "stdin")?;
-        if opts.flag("follow")? {
-            return Err(Error::Plan(format!(
-                "stream {}: option 'follow' is for files (stdin is always read as it comes)",
-                decl.stream
-            )));
-        }
         let format = source_format(opts, None)?;
         text_source(decl, opts, SourceLocation::Stdin, format)
     }
@@ -163,23 +168,12 @@ impl SourceConnector for PushSource {
         "rows pushed by the embedding program or posted to `vigil serve` (CSV, JSON lines)"
     }
     fn options(&self) -> &'static [OptionSpec] {
-        SOURCE_OPTIONS
+        TEXT_OPTIONS
     }
     fn configure(&self, decl: &StreamDecl<'_>, opts: &Options<'_>) -> Result<SourceConfig> {
-        no_path(decl, opts, "push")?;
         let format = source_format(opts, None)?;
         text_source(decl, opts, SourceLocation::Push, format)
     }
-}
-
-fn no_path(decl: &StreamDecl<'_>, opts: &Options<'_>, connector: &str) -> Result<()> {
-    if opts.path("path", decl.base_dir)?.is_some() {
-        return Err(Error::Plan(format!(
-            "stream {}: option 'path' cannot be used with connector '{connector}'",
-            decl.stream
-        )));
-    }
-    Ok(())
 }
 
 /// `format`, else the one `path`'s extension implies, else CSV.
@@ -278,25 +272,29 @@ fn decoding(opts: &Options<'_>, format: Format) -> Result<Decoding> {
     })
 }
 
-/// The options of the `file` and `stdout` sinks (`path` is listed for
-/// `stdout` so that using it there gets the error that says why).
-const SINK_OPTIONS: &[OptionSpec] = &[
+/// The options of a `file` sink.
+const FILE_SINK_OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         name: "path",
         ty: OptionType::Path,
         default: None,
         accepted: "a file path",
-        doc: "the file to write (required for `file`), relative to the script",
+        doc: "the file to write (required), relative to the script",
     },
-    OptionSpec {
-        name: "format",
-        ty: OptionType::Choice(&["csv", "jsonl", "table", "json", "ndjson"]),
-        default: Some("from the path's extension, else csv"),
-        accepted: "csv, jsonl, table",
-        doc: "how rows are written",
-    },
+    OUTPUT_FORMAT,
     APPEND_ONLY,
 ];
+
+/// The options of the `stdout` sink.
+const STDOUT_OPTIONS: &[OptionSpec] = &[OUTPUT_FORMAT, APPEND_ONLY];
+
+const OUTPUT_FORMAT: OptionSpec = OptionSpec {
+    name: "format",
+    ty: OptionType::Choice(&["csv", "jsonl", "table", "json", "ndjson"]),
+    default: Some("from the path's extension, else csv"),
+    accepted: "csv, jsonl, table",
+    doc: "how rows are written",
+};
 
 /// `append_only`, which every sink takes.
 pub(super) const APPEND_ONLY: OptionSpec = OptionSpec {
@@ -322,7 +320,7 @@ impl SinkConnector for FileSink {
         "a file (table, CSV or JSON lines), exactly once through checkpoints"
     }
     fn options(&self) -> &'static [OptionSpec] {
-        SINK_OPTIONS
+        FILE_SINK_OPTIONS
     }
     fn configure(&self, name: &str, opts: &Options<'_>, base_dir: &Path) -> Result<SinkConfig> {
         let Some(path) = opts.path("path", base_dir)? else {
@@ -348,14 +346,9 @@ impl SinkConnector for StdoutSink {
         "standard output (table, CSV or JSON lines)"
     }
     fn options(&self) -> &'static [OptionSpec] {
-        SINK_OPTIONS
+        STDOUT_OPTIONS
     }
-    fn configure(&self, name: &str, opts: &Options<'_>, base_dir: &Path) -> Result<SinkConfig> {
-        if opts.path("path", base_dir)?.is_some() {
-            return Err(Error::Plan(format!(
-                "sink {name}: option 'path' cannot be used with connector 'stdout'"
-            )));
-        }
+    fn configure(&self, name: &str, opts: &Options<'_>, _: &Path) -> Result<SinkConfig> {
         Ok(SinkConfig {
             name: name.to_string(),
             target: SinkTarget::Stdout,
