@@ -1143,4 +1143,72 @@ mod tests {
         let e = restored.restore(&json!({})).unwrap_err().to_string();
         assert!(e.contains("no firing alerts"), "{e}");
     }
+
+    fn configure(kv: &[(&str, &str)]) -> Result<SinkConfig> {
+        let mut options = vec![("connector".to_string(), "alertmanager".to_string())];
+        options.extend(kv.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        SinkConfig::from_options("am", &options, Path::new("."))
+    }
+
+    fn settings(kv: &[(&str, &str)]) -> AlertmanagerConfig {
+        let SinkTarget::Connector(open) = configure(kv).unwrap().target else {
+            panic!("not a connector sink")
+        };
+        let any: &dyn std::any::Any = open.0.as_ref();
+        any.downcast_ref::<AlertmanagerConfig>().unwrap().clone()
+    }
+
+    #[test]
+    fn options_and_their_errors() {
+        let c = settings(&[("url", "http://127.0.0.1:9093")]);
+        assert_eq!(c.delivery.url, "http://127.0.0.1:9093/api/v2/alerts");
+        assert_eq!(c.resend, DEFAULT_RESEND);
+        assert_eq!(c.delivery.retries, webhook::DEFAULT_RETRIES);
+        assert_eq!(c.generator_url, None);
+        assert_eq!(c.describe(), "alertmanager http://127.0.0.1:9093");
+        let c = settings(&[
+            ("url", "https://am.example/prefix/"),
+            ("resend", "30 seconds"),
+            ("generator_url", "http://g/{host}"),
+            ("retries", "2"),
+            ("header_authorization", "Bearer x"),
+        ]);
+        assert_eq!(c.delivery.url, "https://am.example/prefix/api/v2/alerts");
+        assert_eq!(c.resend, Duration::from_secs(30));
+        assert_eq!(c.generator_url.as_deref(), Some("http://g/{host}"));
+        assert_eq!(c.delivery.retries, 2);
+        assert_eq!(
+            c.delivery.headers,
+            [("authorization".to_string(), "Bearer x".to_string())]
+        );
+        let err = |kv: &[(&str, &str)]| configure(kv).unwrap_err().to_string();
+        let e = err(&[]);
+        assert!(e.contains("needs a 'url' option"), "{e}");
+        let e = err(&[("url", "ftp://h")]);
+        assert!(e.contains("bad value 'ftp://h' for option 'url'"), "{e}");
+        let e = err(&[("url", "http://h"), ("resend", "500 ms")]);
+        assert!(
+            e.contains("option 'resend'") && e.contains("1 second"),
+            "{e}"
+        );
+        let e = err(&[("url", "http://h"), ("generator_url", "http://g/{host")]);
+        assert!(
+            e.contains("generator_url") && e.contains("without its '}'"),
+            "{e}"
+        );
+        let e = err(&[("url", "http://h"), ("path", "x")]);
+        assert!(e.contains("unknown option 'path'"), "{e}");
+    }
+
+    #[test]
+    fn a_generator_url_must_read_columns_the_rows_have() {
+        let rows = alert_rows(&["firing"], &[Some("a")], &[None]);
+        let mut config = config("http://127.0.0.1:1", DEFAULT_RESEND);
+        config.generator_url = Some("http://g/{hostname}".into());
+        let e = AlertmanagerSink::open("am", &config, &rows.schema())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("generator_url reads '{hostname}'"), "{e}");
+    }
 }
