@@ -334,42 +334,20 @@ fn own_column(name: &str) -> Option<Role> {
     })
 }
 
-/// A state change of an alert row.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Change {
-    Firing,
-    Resolved,
-}
-
-/// The Alertmanager alerts of the `firing` and `resolved` rows of
-/// `batch`, in row order; `generator` renders `generatorURL`.
+/// The `firing` and `resolved` rows of `batch` as Alertmanager alerts, in
+/// row order; `generator` renders `generatorURL`.
 pub fn alerts_of(
     layout: &Layout,
     batch: &RecordBatch,
     generator: Option<&MessageTemplate>,
 ) -> Result<Vec<AmAlert>> {
-    let text = |i: usize| text_column(batch.column(i));
-    let state = text(layout.state)?;
-    let alert = text(layout.alert)?;
-    let severity = layout.severity.map(text).transpose()?;
-    let message = layout.message.map(text).transpose()?;
-    let keys = texts(batch, &layout.keys)?;
-    let labels = texts(batch, &layout.labels)?;
-    let annotations = texts(batch, &layout.annotations)?;
-    let since = millis(batch.column(layout.since))?;
-    let event_time = millis(batch.column(layout.event_time))?;
-    let generator = generator.map(|t| t.render(batch)).transpose()?;
-    let generator = generator.as_ref().map(|g| g.as_string::<i32>());
-    let value = |column: &ArrayRef, row: usize| -> Option<String> {
-        let column = column.as_string::<i32>();
-        (column.is_valid(row) && !column.value(row).is_empty())
-            .then(|| column.value(row).to_string())
-    };
+    let texts = Texts::of(layout, batch, generator)?;
+    let state = texts.state.as_string::<i32>();
     let mut out = Vec::new();
     for row in 0..batch.num_rows() {
-        let change = match state.as_string::<i32>().value(row) {
-            "firing" => Change::Firing,
-            "resolved" => Change::Resolved,
+        let resolved = match state.value(row) {
+            "firing" => false,
+            "resolved" => true,
             "pending" => continue,
             other => {
                 return Err(Error::Connector(format!(
@@ -377,64 +355,110 @@ pub fn alerts_of(
                 )));
             }
         };
-        let name = value(&alert, row).unwrap_or_default();
-        let mut identity = vec![name.clone()];
-        let mut all = BTreeMap::from([("alertname".to_string(), name)]);
-        for ((_, key), column) in layout.keys.iter().zip(&keys) {
-            let v = value(column, row);
-            identity.push(format!("{key}={}", v.as_deref().unwrap_or("")));
-            all.extend(v.map(|v| (key.clone(), v)));
-        }
-        all.extend(
-            severity
-                .as_ref()
-                .and_then(|s| value(s, row))
-                .map(|v| ("severity".into(), v)),
-        );
-        put(&mut all, &layout.labels, &labels, row, value);
-        let mut notes = BTreeMap::new();
-        notes.extend(
-            message
-                .as_ref()
-                .and_then(|m| value(m, row))
-                .map(|v| (SUMMARY.into(), v)),
-        );
-        put(&mut notes, &layout.annotations, &annotations, row, value);
+        let (identity, labels) = texts.labels(layout, row);
         out.push(AmAlert {
-            identity: serde_json::to_string(&identity).unwrap_or_default(),
-            labels: all,
-            annotations: notes,
-            starts_at: since[row],
-            ends_at: (change == Change::Resolved).then_some(event_time[row]),
-            generator_url: generator
-                .filter(|g| g.is_valid(row))
-                .map(|g| g.value(row).to_string()),
+            identity,
+            labels,
+            annotations: texts.annotations(layout, row),
+            starts_at: texts.since[row],
+            ends_at: resolved.then_some(texts.event_time[row]),
+            generator_url: texts.generator.as_ref().and_then(|g| text_at(g, row)),
         });
     }
     Ok(out)
 }
 
-/// Sets `names[i]` to row `row` of `columns[i]`, leaving out empty values.
+/// The columns of a batch of alert rows that an alert is made of, as text
+/// (times in epoch milliseconds).
+struct Texts {
+    alert: ArrayRef,
+    state: ArrayRef,
+    severity: Option<ArrayRef>,
+    message: Option<ArrayRef>,
+    keys: Vec<ArrayRef>,
+    labels: Vec<ArrayRef>,
+    annotations: Vec<ArrayRef>,
+    since: Vec<i64>,
+    event_time: Vec<i64>,
+    generator: Option<ArrayRef>,
+}
+
+impl Texts {
+    fn of(
+        layout: &Layout,
+        batch: &RecordBatch,
+        generator: Option<&MessageTemplate>,
+    ) -> Result<Self> {
+        let text = |i: usize| text_column(batch.column(i));
+        let texts =
+            |at: &[(usize, String)]| at.iter().map(|(i, _)| text(*i)).collect::<Result<Vec<_>>>();
+        Ok(Texts {
+            alert: text(layout.alert)?,
+            state: text(layout.state)?,
+            severity: layout.severity.map(text).transpose()?,
+            message: layout.message.map(text).transpose()?,
+            keys: texts(&layout.keys)?,
+            labels: texts(&layout.labels)?,
+            annotations: texts(&layout.annotations)?,
+            since: millis(batch.column(layout.since))?,
+            event_time: millis(batch.column(layout.event_time))?,
+            generator: generator.map(|t| t.render(batch)).transpose()?,
+        })
+    }
+
+    /// The alert's identity (its name and key) and its labels: the name,
+    /// the keys, severity, then `LABELS`.
+    fn labels(&self, layout: &Layout, row: usize) -> (String, BTreeMap<String, String>) {
+        let name = text_at(&self.alert, row).unwrap_or_default();
+        let mut identity = vec![name.clone()];
+        let mut labels = BTreeMap::from([("alertname".to_string(), name)]);
+        for ((_, key), column) in layout.keys.iter().zip(&self.keys) {
+            let value = text_at(column, row);
+            identity.push(format!("{key}={}", value.as_deref().unwrap_or("")));
+            labels.extend(value.map(|v| (key.clone(), v)));
+        }
+        let severity = self.severity.as_ref().and_then(|s| text_at(s, row));
+        labels.extend(severity.map(|v| ("severity".to_string(), v)));
+        put(&mut labels, &layout.labels, &self.labels, row);
+        let identity = serde_json::Value::from(identity).to_string();
+        (identity, labels)
+    }
+
+    /// `summary` (the message), then `ANNOTATIONS`.
+    fn annotations(&self, layout: &Layout, row: usize) -> BTreeMap<String, String> {
+        let mut annotations = BTreeMap::new();
+        let message = self.message.as_ref().and_then(|m| text_at(m, row));
+        annotations.extend(message.map(|v| (SUMMARY.to_string(), v)));
+        put(
+            &mut annotations,
+            &layout.annotations,
+            &self.annotations,
+            row,
+        );
+        annotations
+    }
+}
+
+/// Row `row` of a text column; `None` for NULL and empty text.
+fn text_at(column: &ArrayRef, row: usize) -> Option<String> {
+    let column = column.as_string::<i32>();
+    (column.is_valid(row) && !column.value(row).is_empty()).then(|| column.value(row).to_string())
+}
+
+/// Sets `names[i]` to row `row` of `columns[i]`; an empty value removes
+/// the name, as an empty label is no label in Prometheus.
 fn put(
     into: &mut BTreeMap<String, String>,
     names: &[(usize, String)],
     columns: &[ArrayRef],
     row: usize,
-    value: impl Fn(&ArrayRef, usize) -> Option<String>,
 ) {
     for ((_, name), column) in names.iter().zip(columns) {
-        match value(column, row) {
+        match text_at(column, row) {
             Some(v) => into.insert(name.clone(), v),
             None => into.remove(name),
         };
     }
-}
-
-/// The columns at `at`, as text.
-fn texts(batch: &RecordBatch, at: &[(usize, String)]) -> Result<Vec<ArrayRef>> {
-    at.iter()
-        .map(|(i, _)| text_column(batch.column(*i)))
-        .collect()
 }
 
 /// `column` as UTF-8 text, timestamps as the sinks print them.

@@ -22,7 +22,9 @@
 //! # Delivery
 //!
 //! [`Sink::write`] only renders the body; a dedicated delivery thread sends
-//! it. The two are joined by a bounded queue, so batches go out one at a time
+//! it. (The Alertmanager sink shares this thread, queue and retry policy
+//! through [`DeliveryThread`] and [`Schedule`], rendering its bodies on the
+//! thread and resending on a timer.) The two are joined by a bounded queue, so batches go out one at a time
 //! in the order they were written, and the query never waits on the network
 //! unless the endpoint falls [`QUEUE_CAPACITY`] batches behind: then `write`
 //! waits, and a slow endpoint slows the query the way a slow disk would,
