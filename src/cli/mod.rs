@@ -57,6 +57,9 @@ enum Command {
     /// Translate a Prometheus rule file (alerting and recording rules) into
     /// vigil SQL; rules outside the supported PromQL are reported.
     ImportRules(import_rules::ImportRulesArgs),
+    /// Print the reference of every source and sink connector (options,
+    /// types, defaults, fixed columns) as Markdown.
+    Connectors,
 }
 
 #[derive(Debug, clap::Args)]
@@ -266,6 +269,10 @@ pub fn main() -> ExitCode {
         Some(Command::Check(args)) => return check(args),
         Some(Command::ImportRules(args)) => return import_rules::run(args),
         Some(Command::Checkpoints(args)) => checkpoints::run(args),
+        Some(Command::Connectors) => {
+            print!("{}", crate::connectors::registry::reference());
+            Ok(())
+        }
         Some(Command::Serve(args)) => {
             let outcome = runtime.block_on(serve::serve(args));
             // A query's blocking tasks may still be winding down.

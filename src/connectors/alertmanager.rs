@@ -55,6 +55,8 @@
 //! alert it already has by its labels).
 
 use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray};
@@ -64,8 +66,11 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use serde::{Deserialize, Serialize};
 
+use super::options::Options;
+use super::registry::{Opener, OptionSpec, OptionType, SinkConnector, SinkOpen};
 use super::sink::{Sink, SinkCommit};
-use super::webhook::{Batch, DeliveryThread, Schedule, WebhookConfig};
+use super::webhook::{self, Batch, DeliveryThread, Schedule, WebhookConfig};
+use super::{OutputFormat, SinkConfig, SinkTarget};
 use crate::error::{Error, Result};
 use crate::exec::MessageTemplate;
 use crate::plan::columns::{self, Role};
@@ -329,42 +334,20 @@ fn own_column(name: &str) -> Option<Role> {
     })
 }
 
-/// A state change of an alert row.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Change {
-    Firing,
-    Resolved,
-}
-
-/// The Alertmanager alerts of the `firing` and `resolved` rows of
-/// `batch`, in row order; `generator` renders `generatorURL`.
+/// The `firing` and `resolved` rows of `batch` as Alertmanager alerts, in
+/// row order; `generator` renders `generatorURL`.
 pub fn alerts_of(
     layout: &Layout,
     batch: &RecordBatch,
     generator: Option<&MessageTemplate>,
 ) -> Result<Vec<AmAlert>> {
-    let text = |i: usize| text_column(batch.column(i));
-    let state = text(layout.state)?;
-    let alert = text(layout.alert)?;
-    let severity = layout.severity.map(text).transpose()?;
-    let message = layout.message.map(text).transpose()?;
-    let keys = texts(batch, &layout.keys)?;
-    let labels = texts(batch, &layout.labels)?;
-    let annotations = texts(batch, &layout.annotations)?;
-    let since = millis(batch.column(layout.since))?;
-    let event_time = millis(batch.column(layout.event_time))?;
-    let generator = generator.map(|t| t.render(batch)).transpose()?;
-    let generator = generator.as_ref().map(|g| g.as_string::<i32>());
-    let value = |column: &ArrayRef, row: usize| -> Option<String> {
-        let column = column.as_string::<i32>();
-        (column.is_valid(row) && !column.value(row).is_empty())
-            .then(|| column.value(row).to_string())
-    };
+    let texts = Texts::of(layout, batch, generator)?;
+    let state = texts.state.as_string::<i32>();
     let mut out = Vec::new();
     for row in 0..batch.num_rows() {
-        let change = match state.as_string::<i32>().value(row) {
-            "firing" => Change::Firing,
-            "resolved" => Change::Resolved,
+        let resolved = match state.value(row) {
+            "firing" => false,
+            "resolved" => true,
             "pending" => continue,
             other => {
                 return Err(Error::Connector(format!(
@@ -372,64 +355,110 @@ pub fn alerts_of(
                 )));
             }
         };
-        let name = value(&alert, row).unwrap_or_default();
-        let mut identity = vec![name.clone()];
-        let mut all = BTreeMap::from([("alertname".to_string(), name)]);
-        for ((_, key), column) in layout.keys.iter().zip(&keys) {
-            let v = value(column, row);
-            identity.push(format!("{key}={}", v.as_deref().unwrap_or("")));
-            all.extend(v.map(|v| (key.clone(), v)));
-        }
-        all.extend(
-            severity
-                .as_ref()
-                .and_then(|s| value(s, row))
-                .map(|v| ("severity".into(), v)),
-        );
-        put(&mut all, &layout.labels, &labels, row, value);
-        let mut notes = BTreeMap::new();
-        notes.extend(
-            message
-                .as_ref()
-                .and_then(|m| value(m, row))
-                .map(|v| (SUMMARY.into(), v)),
-        );
-        put(&mut notes, &layout.annotations, &annotations, row, value);
+        let (identity, labels) = texts.labels(layout, row);
         out.push(AmAlert {
-            identity: serde_json::to_string(&identity).unwrap_or_default(),
-            labels: all,
-            annotations: notes,
-            starts_at: since[row],
-            ends_at: (change == Change::Resolved).then_some(event_time[row]),
-            generator_url: generator
-                .filter(|g| g.is_valid(row))
-                .map(|g| g.value(row).to_string()),
+            identity,
+            labels,
+            annotations: texts.annotations(layout, row),
+            starts_at: texts.since[row],
+            ends_at: resolved.then_some(texts.event_time[row]),
+            generator_url: texts.generator.as_ref().and_then(|g| text_at(g, row)),
         });
     }
     Ok(out)
 }
 
-/// Sets `names[i]` to row `row` of `columns[i]`, leaving out empty values.
+/// The columns of a batch of alert rows that an alert is made of, as text
+/// (times in epoch milliseconds).
+struct Texts {
+    alert: ArrayRef,
+    state: ArrayRef,
+    severity: Option<ArrayRef>,
+    message: Option<ArrayRef>,
+    keys: Vec<ArrayRef>,
+    labels: Vec<ArrayRef>,
+    annotations: Vec<ArrayRef>,
+    since: Vec<i64>,
+    event_time: Vec<i64>,
+    generator: Option<ArrayRef>,
+}
+
+impl Texts {
+    fn of(
+        layout: &Layout,
+        batch: &RecordBatch,
+        generator: Option<&MessageTemplate>,
+    ) -> Result<Self> {
+        let text = |i: usize| text_column(batch.column(i));
+        let texts =
+            |at: &[(usize, String)]| at.iter().map(|(i, _)| text(*i)).collect::<Result<Vec<_>>>();
+        Ok(Texts {
+            alert: text(layout.alert)?,
+            state: text(layout.state)?,
+            severity: layout.severity.map(text).transpose()?,
+            message: layout.message.map(text).transpose()?,
+            keys: texts(&layout.keys)?,
+            labels: texts(&layout.labels)?,
+            annotations: texts(&layout.annotations)?,
+            since: millis(batch.column(layout.since))?,
+            event_time: millis(batch.column(layout.event_time))?,
+            generator: generator.map(|t| t.render(batch)).transpose()?,
+        })
+    }
+
+    /// The alert's identity (its name and key) and its labels: the name,
+    /// the keys, severity, then `LABELS`.
+    fn labels(&self, layout: &Layout, row: usize) -> (String, BTreeMap<String, String>) {
+        let name = text_at(&self.alert, row).unwrap_or_default();
+        let mut identity = vec![name.clone()];
+        let mut labels = BTreeMap::from([("alertname".to_string(), name)]);
+        for ((_, key), column) in layout.keys.iter().zip(&self.keys) {
+            let value = text_at(column, row);
+            identity.push(format!("{key}={}", value.as_deref().unwrap_or("")));
+            labels.extend(value.map(|v| (key.clone(), v)));
+        }
+        let severity = self.severity.as_ref().and_then(|s| text_at(s, row));
+        labels.extend(severity.map(|v| ("severity".to_string(), v)));
+        put(&mut labels, &layout.labels, &self.labels, row);
+        let identity = serde_json::Value::from(identity).to_string();
+        (identity, labels)
+    }
+
+    /// `summary` (the message), then `ANNOTATIONS`.
+    fn annotations(&self, layout: &Layout, row: usize) -> BTreeMap<String, String> {
+        let mut annotations = BTreeMap::new();
+        let message = self.message.as_ref().and_then(|m| text_at(m, row));
+        annotations.extend(message.map(|v| (SUMMARY.to_string(), v)));
+        put(
+            &mut annotations,
+            &layout.annotations,
+            &self.annotations,
+            row,
+        );
+        annotations
+    }
+}
+
+/// Row `row` of a text column; `None` for NULL and empty text.
+fn text_at(column: &ArrayRef, row: usize) -> Option<String> {
+    let column = column.as_string::<i32>();
+    (column.is_valid(row) && !column.value(row).is_empty()).then(|| column.value(row).to_string())
+}
+
+/// Sets `names[i]` to row `row` of `columns[i]`; an empty value removes
+/// the name, as an empty label is no label in Prometheus.
 fn put(
     into: &mut BTreeMap<String, String>,
     names: &[(usize, String)],
     columns: &[ArrayRef],
     row: usize,
-    value: impl Fn(&ArrayRef, usize) -> Option<String>,
 ) {
     for ((_, name), column) in names.iter().zip(columns) {
-        match value(column, row) {
+        match text_at(column, row) {
             Some(v) => into.insert(name.clone(), v),
             None => into.remove(name),
         };
     }
-}
-
-/// The columns at `at`, as text.
-fn texts(batch: &RecordBatch, at: &[(usize, String)]) -> Result<Vec<ArrayRef>> {
-    at.iter()
-        .map(|(i, _)| text_column(batch.column(*i)))
-        .collect()
 }
 
 /// `column` as UTF-8 text, timestamps as the sinks print them.
@@ -579,6 +608,160 @@ impl Sink for AlertmanagerSink {
         // Sent again at once, then resent: Alertmanager may have let them
         // end while vigil was down.
         self.delivery.send(firing)
+    }
+}
+
+/// The options of `connector = 'alertmanager'`.
+const OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        name: "url",
+        ty: OptionType::Url,
+        default: None,
+        accepted: "an http:// or https:// URL such as 'http://127.0.0.1:9093'",
+        doc: "Alertmanager (required); /api/v2/alerts is added unless the URL ends with it",
+    },
+    OptionSpec {
+        name: "resend",
+        ty: OptionType::Duration,
+        default: Some("1 minute"),
+        accepted: "a duration from 1 second to 24 hours such as '1 minute'",
+        doc: "how often a firing alert is sent again; firing alerts end 4 resends after a send",
+    },
+    OptionSpec {
+        name: "generator_url",
+        ty: OptionType::Text,
+        default: None,
+        accepted: "a URL template with {column} placeholders like MESSAGE",
+        doc: "the alerts' generatorURL",
+    },
+    OptionSpec {
+        name: "retries",
+        ty: OptionType::Count,
+        default: Some("5"),
+        accepted: "an integer from 0 to 100",
+        doc: "attempts after the first for a request that failed transiently",
+    },
+    OptionSpec {
+        name: "backoff",
+        ty: OptionType::Duration,
+        default: Some("200 milliseconds"),
+        accepted: "a duration from 1 millisecond to 30 seconds such as '200 milliseconds'",
+        doc: "wait before the first retry; it doubles with each further one",
+    },
+    OptionSpec {
+        name: "timeout",
+        ty: OptionType::Duration,
+        default: Some("10 seconds"),
+        accepted: "a duration from 1 millisecond to 24 hours such as '5 seconds'",
+        doc: "longest one request may take",
+    },
+    OptionSpec {
+        name: "header_",
+        ty: OptionType::Prefix,
+        default: None,
+        accepted: "a header value (printable ASCII text, no line breaks)",
+        doc: "an extra request header; `_` in the name becomes `-`",
+    },
+];
+
+/// Shortest accepted `resend`.
+pub const MIN_RESEND: Duration = Duration::from_secs(1);
+
+/// Longest accepted `resend`.
+pub const MAX_RESEND: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// `connector = 'alertmanager'` in `CREATE SINK`.
+pub struct AlertmanagerSinkConnector;
+
+impl SinkConnector for AlertmanagerSinkConnector {
+    fn name(&self) -> &'static str {
+        "alertmanager"
+    }
+
+    fn summary(&self) -> &'static str {
+        "alert rows posted to Alertmanager's API v2 as Prometheus posts alerts, resent while firing"
+    }
+
+    fn options(&self) -> &'static [OptionSpec] {
+        OPTIONS
+    }
+
+    fn configure(&self, name: &str, opts: &Options<'_>, _: &Path) -> Result<SinkConfig> {
+        let Some(url) = opts.url("url")? else {
+            return Err(Error::Plan(format!(
+                "sink {name}: connector 'alertmanager' needs a 'url' option, such as 'http://127.0.0.1:9093'"
+            )));
+        };
+        let url = alerts_url(&url).map_err(|_| opts.bad_value("url", &url))?;
+        let bounded = |key: &str, default: Duration, min: Duration, max: Duration| match opts
+            .duration(key)?
+        {
+            None => Ok(default),
+            Some(d) if (min..=max).contains(&d) => Ok(d),
+            Some(_) => Err(opts.bad_value(key, opts.get(key).unwrap_or(""))),
+        };
+        let one_ms = Duration::from_millis(1);
+        let resend = bounded("resend", DEFAULT_RESEND, MIN_RESEND, MAX_RESEND)?;
+        let backoff = bounded(
+            "backoff",
+            webhook::DEFAULT_BACKOFF,
+            one_ms,
+            webhook::MAX_BACKOFF,
+        )?;
+        let timeout = bounded(
+            "timeout",
+            webhook::DEFAULT_TIMEOUT,
+            one_ms,
+            webhook::MAX_TIMEOUT,
+        )?;
+        let retries = match opts.count("retries")? {
+            None => webhook::DEFAULT_RETRIES,
+            Some(n) if n <= u64::from(webhook::MAX_RETRIES) => n as u32,
+            Some(_) => return Err(opts.bad_value("retries", opts.get("retries").unwrap_or(""))),
+        };
+        let generator_url = opts.text("generator_url").map(str::to_string);
+        if let Some(template) = &generator_url {
+            MessageTemplate::parse(template)
+                .map_err(|e| Error::Plan(format!("sink {name}: generator_url: {e}")))?;
+        }
+        let config = AlertmanagerConfig {
+            delivery: WebhookConfig {
+                url,
+                retries,
+                backoff,
+                timeout,
+                headers: webhook::headers(name, opts)?,
+            },
+            resend,
+            generator_url,
+        };
+        Ok(SinkConfig {
+            name: name.to_string(),
+            target: SinkTarget::Connector(Opener(Arc::new(config))),
+            // The payload is always JSON; the format only matters to other sinks.
+            format: OutputFormat::Jsonl,
+            // Alert rows are final rows.
+            append_only: false,
+        })
+    }
+}
+
+impl SinkOpen for AlertmanagerConfig {
+    /// Scheme, host and port only: the rest may hold secrets.
+    fn describe(&self) -> String {
+        match url::Url::parse(&self.delivery.url) {
+            Ok(url) => format!(
+                "alertmanager {}://{}{}",
+                url.scheme(),
+                url.host_str().unwrap_or(""),
+                url.port().map(|p| format!(":{p}")).unwrap_or_default()
+            ),
+            Err(_) => "alertmanager".to_string(),
+        }
+    }
+
+    fn open(&self, name: &str, schema: &SchemaRef) -> Result<Box<dyn Sink>> {
+        Ok(Box::new(AlertmanagerSink::open(name, self, schema)?))
     }
 }
 
@@ -983,5 +1166,73 @@ mod tests {
         restored.finish().unwrap();
         let e = restored.restore(&json!({})).unwrap_err().to_string();
         assert!(e.contains("no firing alerts"), "{e}");
+    }
+
+    fn configure(kv: &[(&str, &str)]) -> Result<SinkConfig> {
+        let mut options = vec![("connector".to_string(), "alertmanager".to_string())];
+        options.extend(kv.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        SinkConfig::from_options("am", &options, Path::new("."))
+    }
+
+    fn settings(kv: &[(&str, &str)]) -> AlertmanagerConfig {
+        let SinkTarget::Connector(open) = configure(kv).unwrap().target else {
+            panic!("not a connector sink")
+        };
+        let any: &dyn std::any::Any = open.0.as_ref();
+        any.downcast_ref::<AlertmanagerConfig>().unwrap().clone()
+    }
+
+    #[test]
+    fn options_and_their_errors() {
+        let c = settings(&[("url", "http://127.0.0.1:9093")]);
+        assert_eq!(c.delivery.url, "http://127.0.0.1:9093/api/v2/alerts");
+        assert_eq!(c.resend, DEFAULT_RESEND);
+        assert_eq!(c.delivery.retries, webhook::DEFAULT_RETRIES);
+        assert_eq!(c.generator_url, None);
+        assert_eq!(c.describe(), "alertmanager http://127.0.0.1:9093");
+        let c = settings(&[
+            ("url", "https://am.example/prefix/"),
+            ("resend", "30 seconds"),
+            ("generator_url", "http://g/{host}"),
+            ("retries", "2"),
+            ("header_authorization", "Bearer x"),
+        ]);
+        assert_eq!(c.delivery.url, "https://am.example/prefix/api/v2/alerts");
+        assert_eq!(c.resend, Duration::from_secs(30));
+        assert_eq!(c.generator_url.as_deref(), Some("http://g/{host}"));
+        assert_eq!(c.delivery.retries, 2);
+        assert_eq!(
+            c.delivery.headers,
+            [("authorization".to_string(), "Bearer x".to_string())]
+        );
+        let err = |kv: &[(&str, &str)]| configure(kv).unwrap_err().to_string();
+        let e = err(&[]);
+        assert!(e.contains("needs a 'url' option"), "{e}");
+        let e = err(&[("url", "ftp://h")]);
+        assert!(e.contains("bad value 'ftp://h' for option 'url'"), "{e}");
+        let e = err(&[("url", "http://h"), ("resend", "500 ms")]);
+        assert!(
+            e.contains("option 'resend'") && e.contains("1 second"),
+            "{e}"
+        );
+        let e = err(&[("url", "http://h"), ("generator_url", "http://g/{host")]);
+        assert!(
+            e.contains("generator_url") && e.contains("without its '}'"),
+            "{e}"
+        );
+        let e = err(&[("url", "http://h"), ("path", "x")]);
+        assert!(e.contains("unknown option 'path'"), "{e}");
+    }
+
+    #[test]
+    fn a_generator_url_must_read_columns_the_rows_have() {
+        let rows = alert_rows(&["firing"], &[Some("a")], &[None]);
+        let mut config = config("http://127.0.0.1:1", DEFAULT_RESEND);
+        config.generator_url = Some("http://g/{hostname}".into());
+        let e = AlertmanagerSink::open("am", &config, &rows.schema())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("generator_url reads '{hostname}'"), "{e}");
     }
 }
