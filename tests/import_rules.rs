@@ -30,11 +30,28 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// The sample's translation, one file per group, in `dir`.
+/// The connector the translation's stream declaration names: the
+/// `remote_write` source where this build has it, else `push` (the same
+/// columns, fed by a program), so that the rest of the SQL checks either way.
+fn connector() -> &'static str {
+    match vigil::connectors::registry::source("remote_write") {
+        Some(_) => "remote_write",
+        None => "push",
+    }
+}
+
+/// The sample's translation, one file per group, in `dir/sql`.
 fn translate_sample(dir: &Path) -> Vec<PathBuf> {
     let out = vigil(
         dir,
-        &["import-rules", sample_rules().to_str().unwrap(), "--out", "sql"],
+        &[
+            "import-rules",
+            sample_rules().to_str().unwrap(),
+            "--out",
+            "sql",
+            "--connector",
+            connector(),
+        ],
     );
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "import-rules failed: {stderr}");
@@ -60,11 +77,17 @@ fn sample_translation_is_checked_in_and_checks_clean() {
         let checked_in = repo()
             .join("queries/prometheus")
             .join(file.file_name().unwrap());
+        let checked_in = std::fs::read_to_string(&checked_in)
+            .unwrap_or_default()
+            .replace(
+                "connector = 'remote_write'",
+                &format!("connector = '{}'", connector()),
+            );
         assert_eq!(
             std::fs::read_to_string(file).unwrap(),
-            std::fs::read_to_string(&checked_in).unwrap_or_default(),
+            checked_in,
             "{} differs from the translation; regenerate it with `vigil import-rules queries/prometheus/node-rules.yml --out queries/prometheus`",
-            checked_in.display()
+            file.display()
         );
         let out = vigil(dir.path(), &["check", file.to_str().unwrap()]);
         assert!(
@@ -75,10 +98,18 @@ fn sample_translation_is_checked_in_and_checks_clean() {
         );
     }
     // The same SQL on stdout, the stream declared once.
-    let out = vigil(dir.path(), &["import-rules", sample_rules().to_str().unwrap()]);
+    let out = vigil(
+        dir.path(),
+        &["import-rules", sample_rules().to_str().unwrap()],
+    );
     let stdout = text(&out.stdout);
     assert!(out.status.success());
-    assert_eq!(stdout.matches("CREATE OR REPLACE STREAM prom_samples").count(), 1);
+    assert_eq!(
+        stdout
+            .matches("CREATE OR REPLACE STREAM prom_samples")
+            .count(),
+        1
+    );
     assert_eq!(stdout.matches("CREATE OR REPLACE ALERT").count(), 4);
     assert_eq!(stdout.matches("CREATE OR REPLACE VIEW").count(), 1);
 }
@@ -106,27 +137,54 @@ groups:
           summary: "{{ $labels.instance }} down"
 "#;
     std::fs::write(dir.path().join("rules.yml"), rules).unwrap();
-    let out = vigil(dir.path(), &["import-rules", "rules.yml", "--stream", "samples"]);
+    let out = vigil(
+        dir.path(),
+        &["import-rules", "rules.yml", "--stream", "samples"],
+    );
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     for (line, rule, reason) in [
-        (5, "HostDiskWillFillIn24Hours", "function predict_linear() is not supported"),
-        (7, "NodeExporterAbsent", "function absent() is not supported"),
-        (9, "ReadOnlyDiskFull", "set operator `and` between two vectors is not supported"),
-        (11, "LoadVsLastWeek", "`offset` (in `node_load1 offset 1w`) is not supported"),
+        (
+            5,
+            "HostDiskWillFillIn24Hours",
+            "function predict_linear() is not supported",
+        ),
+        (
+            7,
+            "NodeExporterAbsent",
+            "function absent() is not supported",
+        ),
+        (
+            9,
+            "ReadOnlyDiskFull",
+            "set operator `and` between two vectors is not supported",
+        ),
+        (
+            11,
+            "LoadVsLastWeek",
+            "`offset` (in `node_load1 offset 1w`) is not supported",
+        ),
         (13, "Slow", "function histogram_quantile() is not supported"),
     ] {
-        let expected = format!("rules.yml:{line}: group mixed, rule {rule}: not translated: {reason}");
+        let expected =
+            format!("rules.yml:{line}: group mixed, rule {rule}: not translated: {reason}");
         assert!(stderr.contains(&expected), "no `{expected}` in:\n{stderr}");
         assert!(!stdout.contains(rule), "{rule} was emitted:\n{stdout}");
     }
     assert!(stderr.contains("1 of 6 rules translated"), "{stderr}");
     // The rule that translates is there, over the named stream, undeclared.
-    assert!(stdout.contains("CREATE OR REPLACE ALERT \"Down\""), "{stdout}");
+    assert!(
+        stdout.contains("CREATE OR REPLACE ALERT \"Down\""),
+        "{stdout}"
+    );
     assert!(stdout.contains("FROM HOP(samples, ts"), "{stdout}");
     assert!(!stdout.contains("CREATE OR REPLACE STREAM"), "{stdout}");
     // A file that is not a rule file is one error.
-    std::fs::write(dir.path().join("bad.yml"), "groups: [{name: g, rules: [{alert: A}]}]").unwrap();
+    std::fs::write(
+        dir.path().join("bad.yml"),
+        "groups: [{name: g, rules: [{alert: A}]}]",
+    )
+    .unwrap();
     let out = vigil(dir.path(), &["import-rules", "bad.yml"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("error: bad.yml: group 'g': rule 1: no `expr:`"));
@@ -223,23 +281,43 @@ const SERIES: &[Series] = &[
     // cpu 1's counter resets at 19m.
     Series {
         name: "node_cpu_seconds_total",
-        labels: &[("job", "node"), ("instance", "a:9100"), ("cpu", "0"), ("mode", "idle")],
+        labels: &[
+            ("job", "node"),
+            ("instance", "a:9100"),
+            ("cpu", "0"),
+            ("mode", "idle"),
+        ],
         values: "0+60x10 606+6x15 702+60x9",
     },
     Series {
         name: "node_cpu_seconds_total",
-        labels: &[("job", "node"), ("instance", "a:9100"), ("cpu", "1"), ("mode", "idle")],
+        labels: &[
+            ("job", "node"),
+            ("instance", "a:9100"),
+            ("cpu", "1"),
+            ("mode", "idle"),
+        ],
         values: "0+60x10 606+6x7 0+6x7 48+60x9",
     },
     // Busy time of a, and b idle all along: not idle mode, so not read.
     Series {
         name: "node_cpu_seconds_total",
-        labels: &[("job", "node"), ("instance", "a:9100"), ("cpu", "0"), ("mode", "user")],
+        labels: &[
+            ("job", "node"),
+            ("instance", "a:9100"),
+            ("cpu", "0"),
+            ("mode", "user"),
+        ],
         values: "0+1x10 10+54x15 820+1x9",
     },
     Series {
         name: "node_cpu_seconds_total",
-        labels: &[("job", "node"), ("instance", "b:9100"), ("cpu", "0"), ("mode", "idle")],
+        labels: &[
+            ("job", "node"),
+            ("instance", "b:9100"),
+            ("cpu", "0"),
+            ("mode", "idle"),
+        ],
         values: "0+60x36",
     },
 ];
@@ -255,17 +333,23 @@ const LAST_MINUTE: i64 = 34;
 fn rules_without_annotations() -> String {
     let text = std::fs::read_to_string(sample_rules()).unwrap();
     let mut doc = YamlLoader::load_from_str(&text).unwrap().remove(0);
-    let Yaml::Hash(root) = &mut doc else { panic!("a mapping") };
+    let Yaml::Hash(root) = &mut doc else {
+        panic!("a mapping")
+    };
     let Some(Yaml::Array(groups)) = root.get_mut(&Yaml::String("groups".into())) else {
         panic!("groups")
     };
     for group in groups {
-        let Yaml::Hash(group) = group else { panic!("a group") };
+        let Yaml::Hash(group) = group else {
+            panic!("a group")
+        };
         let Some(Yaml::Array(rules)) = group.get_mut(&Yaml::String("rules".into())) else {
             continue;
         };
         for rule in rules {
-            let Yaml::Hash(rule) = rule else { panic!("a rule") };
+            let Yaml::Hash(rule) = rule else {
+                panic!("a rule")
+            };
             rule.remove(&Yaml::String("annotations".into()));
         }
     }
@@ -294,10 +378,13 @@ fn vigil_firing(dir: &Path) -> Firing {
     std::fs::write(dir.join("samples.jsonl"), rows.join("\n") + "\n").unwrap();
     // Swap the remote-write source for the file of rows, as a user would.
     let sql = std::fs::read_to_string(alerts).unwrap().replace(
-        "WITH (connector = 'remote_write')",
+        &format!("WITH (connector = '{}')", connector()),
         "WITH (path = 'samples.jsonl', format = 'jsonl')",
     );
-    assert!(sql.contains("samples.jsonl"), "no stream declaration to swap:\n{sql}");
+    assert!(
+        sql.contains("samples.jsonl"),
+        "no stream declaration to swap:\n{sql}"
+    );
     std::fs::write(dir.join("alerts.sql"), sql).unwrap();
     let out = vigil(dir, &["run", "alerts.sql", "--format", "jsonl"]);
     let stdout = text(&out.stdout);
@@ -311,7 +398,11 @@ fn vigil_firing(dir: &Path) -> Firing {
             continue;
         };
         let at = event_ms(&row["event_time"]);
-        assert_eq!(at.rem_euclid(60_000), 1, "not an evaluation time + 1 ms: {line}");
+        assert_eq!(
+            at.rem_euclid(60_000),
+            1,
+            "not an evaluation time + 1 ms: {line}"
+        );
         let key = (
             row["job"].as_str().unwrap().to_string(),
             row["instance"].as_str().unwrap().to_string(),
@@ -344,9 +435,10 @@ fn event_ms(value: &serde_json::Value) -> i64 {
         return n;
     }
     let s = value.as_str().expect("a timestamp");
-    let parsed = chrono::NaiveDateTime::parse_from_str(s.trim_end_matches('Z'), "%Y-%m-%dT%H:%M:%S%.f")
-        .or_else(|_| chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.f"))
-        .unwrap_or_else(|e| panic!("timestamp {s}: {e}"));
+    let parsed =
+        chrono::NaiveDateTime::parse_from_str(s.trim_end_matches('Z'), "%Y-%m-%dT%H:%M:%S%.f")
+            .or_else(|_| chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.f"))
+            .unwrap_or_else(|e| panic!("timestamp {s}: {e}"));
     parsed.and_utc().timestamp_millis()
 }
 
@@ -406,7 +498,10 @@ fn two_translated_alerts_fire_when_prometheus_fires() {
             .map(|(m, _)| *m)
             .collect();
         assert!(!fired.is_empty(), "{alert} never fired: {firing:?}");
-        assert!(fired.last() < Some(&LAST_MINUTE), "{alert} never resolved: {fired:?}");
+        assert!(
+            fired.last() < Some(&LAST_MINUTE),
+            "{alert} never resolved: {fired:?}"
+        );
         assert!(
             minutes.values().flatten().all(|(_, i)| i == "a:9100"),
             "{alert}: {minutes:?}"

@@ -152,8 +152,12 @@ impl Accumulator for CounterAccumulator {
         let (times, values) = (states[0].as_list::<i32>(), states[1].as_list::<i32>());
         for (t, v) in times.iter().zip(values.iter()) {
             let (Some(t), Some(v)) = (t, v) else { continue };
-            let (t, v) = (t.as_primitive::<Int64Type>(), v.as_primitive::<Float64Type>());
-            self.samples.extend(t.values().iter().copied().zip(v.values().iter().copied()));
+            let (t, v) = (
+                t.as_primitive::<Int64Type>(),
+                v.as_primitive::<Float64Type>(),
+            );
+            self.samples
+                .extend(t.values().iter().copied().zip(v.values().iter().copied()));
         }
         Ok(())
     }
@@ -207,9 +211,8 @@ mod tests {
         let times: ArrayRef = Arc::new(TimestampMillisecondArray::from_iter_values(
             samples.iter().map(|s| s.0),
         ));
-        let values: ArrayRef = Arc::new(Float64Array::from_iter_values(
-            samples.iter().map(|s| s.1),
-        ));
+        let values: ArrayRef =
+            Arc::new(Float64Array::from_iter_values(samples.iter().map(|s| s.1)));
         acc.update_batch(&[times, values]).unwrap();
         acc
     }

