@@ -22,7 +22,9 @@
 //! # Delivery
 //!
 //! [`Sink::write`] only renders the body; a dedicated delivery thread sends
-//! it. The two are joined by a bounded queue, so batches go out one at a time
+//! it. (The Alertmanager sink shares this thread, queue and retry policy
+//! through [`DeliveryThread`] and [`Schedule`], rendering its bodies on the
+//! thread and resending on a timer.) The two are joined by a bounded queue, so batches go out one at a time
 //! in the order they were written, and the query never waits on the network
 //! unless the endpoint falls [`QUEUE_CAPACITY`] batches behind: then `write`
 //! waits, and a slow endpoint slows the query the way a slow disk would,
@@ -43,8 +45,8 @@
 //!   `event_time`, as rows from a `CREATE ALERT` do) is keyed by what
 //!   identifies each state change: for every row, its alert name, state,
 //!   event time and the other columns (the alert's key, and the values
-//!   that fixed it), leaving out `since`, `severity` and `message`, which
-//!   follow from the change. The same change gets the same key in any run
+//!   that fixed it), leaving out `since`, `severity`, `message` and the
+//!   `LABELS` and `ANNOTATIONS` columns, which follow from the change. The same change gets the same key in any run
 //!   and from any sink, however many times it is computed again.
 //! - Any other batch is keyed by the sink's name, its number among the
 //!   sink's non-empty batches (1, 2, ...) and its body. The number is what
@@ -72,19 +74,24 @@
 //! delivery goes on with the next batch. Giving up never fails the run, since
 //! an unreachable receiver must not stop the queries feeding other sinks.
 
-use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use datafusion::arrow::datatypes::Schema;
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::json::writer::{JsonArray, LineDelimited};
 use datafusion::arrow::record_batch::RecordBatch;
 use ureq::http::{HeaderName, HeaderValue};
 
+use super::file::APPEND_ONLY;
 use super::options::Options;
+use super::registry::{Opener, OptionSpec, OptionType, SinkConnector, SinkOpen};
 use super::sink::{Sink, SinkCommit, write_json_rows};
 use super::{OutputFormat, SinkConfig, SinkTarget};
 use crate::error::{Error, Result};
+use crate::plan::columns::Role;
 
 /// Retries after the first attempt when `retries` is not given.
 pub const DEFAULT_RETRIES: u32 = 5;
@@ -110,16 +117,43 @@ pub const QUEUE_CAPACITY: usize = 16;
 /// Option keys starting with this add a request header.
 const HEADER_PREFIX: &str = "header_";
 
-/// Keys a webhook sink accepts. `header_<name>` is listed for the error
-/// message only: header keys are taken out before the others are checked.
-const WEBHOOK_KEYS: &[&str] = &[
-    "connector",
-    "url",
-    "retries",
-    "backoff",
-    "timeout",
-    "append_only",
-    "header_<name>",
+const OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        name: "url",
+        ty: OptionType::Url,
+        default: None,
+        accepted: "an http:// or https:// URL such as 'http://127.0.0.1:9093/hook'",
+        doc: "the endpoint (required)",
+    },
+    OptionSpec {
+        name: "retries",
+        ty: OptionType::Count,
+        default: Some("5"),
+        accepted: "an integer from 0 to 100",
+        doc: "attempts after the first for a batch that failed transiently",
+    },
+    OptionSpec {
+        name: "backoff",
+        ty: OptionType::Duration,
+        default: Some("200 milliseconds"),
+        accepted: "a duration from 1 millisecond to 30 seconds such as '200 milliseconds'",
+        doc: "wait before the first retry; it doubles with each further one",
+    },
+    OptionSpec {
+        name: "timeout",
+        ty: OptionType::Duration,
+        default: Some("10 seconds"),
+        accepted: "a duration from 1 millisecond to 24 hours such as '5 seconds'",
+        doc: "longest one request may take",
+    },
+    APPEND_ONLY,
+    OptionSpec {
+        name: HEADER_PREFIX,
+        ty: OptionType::Prefix,
+        default: None,
+        accepted: "a header value (printable ASCII text, no line breaks)",
+        doc: "an extra request header; `_` in the name becomes `-`",
+    },
 ];
 
 /// Headers the HTTP client sets itself from the body and the URL; one set by
@@ -148,65 +182,61 @@ pub struct WebhookConfig {
     pub headers: Vec<(String, String)>,
 }
 
-/// Builds the configuration of a `connector = 'webhook'` sink from its
-/// `WITH` options; errors name the sink, the option and the bad value.
-pub(super) fn sink_config(name: &str, options: &[(String, String)]) -> Result<SinkConfig> {
-    let what = format!("sink {name}");
-    let (header_options, others): (Vec<_>, Vec<_>) = options
-        .iter()
-        .cloned()
-        .partition(|(key, _)| key.starts_with(HEADER_PREFIX));
-    let opts = Options::new(what.clone(), &others, WEBHOOK_KEYS)?;
+/// `connector = 'webhook'` in `CREATE SINK`.
+pub struct WebhookSinkConnector;
 
-    let url = match opts.get("url") {
-        Some(v) => parse_url(v).map_err(|why| {
-            Error::Plan(format!(
-                "{what}: bad value '{v}' for option 'url' ({why}; accepted: an http:// or \
-                 https:// URL such as 'http://127.0.0.1:9093/hook')"
-            ))
-        })?,
-        None => {
+impl SinkConnector for WebhookSinkConnector {
+    fn name(&self) -> &'static str {
+        "webhook"
+    }
+    fn summary(&self) -> &'static str {
+        "each batch POSTed as a JSON array, retried with back-off, with idempotency keys"
+    }
+    fn options(&self) -> &'static [OptionSpec] {
+        OPTIONS
+    }
+    fn configure(&self, name: &str, opts: &Options<'_>, _: &Path) -> Result<SinkConfig> {
+        let Some(url) = opts.url("url")? else {
             return Err(Error::Plan(format!(
-                "{what}: connector 'webhook' needs a 'url' option"
+                "sink {name}: connector 'webhook' needs a 'url' option"
             )));
-        }
-    };
-    let retries = match opts.get("retries") {
-        None => DEFAULT_RETRIES,
-        Some(v) => match v.trim().parse::<u32>() {
-            Ok(n) if n <= MAX_RETRIES => n,
-            _ => {
-                return Err(opts.bad_value(
-                    "retries",
-                    v,
-                    &format!("an integer from 0 to {MAX_RETRIES}"),
-                ));
-            }
-        },
-    };
-    let duration = |key: &str, default: Duration, max: Duration, example: &str| {
-        let Some(v) = opts.get(key) else {
-            return Ok(default);
         };
-        parse_duration(v).filter(|d| *d <= max).ok_or_else(|| {
-            opts.bad_value(
-                key,
-                v,
-                &format!(
-                    "a duration from 1 millisecond to {} such as '{example}'",
-                    describe(max)
-                ),
-            )
+        let retries = match opts.count("retries")? {
+            None => DEFAULT_RETRIES,
+            Some(n) if n <= u64::from(MAX_RETRIES) => n as u32,
+            Some(_) => return Err(opts.bad_value("retries", opts.get("retries").unwrap_or(""))),
+        };
+        let duration = |key: &str, default: Duration, max: Duration| match opts.duration(key)? {
+            None => Ok(default),
+            Some(d) if d <= max => Ok(d),
+            Some(_) => Err(opts.bad_value(key, opts.get(key).unwrap_or(""))),
+        };
+        let backoff = duration("backoff", DEFAULT_BACKOFF, MAX_BACKOFF)?;
+        let timeout = duration("timeout", DEFAULT_TIMEOUT, MAX_TIMEOUT)?;
+        let headers = headers(name, opts)?;
+        Ok(SinkConfig {
+            name: name.to_string(),
+            target: SinkTarget::Connector(Opener(Arc::new(WebhookConfig {
+                url,
+                retries,
+                backoff,
+                timeout,
+                headers,
+            }))),
+            // The payload is always JSON; the format only matters to other sinks.
+            format: OutputFormat::Jsonl,
+            append_only: opts.flag("append_only")?,
         })
-    };
-    let backoff = duration("backoff", DEFAULT_BACKOFF, MAX_BACKOFF, "200 milliseconds")?;
-    let timeout = duration("timeout", DEFAULT_TIMEOUT, MAX_TIMEOUT, "5 seconds")?;
-    let append_only = opts.flag("append_only")?;
+    }
+}
 
-    let mut headers: Vec<(String, String)> = Vec::with_capacity(header_options.len());
-    for (key, value) in &header_options {
-        let header = key[HEADER_PREFIX.len()..].replace('_', "-");
-        let bad = |why: &str| Error::Plan(format!("{what}: option '{key}': {why}"));
+/// The `header_<name>` options as (lower-case name, value).
+pub(super) fn headers(name: &str, opts: &Options<'_>) -> Result<Vec<(String, String)>> {
+    let mut headers: Vec<(String, String)> = Vec::new();
+    for (rest, value) in opts.prefixed(HEADER_PREFIX) {
+        let key = format!("{HEADER_PREFIX}{rest}");
+        let header = rest.replace('_', "-");
+        let bad = |why: &str| Error::Plan(format!("sink {name}: option '{key}': {why}"));
         if HeaderName::from_bytes(header.as_bytes()).is_err() {
             return Err(bad(&format!("'{header}' is not a valid header name")));
         }
@@ -222,65 +252,28 @@ pub(super) fn sink_config(name: &str, options: &[(String, String)]) -> Result<Si
         if headers.iter().any(|(h, _)| *h == header) {
             return Err(bad(&format!("header '{header}' is given more than once")));
         }
-        headers.push((header, value.clone()));
+        headers.push((header, value.to_string()));
     }
-
-    Ok(SinkConfig {
-        name: name.to_string(),
-        target: SinkTarget::Webhook(WebhookConfig {
-            url,
-            retries,
-            backoff,
-            timeout,
-            headers,
-        }),
-        // The payload is always JSON; the format only matters to other sinks.
-        format: OutputFormat::Jsonl,
-        append_only,
-    })
+    Ok(headers)
 }
 
-/// Checks that `text` is an absolute http(s) URL with a host; returns it
-/// normalised, or why not.
-fn parse_url(text: &str) -> std::result::Result<String, String> {
-    let url = url::Url::parse(text.trim()).map_err(|e| e.to_string())?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!("scheme '{}' is not http or https", url.scheme()));
+impl SinkOpen for WebhookConfig {
+    /// Only scheme, host and path: the query string or credentials may
+    /// hold secrets.
+    fn describe(&self) -> String {
+        match url::Url::parse(&self.url) {
+            Ok(url) => format!(
+                "webhook {}://{}{}",
+                url.scheme(),
+                url.host_str().unwrap_or(""),
+                url.path()
+            ),
+            Err(_) => "webhook".to_string(),
+        }
     }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err("it has no host".to_string());
-    }
-    Ok(url.to_string())
-}
 
-/// Parses a duration written as a number and a unit: `ms`, `millisecond(s)`,
-/// `s`, `sec(s)`, `second(s)`, `min(s)`, `minute(s)`, with or without a space
-/// (`'200 milliseconds'`, `'1.5s'`). Rounded to whole milliseconds; `None`
-/// unless at least one millisecond.
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().ok()?;
-    let unit_ms = match unit.trim().to_ascii_lowercase().as_str() {
-        "ms" | "millisecond" | "milliseconds" => 1.0,
-        "s" | "sec" | "secs" | "second" | "seconds" => 1_000.0,
-        "min" | "mins" | "minute" | "minutes" => 60_000.0,
-        _ => return None,
-    };
-    let ms = (value * unit_ms).round();
-    // The upper bound keeps the cast exact; callers apply tighter ones.
-    (ms.is_finite() && (1.0..=1e12).contains(&ms)).then(|| Duration::from_millis(ms as u64))
-}
-
-/// A bound for an error message: `30 seconds`, `24 hours`.
-fn describe(d: Duration) -> String {
-    match d.as_secs() {
-        s if s >= 3600 && s % 3600 == 0 => format!("{} hours", s / 3600),
-        s if s >= 60 && s % 60 == 0 => format!("{} minutes", s / 60),
-        s => format!("{s} seconds"),
+    fn open(&self, name: &str, _schema: &SchemaRef) -> Result<Box<dyn Sink>> {
+        Ok(Box::new(WebhookSink::open(name, self)?))
     }
 }
 
@@ -438,19 +431,55 @@ impl Client {
     }
 }
 
-/// A rendered batch on its way to the delivery thread.
-struct Batch {
-    body: Vec<u8>,
-    rows: usize,
+/// A rendered batch, as the delivery thread posts it.
+pub(super) struct Batch {
+    /// The request body.
+    pub(super) body: Vec<u8>,
+    /// Rows in it, for messages.
+    pub(super) rows: usize,
     /// Its `Idempotency-Key`.
-    key: String,
+    pub(super) key: String,
 }
 
 /// What the delivery thread is given, in order.
-enum Delivery {
-    Batch(Batch),
-    /// Answered once every batch before it is dealt with.
+enum Delivery<T> {
+    Item(T),
+    /// Answered once every item before it is dealt with.
     Flush(SyncSender<()>),
+}
+
+/// What a delivery thread posts, and when: a sink whose bodies depend on
+/// the wall-clock time they are sent at, or that sends again on a schedule
+/// (the Alertmanager sink), implements it; the webhook posts each batch as
+/// written ([`AsWritten`]). Its methods run on the delivery thread.
+pub(super) trait Schedule: Send + 'static {
+    /// What the sink queues for the thread.
+    type Item: Send + 'static;
+    /// The batches to post for `item`, now.
+    fn on_item(&mut self, item: Self::Item) -> Vec<Batch>;
+    /// When [`due`](Self::due) wants calling next, if ever.
+    fn next_due(&self) -> Option<Instant>;
+    /// The batches to post now that the time `next_due` gave has come.
+    fn due(&mut self) -> Vec<Batch>;
+}
+
+/// The webhook's schedule: each batch once, as written.
+struct AsWritten;
+
+impl Schedule for AsWritten {
+    type Item = Batch;
+
+    fn on_item(&mut self, batch: Batch) -> Vec<Batch> {
+        vec![batch]
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        None
+    }
+
+    fn due(&mut self) -> Vec<Batch> {
+        Vec::new()
+    }
 }
 
 /// Columns that make a row an alert's state change.
@@ -471,6 +500,7 @@ fn alert_identity(schema: &Schema) -> Option<Vec<usize>> {
         .iter()
         .enumerate()
         .filter(|(_, f)| !ALERT_DERIVED.contains(&f.name().as_str()))
+        .filter(|(_, f)| !matches!(Role::of(f), Some(Role::Label | Role::Annotation)))
         .map(|(i, _)| i)
         .collect();
     Some(columns)
@@ -509,50 +539,156 @@ pub struct DeliveryStats {
     pub retried: u64,
 }
 
-/// Delivers every batch from `queue`, in order, until the queue closes.
-fn run_delivery(name: &str, config: &WebhookConfig, queue: Receiver<Delivery>) -> DeliveryStats {
+/// Delivers what `schedule` makes of every item from `queue`, in order,
+/// and what it has due in between, until the queue closes.
+fn run_delivery<S: Schedule>(
+    name: &str,
+    config: &WebhookConfig,
+    queue: Receiver<Delivery<S::Item>>,
+    mut schedule: S,
+) -> DeliveryStats {
     let client = Client::new(config);
     let mut stats = DeliveryStats::default();
-    for delivery in queue {
-        let batch = match delivery {
-            Delivery::Batch(batch) => batch,
-            Delivery::Flush(done) => {
+    loop {
+        let next = match schedule.next_due() {
+            // Checked before waiting, so that a busy queue cannot starve it.
+            Some(at) if at <= Instant::now() => Err(RecvTimeoutError::Timeout),
+            Some(at) => queue.recv_timeout(at.saturating_duration_since(Instant::now())),
+            None => queue.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        let batches = match next {
+            Ok(Delivery::Item(item)) => schedule.on_item(item),
+            Ok(Delivery::Flush(done)) => {
                 let _ = done.send(());
                 continue;
             }
+            Err(RecvTimeoutError::Timeout) => schedule.due(),
+            Err(RecvTimeoutError::Disconnected) => break,
         };
-        let outcome = deliver(
-            config.retries,
-            config.backoff,
-            || client.post(&batch.body, &batch.key),
-            std::thread::sleep,
-        );
-        stats.retried += u64::from(outcome.attempts - 1);
-        match outcome.error {
-            None => stats.delivered += 1,
-            Some(why) => {
-                stats.failed += 1;
-                let attempts = match outcome.attempts {
-                    1 => "1 attempt".to_string(),
-                    n => format!("{n} attempts"),
-                };
-                eprintln!(
-                    "vigil: sink {name}: gave up on a batch of {} rows after {attempts}: {why}",
-                    batch.rows
-                );
-            }
+        for batch in batches {
+            post_batch(name, config, &client, &batch, &mut stats);
         }
     }
     stats
+}
+
+/// Delivers one batch with retries, counting it in `stats`.
+fn post_batch(
+    name: &str,
+    config: &WebhookConfig,
+    client: &Client,
+    batch: &Batch,
+    stats: &mut DeliveryStats,
+) {
+    let outcome = deliver(
+        config.retries,
+        config.backoff,
+        || client.post(&batch.body, &batch.key),
+        std::thread::sleep,
+    );
+    stats.retried += u64::from(outcome.attempts - 1);
+    match outcome.error {
+        None => stats.delivered += 1,
+        Some(why) => {
+            stats.failed += 1;
+            let attempts = match outcome.attempts {
+                1 => "1 attempt".to_string(),
+                n => format!("{n} attempts"),
+            };
+            eprintln!(
+                "vigil: sink {name}: gave up on a batch of {} rows after {attempts}: {why}",
+                batch.rows
+            );
+        }
+    }
+}
+
+/// A sink's delivery thread and the queue to it: see the [module
+/// docs](self) for its order, back-pressure, retries and summary line.
+pub(super) struct DeliveryThread<T> {
+    name: String,
+    /// Closed (`None`) by `close`, which ends the thread.
+    queue: Option<SyncSender<Delivery<T>>>,
+    worker: Option<JoinHandle<DeliveryStats>>,
+}
+
+impl<T: Send + 'static> DeliveryThread<T> {
+    /// Starts the thread for sink `name`, posting to `config.url` what
+    /// `schedule` makes of the items sent to it. If it is dropped without
+    /// [`close`](Self::close) (the run failed), the thread still works
+    /// through what was queued but nobody waits for it.
+    pub(super) fn start<S: Schedule<Item = T>>(
+        name: &str,
+        config: &WebhookConfig,
+        schedule: S,
+    ) -> Result<Self> {
+        let (tx, rx) = mpsc::sync_channel(QUEUE_CAPACITY);
+        let (thread_name, config) = (name.to_string(), config.clone());
+        let worker = std::thread::Builder::new()
+            .name(format!("webhook-{name}"))
+            .spawn(move || run_delivery(&thread_name, &config, rx, schedule))
+            .map_err(|e| Error::io(format!("sink {name}: cannot start delivery"), e))?;
+        Ok(Self {
+            name: name.to_string(),
+            queue: Some(tx),
+            worker: Some(worker),
+        })
+    }
+
+    /// Queues `item`, waiting while the queue is full.
+    pub(super) fn send(&self, item: T) -> Result<()> {
+        self.queue()?
+            .send(Delivery::Item(item))
+            .map_err(|_| self.thread_failed())
+    }
+
+    /// Waits until everything queued before has been dealt with.
+    pub(super) fn flush(&self) -> Result<()> {
+        let (done, flushed) = mpsc::sync_channel(1);
+        self.queue()?
+            .send(Delivery::Flush(done))
+            .map_err(|_| self.thread_failed())?;
+        flushed.recv().map_err(|_| self.thread_failed())
+    }
+
+    /// The queue, or the error for a sink written after `finish`.
+    fn queue(&self) -> Result<&SyncSender<Delivery<T>>> {
+        self.queue.as_ref().ok_or_else(|| {
+            Error::Connector(format!("sink {}: written after it was finished", self.name))
+        })
+    }
+
+    fn thread_failed(&self) -> Error {
+        Error::Connector(format!("sink {}: the delivery thread failed", self.name))
+    }
+
+    /// Closes the queue and waits for the thread to finish it; returns
+    /// what it counted, or `None` if this was done before.
+    pub(super) fn close(&mut self) -> Result<Option<DeliveryStats>> {
+        drop(self.queue.take());
+        let Some(worker) = self.worker.take() else {
+            return Ok(None);
+        };
+        worker.join().map(Some).map_err(|_| self.thread_failed())
+    }
+
+    /// [`close`](Self::close), then the summary line on stderr.
+    pub(super) fn finish(&mut self) -> Result<()> {
+        if let Some(stats) = self.close()? {
+            eprintln!(
+                "vigil: sink {}: delivered={} failed={} retried={}",
+                self.name, stats.delivered, stats.failed, stats.retried
+            );
+        }
+        Ok(())
+    }
 }
 
 /// A sink that POSTs each batch as a JSON array; see the [module
 /// docs](self).
 pub struct WebhookSink {
     name: String,
-    /// Closed (`None`) by `finish`, which ends the delivery thread.
-    queue: Option<SyncSender<Delivery>>,
-    worker: Option<JoinHandle<DeliveryStats>>,
+    delivery: DeliveryThread<Batch>,
     /// Non-empty batches written (restored by a restore), numbering them
     /// for their idempotency keys.
     batches: u64,
@@ -563,41 +699,17 @@ impl WebhookSink {
     /// without [`finish`](Sink::finish) (the run failed), the thread still
     /// works through what was queued but nobody waits for it.
     pub fn open(name: &str, config: &WebhookConfig) -> Result<WebhookSink> {
-        let (tx, rx) = mpsc::sync_channel(QUEUE_CAPACITY);
-        let (thread_name, config) = (name.to_string(), config.clone());
-        let worker = std::thread::Builder::new()
-            .name(format!("webhook-{name}"))
-            .spawn(move || run_delivery(&thread_name, &config, rx))
-            .map_err(|e| Error::io(format!("sink {name}: cannot start delivery"), e))?;
         Ok(WebhookSink {
             name: name.to_string(),
-            queue: Some(tx),
-            worker: Some(worker),
+            delivery: DeliveryThread::start(name, config, AsWritten)?,
             batches: 0,
         })
-    }
-
-    /// The queue, or the error for a sink written after `finish`.
-    fn queue(&self) -> Result<&SyncSender<Delivery>> {
-        self.queue.as_ref().ok_or_else(|| {
-            Error::Connector(format!("sink {}: written after it was finished", self.name))
-        })
-    }
-
-    fn thread_failed(&self) -> Error {
-        Error::Connector(format!("sink {}: the delivery thread failed", self.name))
     }
 
     /// Closes the queue and waits for the delivery thread to finish it;
     /// returns what it counted, or `None` if this was done before.
     pub fn close(&mut self) -> Result<Option<DeliveryStats>> {
-        drop(self.queue.take());
-        let Some(worker) = self.worker.take() else {
-            return Ok(None);
-        };
-        worker.join().map(Some).map_err(|_| {
-            Error::Connector(format!("sink {}: the delivery thread failed", self.name))
-        })
+        self.delivery.close()
     }
 }
 
@@ -606,7 +718,7 @@ impl Sink for WebhookSink {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        let queue = self.queue()?;
+        self.delivery.queue()?;
         let body = write_json_rows::<JsonArray>(batch, Vec::new())?;
         let key = idempotency_key(&self.name, self.batches + 1, batch, &body)?;
         let batch = Batch {
@@ -614,19 +726,13 @@ impl Sink for WebhookSink {
             rows: batch.num_rows(),
             key,
         };
-        queue
-            .send(Delivery::Batch(batch))
-            .map_err(|_| self.thread_failed())?;
+        self.delivery.send(batch)?;
         self.batches += 1;
         Ok(())
     }
 
     fn checkpoint(&mut self) -> Result<Option<SinkCommit>> {
-        let (done, flushed) = mpsc::sync_channel(1);
-        self.queue()?
-            .send(Delivery::Flush(done))
-            .map_err(|_| self.thread_failed())?;
-        flushed.recv().map_err(|_| self.thread_failed())?;
+        self.delivery.flush()?;
         Ok(Some(serde_json::json!({ "batches": self.batches })))
     }
 
@@ -644,13 +750,7 @@ impl Sink for WebhookSink {
     }
 
     fn finish(&mut self) -> Result<()> {
-        if let Some(stats) = self.close()? {
-            eprintln!(
-                "vigil: sink {}: delivered={} failed={} retried={}",
-                self.name, stats.delivered, stats.failed, stats.retried
-            );
-        }
-        Ok(())
+        self.delivery.finish()
     }
 }
 
@@ -679,9 +779,14 @@ mod tests {
 
     fn webhook(kv: &[(&str, &str)]) -> WebhookConfig {
         match config(kv).unwrap().target {
-            SinkTarget::Webhook(w) => w,
+            SinkTarget::Connector(open) => settings(&open).clone(),
             other => panic!("not a webhook: {other:?}"),
         }
+    }
+
+    fn settings(open: &Opener) -> &WebhookConfig {
+        let any: &dyn std::any::Any = open.0.as_ref();
+        any.downcast_ref::<WebhookConfig>().expect("a webhook")
     }
 
     fn err(kv: &[(&str, &str)]) -> String {
@@ -695,13 +800,13 @@ mod tests {
         assert!(!c.append_only);
         assert_eq!(
             c.target,
-            SinkTarget::Webhook(WebhookConfig {
+            SinkTarget::Connector(Opener(Arc::new(WebhookConfig {
                 url: "http://127.0.0.1:9093/hook".into(),
                 retries: 5,
                 backoff: Duration::from_millis(200),
                 timeout: Duration::from_secs(10),
                 headers: vec![],
-            })
+            })))
         );
     }
 
@@ -719,9 +824,10 @@ mod tests {
         ])
         .unwrap();
         assert!(c.append_only);
-        let SinkTarget::Webhook(w) = c.target else {
+        let SinkTarget::Connector(open) = c.target else {
             panic!("not a webhook")
         };
+        let w = settings(&open);
         assert_eq!(w.url, "https://alerts.example.com/");
         assert_eq!(w.retries, 0);
         assert_eq!(w.backoff, Duration::from_millis(1500));
@@ -744,7 +850,9 @@ mod tests {
             std::path::Path::new("."),
         )
         .unwrap();
-        assert!(matches!(c.target, SinkTarget::Webhook(_)));
+        assert!(
+            matches!(c.target, SinkTarget::Connector(ref o) if o.0.describe().starts_with("webhook"))
+        );
     }
 
     #[test]
@@ -852,26 +960,6 @@ mod tests {
         );
         let e = err(&[url, ("header_x_a", "1"), ("header_x-a", "2")]);
         assert!(e.contains("'x-a' is given more than once"), "{e}");
-    }
-
-    #[test]
-    fn durations() {
-        let ms = |t: &str| parse_duration(t).map(|d| d.as_millis());
-        assert_eq!(ms("200 milliseconds"), Some(200));
-        assert_eq!(ms("1 millisecond"), Some(1));
-        assert_eq!(ms("200ms"), Some(200));
-        assert_eq!(ms(" 5 Seconds "), Some(5000));
-        assert_eq!(ms("1 second"), Some(1000));
-        assert_eq!(ms("1.5s"), Some(1500));
-        assert_eq!(ms("2 secs"), Some(2000));
-        assert_eq!(ms(".5 sec"), Some(500));
-        assert_eq!(ms("1 minute"), Some(60_000));
-        assert_eq!(ms("3 mins"), Some(180_000));
-        for bad in [
-            "", "5", "ms", "0 ms", "0.2 ms", "-1 s", "1 hour", "1 m", "1..2 s", "five s", "1 s x",
-        ] {
-            assert_eq!(ms(bad), None, "{bad:?}");
-        }
     }
 
     #[test]
@@ -1109,6 +1197,12 @@ mod tests {
             alert_identity(&alert_rows("", 0).schema()),
             Some(vec![0, 1, 2, 3])
         );
+        // A LABELS column follows from the change too.
+        let role = [(crate::plan::columns::ROLE.to_string(), "label".to_string())];
+        let label = Field::new("label_team", DataType::Utf8, true).with_metadata(role.into());
+        let mut fields = alert_rows("", 0).schema().fields().to_vec();
+        fields.push(Arc::new(label));
+        assert_eq!(alert_identity(&Schema::new(fields)), Some(vec![0, 1, 2, 3]));
     }
 
     /// Each request's idempotency key and body, in arrival order.
