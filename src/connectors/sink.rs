@@ -758,6 +758,56 @@ mod tests {
         }
     }
 
+    /// Rows with a labels map and a struct holding a timestamp and a list.
+    fn nested_sample() -> RecordBatch {
+        use datafusion::arrow::array::{ListArray, StructArray};
+        use datafusion::arrow::datatypes::Int64Type;
+        let mut labels = crate::types::LabelsBuilder::default();
+        labels.append([("job", "node"), ("instance", "a")]);
+        labels.append([]);
+        let labels = labels.finish();
+        let at = TimestampMillisecondArray::from(vec![Some(1_500), None]);
+        let xs =
+            ListArray::from_iter_primitive::<Int64Type, _, _>([Some(vec![Some(1), None]), None]);
+        let s = StructArray::from(vec![
+            (
+                Arc::new(Field::new("at", at.data_type().clone(), true)),
+                Arc::new(at) as ArrayRef,
+            ),
+            (
+                Arc::new(Field::new("xs", xs.data_type().clone(), true)),
+                Arc::new(xs) as ArrayRef,
+            ),
+        ]);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("labels", labels.data_type().clone(), true),
+            Field::new("s", s.data_type().clone(), true),
+        ]));
+        RecordBatch::try_new(schema, vec![Arc::new(labels), Arc::new(s)]).unwrap()
+    }
+
+    #[test]
+    fn nested_values_render_as_json() {
+        let jsonl = render(OutputFormat::Jsonl, &[nested_sample()]);
+        assert_eq!(
+            jsonl,
+            "{\"labels\":{\"job\":\"node\",\"instance\":\"a\"},\"s\":{\"at\":\"1970-01-01T00:00:01.500\",\"xs\":[1,null]}}\n\
+             {\"labels\":{},\"s\":{\"at\":null,\"xs\":null}}\n"
+        );
+        let csv = render(OutputFormat::Csv, &[nested_sample()]);
+        assert_eq!(
+            csv,
+            "labels,s\n\
+             \"{\"\"job\"\":\"\"node\"\",\"\"instance\"\":\"\"a\"\"}\",\"{\"\"at\"\":\"\"1970-01-01T00:00:01.500\"\",\"\"xs\"\":[1,null]}\"\n\
+             {},\"{\"\"at\"\":null,\"\"xs\"\":null}\"\n"
+        );
+        let table = render(OutputFormat::Table, &[nested_sample()]);
+        assert!(
+            table.contains("| {\"job\":\"node\",\"instance\":\"a\"} |"),
+            "{table}"
+        );
+    }
+
     #[test]
     fn table_output() {
         let text = render(OutputFormat::Table, &[sample().slice(0, 2)]);
