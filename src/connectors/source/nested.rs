@@ -10,10 +10,14 @@
 //! row is appended the text is typed again into JSON whose every leaf has
 //! its column's Arrow representation (timestamps as epoch milliseconds),
 //! and Arrow's JSON decoder builds the column from those values.
+//!
+//! A map's entries are kept in key order (and a key given twice keeps its
+//! last value), so maps with the same entries are equal however their JSON
+//! ordered them: they group and key alerts as one.
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::array::{ArrayRef, new_empty_array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::arrow::json::ReaderBuilder;
 use serde_json::{Map, Number, Value};
@@ -185,6 +189,9 @@ impl NestedBuilder {
 
     /// The rows appended so far, as one column; the builder is empty after.
     pub(super) fn finish(&mut self) -> Result<ArrayRef> {
+        if self.rows.is_empty() {
+            return Ok(new_empty_array(self.field.data_type()));
+        }
         let rows: Vec<Value> = self
             .rows
             .drain(..)
@@ -199,5 +206,98 @@ impl NestedBuilder {
             Error::Connector("nested column: the JSON decoder returned no rows".into())
         })?;
         Ok(batch.column(0).clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{Array, AsArray};
+    use datafusion::arrow::datatypes::{Fields, TimestampMillisecondType};
+    use serde_json::json;
+
+    use super::*;
+    use crate::types::{TIME_TYPE, labels_type, map_of};
+
+    fn point() -> DataType {
+        DataType::Struct(Fields::from(vec![
+            Field::new("at", TIME_TYPE, true),
+            Field::new("tags", DataType::new_list(DataType::Utf8, true), true),
+        ]))
+    }
+
+    #[test]
+    fn leaves_take_their_column_representation() {
+        let value = json!({"AT": 2, "tags": ["a", null], "other": 1});
+        let typed = typed(&point(), &value, TsUnit::Seconds, "p").unwrap();
+        assert_eq!(typed, json!({"at": 2000, "tags": ["a", null]}));
+        let doubles = DataType::new_list(DataType::Float64, true);
+        assert_eq!(
+            super::typed(&doubles, &json!([1, 2.5]), TsUnit::Millis, "xs").unwrap(),
+            json!([1.0, 2.5])
+        );
+    }
+
+    #[test]
+    fn reasons_name_the_path() {
+        let deep = map_of(point());
+        let bad = json!({"k": {"tags": ["a", 3]}});
+        assert_eq!(
+            typed(&deep, &bad, TsUnit::Millis, "m").unwrap_err(),
+            "column m: key 'k': field 'tags': element 2: expected TEXT, found number 3"
+        );
+        assert_eq!(
+            typed(&labels_type(), &json!([]), TsUnit::Millis, "labels").unwrap_err(),
+            "column labels: expected MAP<TEXT, TEXT>, found an array"
+        );
+        let at = json!({"k": {"at": "later"}});
+        assert_eq!(
+            typed(&deep, &at, TsUnit::Millis, "m").unwrap_err(),
+            "column m: key 'k': field 'at': cannot parse 'later' as TIMESTAMP"
+        );
+    }
+
+    #[test]
+    fn csv_text_is_json() {
+        let list = DataType::new_list(DataType::Int64, true);
+        assert_eq!(check_text(&list, " ", TsUnit::Millis, "xs"), Ok(false));
+        assert_eq!(check_text(&list, "null", TsUnit::Millis, "xs"), Ok(false));
+        assert_eq!(check_text(&list, "[1]", TsUnit::Millis, "xs"), Ok(true));
+        let err = check_text(&list, "[1,", TsUnit::Millis, "xs").unwrap_err();
+        assert!(err.starts_with("column xs: invalid JSON:"), "{err}");
+    }
+
+    #[test]
+    fn builds_the_declared_type() {
+        let mut labels = NestedBuilder::new(&labels_type(), TsUnit::Millis, 2);
+        labels.append_text(br#"{"job": "node", "instance": "a"}"#);
+        labels.append_null();
+        let column = labels.finish().unwrap();
+        assert_eq!(column.data_type(), &labels_type());
+        let map = column.as_map();
+        assert!(map.is_null(1));
+        assert_eq!(map.value_length(0), 2);
+        // Entries in key order, whatever the order in the JSON text.
+        let keys: Vec<&str> = map.keys().as_string::<i32>().iter().flatten().collect();
+        assert_eq!(keys, ["instance", "job"]);
+
+        let mut points = NestedBuilder::new(&point(), TsUnit::Seconds, 1);
+        points.append_text(br#"{"at": 3}"#);
+        let column = points.finish().unwrap();
+        let at = column
+            .as_struct()
+            .column(0)
+            .as_primitive::<TimestampMillisecondType>()
+            .value(0);
+        assert_eq!(at, 3000);
+        assert_eq!(points.finish().unwrap().len(), 0);
+    }
+
+    #[test]
+    fn only_types_of_readable_leaves_are_nested() {
+        assert!(is_nested(&labels_type()));
+        assert!(is_nested(&map_of(point())));
+        assert!(!is_nested(&DataType::Utf8));
+        assert!(!is_nested(&DataType::new_list(DataType::Date32, true)));
+        assert!(!is_nested(&DataType::Struct(Fields::empty())));
     }
 }
