@@ -170,8 +170,11 @@ impl Default for LabelsBuilder {
 }
 
 impl LabelsBuilder {
-    /// Appends one row holding `labels` (in the order given).
+    /// Appends one row holding `labels`, sorted by key as decoded maps
+    /// are, so that equal label sets compare (and group) equal.
     pub fn append<'a>(&mut self, labels: impl IntoIterator<Item = (&'a str, &'a str)>) {
+        let mut labels: Vec<(&str, &str)> = labels.into_iter().collect();
+        labels.sort_unstable();
         for (key, value) in labels {
             self.0.keys().append_value(key);
             self.0.values().append_value(value);
@@ -205,8 +208,10 @@ mod tests {
         assert_eq!(labels.value_length(0), 2);
         assert_eq!(labels.value_length(1), 0);
         let first = labels.value(0);
+        // Sorted by key: `instance` before `job`.
+        assert_eq!(first.column(0).as_string::<i32>().value(0), "instance");
         assert_eq!(
-            first.column(1).as_string::<i32>().value(1),
+            first.column(1).as_string::<i32>().value(0),
             "127.0.0.1:9100"
         );
     }

@@ -375,7 +375,7 @@ struct Texts {
     state: ArrayRef,
     severity: Option<ArrayRef>,
     message: Option<ArrayRef>,
-    keys: Vec<ArrayRef>,
+    keys: Vec<KeyColumn>,
     labels: Vec<ArrayRef>,
     annotations: Vec<ArrayRef>,
     since: Vec<i64>,
@@ -397,7 +397,11 @@ impl Texts {
             state: text(layout.state)?,
             severity: layout.severity.map(text).transpose()?,
             message: layout.message.map(text).transpose()?,
-            keys: texts(&layout.keys)?,
+            keys: layout
+                .keys
+                .iter()
+                .map(|(i, _)| KeyColumn::of(batch.column(*i)))
+                .collect::<Result<Vec<_>>>()?,
             labels: texts(&layout.labels)?,
             annotations: texts(&layout.annotations)?,
             since: millis(batch.column(layout.since))?,
@@ -413,9 +417,10 @@ impl Texts {
         let mut identity = vec![name.clone()];
         let mut labels = BTreeMap::from([("alertname".to_string(), name)]);
         for ((_, key), column) in layout.keys.iter().zip(&self.keys) {
-            let value = text_at(column, row);
-            identity.push(format!("{key}={}", value.as_deref().unwrap_or("")));
-            labels.extend(value.map(|v| (key.clone(), v)));
+            for (label, value) in column.labels(key, row) {
+                identity.push(format!("{label}={}", value.as_deref().unwrap_or("")));
+                labels.extend(value.map(|v| (label, v)));
+            }
         }
         let severity = self.severity.as_ref().and_then(|s| text_at(s, row));
         labels.extend(severity.map(|v| ("severity".to_string(), v)));
@@ -436,6 +441,53 @@ impl Texts {
             row,
         );
         annotations
+    }
+}
+
+/// A key column of alert rows: text, or a map whose entries are labels of
+/// their own (the `labels` column of the Prometheus sources, which keys a
+/// series the way Prometheus's own alerts are keyed).
+enum KeyColumn {
+    Text(ArrayRef),
+    Map {
+        offsets: Vec<usize>,
+        valid: Vec<bool>,
+        keys: ArrayRef,
+        values: ArrayRef,
+    },
+}
+
+impl KeyColumn {
+    fn of(column: &ArrayRef) -> Result<KeyColumn> {
+        let Some(map) = column.as_map_opt() else {
+            return Ok(KeyColumn::Text(text_column(column)?));
+        };
+        Ok(KeyColumn::Map {
+            offsets: map.value_offsets().iter().map(|&o| o as usize).collect(),
+            valid: (0..map.len()).map(|i| map.is_valid(i)).collect(),
+            keys: text_column(map.keys())?,
+            values: text_column(map.values())?,
+        })
+    }
+
+    /// The labels this column gives row `row`, named `name` for text.
+    fn labels(&self, name: &str, row: usize) -> Vec<(String, Option<String>)> {
+        match self {
+            KeyColumn::Text(column) => vec![(name.to_string(), text_at(column, row))],
+            KeyColumn::Map {
+                offsets,
+                valid,
+                keys,
+                values,
+            } => {
+                if !valid[row] {
+                    return Vec::new();
+                }
+                (offsets[row]..offsets[row + 1])
+                    .filter_map(|i| Some((text_at(keys, i)?, text_at(values, i))))
+                    .collect()
+            }
+        }
     }
 }
 
@@ -864,6 +916,61 @@ mod tests {
                 "value",
                 "severity",
                 "message"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_labels_map_key_spreads_into_labels() {
+        let key = |f: Field| {
+            f.with_metadata(std::collections::HashMap::from([(
+                columns::ROLE.to_string(),
+                Role::Key.as_str().to_string(),
+            )]))
+        };
+        let time = |name: &str| {
+            Field::new(
+                name,
+                DataType::Timestamp(TimeUnit::Millisecond, None),
+                false,
+            )
+        };
+        let mut labels = crate::types::LabelsBuilder::default();
+        labels.append([("mountpoint", "/"), ("device", "sda1")]);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("alert", DataType::Utf8, false),
+            key(Field::new("instance", DataType::Utf8, true)),
+            key(Field::new("labels", crate::types::labels_type(), true)),
+            Field::new("state", DataType::Utf8, false),
+            time("event_time"),
+            time("since"),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(vec!["DiskFull"])),
+                Arc::new(StringArray::from(vec!["n:9100"])),
+                Arc::new(labels.finish()),
+                Arc::new(StringArray::from(vec!["firing"])),
+                Arc::new(TimestampMillisecondArray::from(vec![2_000])),
+                Arc::new(TimestampMillisecondArray::from(vec![1_000])),
+            ],
+        )
+        .unwrap();
+        let layout = Layout::of("am", &schema).unwrap();
+        let alerts = alerts_of(&layout, &batch, None).unwrap();
+        let labels: Vec<(&str, &str)> = alerts[0]
+            .labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                ("alertname", "DiskFull"),
+                ("device", "sda1"),
+                ("instance", "n:9100"),
+                ("mountpoint", "/")
             ]
         );
     }
