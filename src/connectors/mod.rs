@@ -13,6 +13,7 @@ pub mod file_commit;
 mod guard;
 pub mod host;
 pub mod options;
+pub mod prometheus;
 pub mod sink;
 pub mod source;
 pub mod timestamp;
