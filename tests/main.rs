@@ -12,6 +12,7 @@ mod grammar_examples;
 mod library;
 mod limits;
 mod overload;
+mod prometheus;
 mod props;
 mod repl;
 mod restore;
