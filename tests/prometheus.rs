@@ -21,8 +21,8 @@ fn run(dir: &Path, sql: &str) -> Output {
 
 /// The rows of a CSV file written by a sink, as column -> value maps.
 fn rows(path: &Path) -> Vec<BTreeMap<String, String>> {
-    let mut reader = csv::Reader::from_path(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut reader =
+        csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let header = reader.headers().expect("a header").clone();
     reader
         .records()
@@ -118,7 +118,10 @@ fn memory_and_cpu_of_a_real_node_exporter() {
         let available = number(row, "available");
         assert!(available > 0.0 && available <= total, "{row:?}");
         // node_exporter reads the same /proc/meminfo a second earlier.
-        assert!((available - now).abs() < total / 4.0, "{available} vs {now}");
+        assert!(
+            (available - now).abs() < total / 4.0,
+            "{available} vs {now}"
+        );
     }
 
     // Every node_cpu_seconds_total series of the page, each scrape; CPU
@@ -161,7 +164,11 @@ fn mountpoints_not_empty(page: &str) -> BTreeSet<String> {
 fn a_disk_full_alert_fires_per_mountpoint() {
     let node = stack::node_exporter();
     let expected = mountpoints_not_empty(&page(&node));
-    assert!(!expected.is_empty(), "no filesystem on the page\n{}", node.log());
+    assert!(
+        !expected.is_empty(),
+        "no filesystem on the page\n{}",
+        node.log()
+    );
     let dir = tempfile::tempdir().expect("temp dir");
     // The threshold must fire here: less than 100 % free.
     let sql = format!(
@@ -238,11 +245,18 @@ fn a_down_target_gives_up_0_and_the_live_one_its_samples() {
     assert_eq!(of(&dead, "scrape_samples_scraped"), [0.0, 0.0]);
     assert!(of(&dead, "node_memory_MemAvailable_bytes").is_empty());
     assert_eq!(of(&live, "up"), [1.0, 1.0], "{rows:?}");
-    assert_eq!(of(&live, "scrape_samples_post_metric_relabeling"), [1.0, 1.0]);
+    assert_eq!(
+        of(&live, "scrape_samples_post_metric_relabeling"),
+        [1.0, 1.0]
+    );
     let available = of(&live, "node_memory_MemAvailable_bytes");
     assert_eq!(available.len(), 2, "{rows:?}");
     assert!(available.iter().all(|&v| v > 0.0));
-    assert!(of(&live, "scrape_samples_scraped").iter().all(|&n| n > 100.0));
+    assert!(
+        of(&live, "scrape_samples_scraped")
+            .iter()
+            .all(|&n| n > 100.0)
+    );
     // 2 scrapes x (4 report series + MemAvailable) + 2 x 4 for the dead one.
     assert_eq!(rows.len(), 18, "{rows:?}");
     assert!(rows.iter().all(|r| r["job"] == "node"));

@@ -32,9 +32,15 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use regex::Regex;
 
-use super::builtin::{CatalogueColumn, match_columns};
+use super::catalogue::{CatalogueColumn, match_columns};
+use super::host::{limit, live_config};
+use super::options::Options;
+use super::registry::{
+    Columns, NOT_REPLAYABLE, OptionSpec, OptionType, Reader, SourceConnector, SourceRead,
+    StreamDecl,
+};
 use super::source::POLL;
-use super::{BadRow, SourceConfig, SourceStats};
+use super::{BadRow, SourceConfig, SourcePosition, SourceStats};
 use crate::error::{Error, Result};
 use crate::types::{LabelsBuilder, labels_type};
 
@@ -94,6 +100,110 @@ pub static COLUMNS: LazyLock<Vec<CatalogueColumn>> = LazyLock::new(|| {
         },
     ]
 });
+
+const OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        name: "targets",
+        ty: OptionType::Text,
+        default: None,
+        accepted: "http:// or https:// URLs, or host:port for http://host:port/metrics, separated by commas, e.g. 'http://127.0.0.1:9100/metrics'",
+        doc: "the pages to scrape (required)",
+    },
+    OptionSpec {
+        name: "interval",
+        ty: OptionType::Duration,
+        default: Some("15 seconds"),
+        accepted: "a duration of at least 100 milliseconds, e.g. '15 seconds'",
+        doc: "time between two scrapes of each target",
+    },
+    OptionSpec {
+        name: "timeout",
+        ty: OptionType::Duration,
+        default: Some("10 seconds, or interval if shorter"),
+        accepted: "a duration no longer than interval, e.g. '5 seconds'",
+        doc: "how long one scrape may take, reading the page included; a target that takes longer is down (up = 0)",
+    },
+    OptionSpec {
+        name: "match",
+        ty: OptionType::Text,
+        default: None,
+        accepted: "a regular expression, e.g. 'node_cpu_seconds_total|node_memory_.*'",
+        doc: "keep only the samples whose metric name it matches, anchored at both ends like PromQL's =~",
+    },
+    OptionSpec {
+        name: "job",
+        ty: OptionType::Text,
+        default: Some("the stream's name"),
+        accepted: "any text",
+        doc: "the job column",
+    },
+    OptionSpec {
+        name: "limit",
+        ty: OptionType::Count,
+        default: None,
+        accepted: "a positive integer such as 10",
+        doc: "stop after this many rounds of scrapes (each target once per round)",
+    },
+];
+
+/// `connector = 'prometheus'`: pages in the Prometheus text format,
+/// scraped every `interval`.
+pub struct PrometheusSource;
+
+impl SourceConnector for PrometheusSource {
+    fn name(&self) -> &'static str {
+        "prometheus"
+    }
+    fn summary(&self) -> &'static str {
+        "pages in the Prometheus text exposition format (node_exporter, /metrics endpoints), scraped live: one row per sample, plus up and scrape_* per scrape"
+    }
+    fn options(&self) -> &'static [OptionSpec] {
+        OPTIONS
+    }
+    fn columns(&self) -> Columns {
+        Columns::Catalogue(&COLUMNS)
+    }
+    fn configure(&self, decl: &StreamDecl<'_>, opts: &Options<'_>) -> Result<SourceConfig> {
+        let raw = |key: &str| opts.get(key).unwrap_or("");
+        let bad = |key: &str, why: String| {
+            Error::Plan(format!("{}: {why}", opts.bad_value(key, raw(key))))
+        };
+        let targets = match opts.text("targets") {
+            None => {
+                return Err(Error::Plan(format!(
+                    "stream {}: connector 'prometheus' needs a 'targets' option, e.g. \
+                     targets = 'http://127.0.0.1:9100/metrics'",
+                    decl.stream
+                )));
+            }
+            Some(text) => parse_targets(text).map_err(|why| bad("targets", why))?,
+        };
+        let interval = match opts.duration("interval")? {
+            None => DEFAULT_INTERVAL,
+            Some(d) if d >= MIN_INTERVAL => d,
+            Some(_) => return Err(opts.bad_value("interval", raw("interval"))),
+        };
+        let timeout = match opts.duration("timeout")? {
+            None => interval.min(DEFAULT_TIMEOUT),
+            Some(d) if d <= interval => d,
+            Some(_) => return Err(opts.bad_value("timeout", raw("timeout"))),
+        };
+        let filter = match opts.get("match") {
+            None => None,
+            Some(text) => Some(parse_match(text).map_err(|why| bad("match", why))?),
+        };
+        let job = opts.get("job").unwrap_or(decl.stream).to_string();
+        let scraper = Scraper {
+            targets,
+            interval,
+            timeout,
+            filter,
+            job,
+            limit: limit(opts)?,
+        };
+        Ok(live_config(decl, "prometheus", Reader(Arc::new(scraper))))
+    }
+}
 
 /// What each entry of [`COLUMNS`] holds, in the same order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -388,6 +498,39 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+impl SourceRead for Scraper {
+    fn describe(&self) -> String {
+        let targets: Vec<&str> = self.targets.iter().map(|t| t.url.as_str()).collect();
+        format!(
+            "{}, every {} ms",
+            targets.join(", "),
+            self.interval.as_millis()
+        )
+    }
+    fn explain(&self) -> String {
+        format!("prometheus {}, {NOT_REPLAYABLE}", self.describe())
+    }
+    fn live_because(&self) -> &'static str {
+        "connector 'prometheus' scrapes its targets live"
+    }
+    fn read(
+        &self,
+        config: &SourceConfig,
+        stats: &SourceStats,
+        start: Option<&SourcePosition>,
+        emit: &mut dyn FnMut(RecordBatch) -> bool,
+    ) -> Result<()> {
+        if start.is_some() {
+            return Err(Error::Connector(format!(
+                "stream {} scrapes its targets live (connector 'prometheus'), which cannot be \
+                 read again: it cannot resume from a checkpoint",
+                config.stream
+            )));
+        }
+        self.scrape_rounds(config, stats, emit)
+    }
+}
+
 impl Scraper {
     /// The HTTP client the scrapes share (connections are kept alive
     /// between rounds, as Prometheus keeps them).
@@ -404,7 +547,7 @@ impl Scraper {
     /// emitting each scrape's rows when it is done, and an empty batch
     /// every 100 ms while waiting; until `limit` rounds are done and in,
     /// `stats.stop` is set or `emit` returns false.
-    pub(super) fn read(
+    fn scrape_rounds(
         &self,
         config: &SourceConfig,
         stats: &SourceStats,
@@ -616,7 +759,7 @@ mod tests {
     use datafusion::arrow::array::{Array, AsArray, MapArray};
     use datafusion::arrow::datatypes::{Field, Float64Type, Schema, TimestampMillisecondType};
 
-    use super::super::builtin::full_schema;
+    use super::super::catalogue::full_schema;
     use super::super::{Format, Replay, SourceLocation};
     use super::*;
 
@@ -940,6 +1083,7 @@ untyped_value 7e-3
         SourceConfig {
             stream: "scraped".into(),
             schema,
+            connector: "prometheus",
             location: SourceLocation::Push,
             format: Format::Csv,
             replay: Replay::Fast,
@@ -1021,7 +1165,7 @@ untyped_value 7e-3
         let mut empty = 0;
         let start = Instant::now();
         scraper
-            .read(&cfg, &stats, &mut |b| {
+            .scrape_rounds(&cfg, &stats, &mut |b| {
                 assert_eq!(b.schema(), cfg.schema);
                 if b.num_rows() == 0 {
                     empty += 1;
@@ -1128,7 +1272,7 @@ untyped_value 7e-3
         let stats = SourceStats::default();
         let mut names = Vec::new();
         scraper
-            .read(&cfg, &stats, &mut |b| {
+            .scrape_rounds(&cfg, &stats, &mut |b| {
                 assert_eq!(b.schema(), schema);
                 let name = b.column(1).as_string::<i32>();
                 names.extend((0..b.num_rows()).map(|i| name.value(i).to_string()));
@@ -1154,10 +1298,118 @@ untyped_value 7e-3
 
         let wrong = Arc::new(Schema::new(vec![Field::new("host", DataType::Utf8, true)]));
         let e = scraper
-            .read(&config(wrong), &stats, &mut |_| true)
+            .scrape_rounds(&config(wrong), &stats, &mut |_| true)
             .unwrap_err()
             .to_string();
         assert!(e.contains("no column 'host'"), "{e}");
+    }
+
+    /// A stream `node` with every column, declared with `kv`.
+    fn declare(kv: &[(&str, &str)]) -> Result<SourceConfig> {
+        let mut options = vec![("connector".to_string(), "prometheus".to_string())];
+        options.extend(kv.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        SourceConfig::from_options(
+            "node",
+            full_schema(&COLUMNS),
+            Some(0),
+            &options,
+            std::path::Path::new("/base"),
+        )
+    }
+
+    fn scraper(config: &SourceConfig) -> &Scraper {
+        let SourceLocation::Connector(reader) = &config.location else {
+            panic!("not a reader: {:?}", config.location)
+        };
+        let any: &dyn std::any::Any = reader.0.as_ref();
+        any.downcast_ref::<Scraper>().expect("a scraper")
+    }
+
+    #[test]
+    fn options_and_their_defaults() {
+        let c = declare(&[("targets", "127.0.0.1:9100")]).unwrap();
+        assert_eq!(c.connector, "prometheus");
+        let s = scraper(&c);
+        assert_eq!(s.targets[0].url, "http://127.0.0.1:9100/metrics");
+        assert_eq!((s.interval, s.timeout), (DEFAULT_INTERVAL, DEFAULT_TIMEOUT));
+        assert_eq!((s.job.as_str(), s.limit), ("node", None));
+        assert!(s.filter.is_none());
+
+        let c = declare(&[
+            ("targets", "http://a:1/m, http://b:2/m"),
+            ("interval", "2 seconds"),
+            ("match", "up|node_.*"),
+            ("job", "nodes"),
+            ("limit", "3"),
+        ])
+        .unwrap();
+        let s = scraper(&c);
+        assert_eq!(s.targets.len(), 2);
+        // The timeout is at most the interval.
+        assert_eq!(
+            (s.interval, s.timeout),
+            (Duration::from_secs(2), Duration::from_secs(2))
+        );
+        assert_eq!((s.job.as_str(), s.limit), ("nodes", Some(3)));
+        assert!(s.filter.as_ref().unwrap().is_match("node_load1"));
+        assert!(!s.filter.as_ref().unwrap().is_match("xnode_load1"));
+        let listed = s.describe();
+        assert_eq!(listed, "http://a:1/m, http://b:2/m, every 2000 ms");
+        assert!(s.explain().contains("not replayable"));
+    }
+
+    #[test]
+    fn bad_options_say_what_is_accepted() {
+        let err = |kv: &[(&str, &str)]| declare(kv).unwrap_err().to_string();
+        let e = err(&[]);
+        assert!(e.contains("needs a 'targets' option"), "{e}");
+        for (kv, want) in [
+            (
+                vec![("targets", "ftp://x/y")],
+                "not an http:// or https:// URL",
+            ),
+            (vec![("targets", "a:1, a:1")], "listed twice"),
+            (vec![("targets", " , ")], "no target given"),
+            (
+                vec![("targets", "a:1"), ("interval", "50 ms")],
+                "at least 100 milliseconds",
+            ),
+            (
+                vec![
+                    ("targets", "a:1"),
+                    ("interval", "1 second"),
+                    ("timeout", "2 seconds"),
+                ],
+                "no longer than interval",
+            ),
+            (
+                vec![("targets", "a:1"), ("match", "node_(")],
+                "not a regular expression",
+            ),
+            (vec![("targets", "a:1"), ("limit", "0")], "positive integer"),
+            (vec![("targets", "a:1"), ("path", "x")], "path"),
+        ] {
+            let e = err(&kv);
+            assert!(e.contains(want), "{kv:?}: {e}");
+        }
+        let mut wrong = vec![Field::new("cpu", DataType::Float64, true)];
+        wrong.push(Field::new("ts", TIMESTAMP, true));
+        let e = SourceConfig::from_options(
+            "node",
+            Arc::new(Schema::new(wrong)),
+            Some(1),
+            &[
+                ("connector".into(), "prometheus".into()),
+                ("targets".into(), "a:1".into()),
+            ],
+            std::path::Path::new("/base"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("no column 'cpu'") && e.contains("labels MAP<TEXT, TEXT>"),
+            "{e}"
+        );
     }
 
     #[test]
