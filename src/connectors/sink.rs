@@ -32,7 +32,7 @@ use datafusion::arrow::datatypes::{
     DataType, Field, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType,
     TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
 };
-use datafusion::arrow::json::writer::{JsonFormat, LineDelimited};
+use datafusion::arrow::json::writer::{EncoderOptions, JsonFormat, LineDelimited, make_encoder};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 
@@ -419,7 +419,7 @@ struct TableFormat {
 
 impl Format for TableFormat {
     fn render(&mut self, batch: &RecordBatch, buf: &mut Vec<u8>) -> Result<()> {
-        let batch = timestamps_as_text(batch)?;
+        let batch = nested_as_text(&timestamps_as_text(batch)?)?;
         let table = pretty_format_batches(&[batch])?;
         if let Some(label) = &self.label {
             writeln!(buf, "-- {label}").expect("writing to a Vec cannot fail");
@@ -438,6 +438,7 @@ struct CsvFormat {
 impl Format for CsvFormat {
     fn render(&mut self, batch: &RecordBatch, buf: &mut Vec<u8>) -> Result<()> {
         let batch = timestamps_as_text(&labelled(batch, self.label.as_deref())?)?;
+        let batch = nested_as_text(&batch)?;
         let mut writer = datafusion::arrow::csv::WriterBuilder::new()
             .with_header(!self.header_written)
             .build(std::mem::take(buf));
@@ -480,7 +481,8 @@ impl Format for JsonlFormat {
 }
 
 /// Appends `batch`'s rows to `buf` as JSON objects, every column present
-/// (NULL as `null`) and timestamps as text: one object a line with
+/// (NULL as `null`), timestamps as text and nested values (struct, list,
+/// map) as nested JSON: one object a line with
 /// [`LineDelimited`], one JSON array with
 /// [`JsonArray`](datafusion::arrow::json::writer::JsonArray). Shared by the
 /// JSONL and webhook sinks so that both render a row the same way.
@@ -488,6 +490,7 @@ pub(crate) fn write_json_rows<F: JsonFormat>(batch: &RecordBatch, buf: Vec<u8>) 
     let batch = timestamps_as_text(batch)?;
     let mut writer = datafusion::arrow::json::WriterBuilder::new()
         .with_explicit_nulls(true)
+        .with_timestamp_format(NESTED_TIMESTAMP_FORMAT.into())
         .build::<_, F>(buf);
     writer.write(&batch)?;
     writer.finish()?;
@@ -521,6 +524,62 @@ fn timestamps_as_text(batch: &RecordBatch) -> Result<RecordBatch> {
                 columns.push(column.clone());
             }
         }
+    }
+    let schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// How a timestamp inside a nested value is written: as
+/// [`format_timestamps`] writes a timestamp column (fractions only when
+/// there are some).
+const NESTED_TIMESTAMP_FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.f";
+
+/// Replaces every nested column (struct, list, map) by the JSON text of its
+/// values, for the formats whose cells are text (CSV, table). Other columns
+/// are shared, not copied.
+fn nested_as_text(batch: &RecordBatch) -> Result<RecordBatch> {
+    let nested = |t: &DataType| {
+        matches!(
+            t,
+            DataType::Struct(_)
+                | DataType::List(_)
+                | DataType::LargeList(_)
+                | DataType::FixedSizeList(..)
+                | DataType::Map(..)
+        )
+    };
+    let schema = batch.schema();
+    if !schema.fields().iter().any(|f| nested(f.data_type())) {
+        return Ok(batch.clone());
+    }
+    let options = EncoderOptions::default()
+        .with_explicit_nulls(true)
+        .with_timestamp_format(NESTED_TIMESTAMP_FORMAT.into());
+    let mut fields = Vec::with_capacity(schema.fields().len());
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for (field, column) in schema.fields().iter().zip(batch.columns()) {
+        if !nested(field.data_type()) {
+            fields.push(field.clone());
+            columns.push(column.clone());
+            continue;
+        }
+        let mut encoder = make_encoder(field, column.as_ref(), &options)?;
+        let mut out = StringBuilder::with_capacity(column.len(), column.len() * 16);
+        let mut text = Vec::new();
+        for i in 0..column.len() {
+            if column.is_null(i) {
+                out.append_null();
+                continue;
+            }
+            text.clear();
+            encoder.encode(i, &mut text);
+            out.append_value(String::from_utf8_lossy(&text));
+        }
+        fields.push(Arc::new(
+            Field::new(field.name(), DataType::Utf8, field.is_nullable())
+                .with_metadata(field.metadata().clone()),
+        ));
+        columns.push(Arc::new(out.finish()) as ArrayRef);
     }
     let schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
     Ok(RecordBatch::try_new(schema, columns)?)

@@ -2,6 +2,10 @@
 //! vigil's semantics differ and additions for robust statistics,
 //! registered with the SQL planner.
 //!
+//! The JSON functions of `datafusion-functions-json` (`json_get`,
+//! `json_get_str`, `json_contains`, ... and the `->`, `->>`, `?` operators)
+//! read a TEXT column that holds JSON.
+//!
 //! Window functions for peer comparisons score or cluster every row of a
 //! partition against all its rows: `robust_z(x)` and
 //! `dbscan(eps, min_pts, x1, ...)`, called as
@@ -41,6 +45,7 @@ pub fn register(state: &mut SessionState) -> Result<()> {
     )))?;
     state.register_udwf(Arc::new(WindowUDF::from(robust_z::RobustZ::default())))?;
     state.register_udwf(Arc::new(WindowUDF::from(dbscan::Dbscan::default())))?;
+    datafusion_functions_json::register_all(state)?;
     Ok(())
 }
 
