@@ -23,7 +23,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -587,38 +587,14 @@ impl Scraper {
                 continue;
             }
             let wait = if more { (next - now).min(POLL) } else { POLL };
-            match results.recv_timeout(wait) {
-                Ok(done) => {
-                    pending -= 1;
-                    self.report(config, &done, &mut up[done.target]);
-                    for batch in self.batches(config, &columns, &done)? {
-                        stats
-                            .rows
-                            .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
-                        last_emit = Instant::now();
-                        if !emit(batch) {
-                            return Ok(());
-                        }
-                    }
-                    if let Ok(page) = &done.outcome {
-                        for bad in &page.bad {
-                            stats.record_bad(BadRow {
-                                line: bad.line,
-                                reason: format!(
-                                    "target {}: {}",
-                                    self.targets[done.target].instance, bad.reason
-                                ),
-                            });
-                        }
-                    }
+            // The loop holds a sender, so this only ever times out.
+            if let Ok(done) = results.recv_timeout(wait) {
+                pending -= 1;
+                self.report(config, &done, &mut up[done.target]);
+                if !self.deliver(config, &columns, stats, &done, emit)? {
+                    return Ok(());
                 }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(Error::Connector(format!(
-                        "stream {}: the scrape threads stopped",
-                        config.stream
-                    )));
-                }
+                last_emit = Instant::now();
             }
             if last_emit.elapsed() >= POLL {
                 last_emit = Instant::now();
@@ -628,6 +604,38 @@ impl Scraper {
             }
         }
         Ok(())
+    }
+
+    /// Counts one scrape's bad lines and emits its rows; false when `emit`
+    /// wants no more.
+    fn deliver(
+        &self,
+        config: &SourceConfig,
+        columns: &[Column],
+        stats: &SourceStats,
+        done: &Scrape,
+        emit: &mut dyn FnMut(RecordBatch) -> bool,
+    ) -> Result<bool> {
+        if let Ok(page) = &done.outcome {
+            for bad in &page.bad {
+                stats.record_bad(BadRow {
+                    line: bad.line,
+                    reason: format!(
+                        "target {}: {}",
+                        self.targets[done.target].instance, bad.reason
+                    ),
+                });
+            }
+        }
+        for batch in self.batches(config, columns, done)? {
+            stats
+                .rows
+                .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+            if !emit(batch) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Starts one scrape of every target, each on a thread of its own that
