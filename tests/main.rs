@@ -14,6 +14,7 @@ mod import_rules;
 mod library;
 mod limits;
 mod overload;
+mod prometheus;
 mod props;
 mod repl;
 mod restore;

@@ -17,6 +17,7 @@ pub mod file_commit;
 mod guard;
 pub mod host;
 pub mod options;
+pub mod prometheus;
 pub mod registry;
 pub mod sink;
 pub mod source;

@@ -223,6 +223,7 @@ pub static SOURCES: &[&dyn SourceConnector] = &[
     &super::file::PushSource,
     &super::host::HostSource,
     &super::demo::DemoSource,
+    &super::prometheus::PrometheusSource,
 ];
 
 /// Every sink connector, in the order the reference lists them.
