@@ -85,6 +85,9 @@ mod tests {
         assert_eq!(labels.value_length(0), 2);
         assert_eq!(labels.value_length(1), 0);
         let first = labels.value(0);
-        assert_eq!(first.column(1).as_string::<i32>().value(1), "127.0.0.1:9100");
+        assert_eq!(
+            first.column(1).as_string::<i32>().value(1),
+            "127.0.0.1:9100"
+        );
     }
 }

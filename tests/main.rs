@@ -9,6 +9,7 @@ mod crash;
 mod examples;
 mod follow;
 mod grammar_examples;
+mod ingest;
 mod library;
 mod limits;
 mod overload;
