@@ -755,6 +755,7 @@ impl Session {
         let source = SourceConfig {
             stream: name.to_string(),
             schema: schema.clone(),
+            connector: "push",
             location: SourceLocation::Push,
             format: Format::Jsonl,
             replay: Replay::Fast,

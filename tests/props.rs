@@ -237,6 +237,7 @@ fn row_config(format: Format) -> SourceConfig {
     SourceConfig {
         stream: "m".into(),
         schema: Arc::new(schema),
+        connector: "push",
         location: SourceLocation::Push,
         format,
         replay: Replay::Fast,

@@ -53,6 +53,9 @@ enum Command {
     Repl,
     /// List the checkpoints of a checkpoint directory, or inspect one.
     Checkpoints(checkpoints::CheckpointsArgs),
+    /// Print the reference of every source and sink connector (options,
+    /// types, defaults, fixed columns) as Markdown.
+    Connectors,
 }
 
 #[derive(Debug, clap::Args)]
@@ -261,6 +264,10 @@ pub fn main() -> ExitCode {
         }
         Some(Command::Check(args)) => return check(args),
         Some(Command::Checkpoints(args)) => checkpoints::run(args),
+        Some(Command::Connectors) => {
+            print!("{}", crate::connectors::registry::reference());
+            Ok(())
+        }
         Some(Command::Serve(args)) => {
             let outcome = runtime.block_on(serve::serve(args));
             // A query's blocking tasks may still be winding down.

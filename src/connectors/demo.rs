@@ -17,7 +17,12 @@ use datafusion::arrow::array::{ArrayRef, Float64Array, StringArray, TimestampMil
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 
-use super::builtin::{CatalogueColumn, match_columns};
+use super::catalogue::{CatalogueColumn, match_columns};
+use super::host::{LIMIT, limit, live_config};
+use super::options::Options;
+use super::registry::{
+    Columns, OptionSpec, OptionType, Reader, SourceConnector, SourceRead, StreamDecl,
+};
 use super::source::pause;
 use super::timestamp::parse_timestamp_ms;
 use super::{SourceConfig, SourcePosition, SourceStats};
@@ -69,6 +74,74 @@ pub const COLUMNS: &[CatalogueColumn] = &[
     },
 ];
 
+const OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        name: "speed",
+        ty: OptionType::Number,
+        default: Some("1000"),
+        accepted: "a positive number of rows per second such as 1000",
+        doc: "rows released per second",
+    },
+    LIMIT,
+];
+
+/// `connector = 'demo'`: the bundled NAB machine-temperature series.
+pub struct DemoSource;
+
+impl SourceConnector for DemoSource {
+    fn name(&self) -> &'static str {
+        "demo"
+    }
+    fn summary(&self) -> &'static str {
+        "the bundled NAB machine-temperature series (labelled failures), replayed at `speed`"
+    }
+    fn options(&self) -> &'static [OptionSpec] {
+        OPTIONS
+    }
+    fn columns(&self) -> Columns {
+        Columns::Catalogue(COLUMNS)
+    }
+    fn configure(&self, decl: &StreamDecl<'_>, opts: &Options<'_>) -> Result<SourceConfig> {
+        let speed = opts.number("speed")?.unwrap_or(DEFAULT_SPEED);
+        let limit = limit(opts)?;
+        Ok(live_config(
+            decl,
+            "demo",
+            Reader(Arc::new(Demo { speed, limit })),
+        ))
+    }
+}
+
+/// A configured `demo` source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Demo {
+    /// Rows released per second of wall-clock time.
+    pub speed: f64,
+    /// Stop after this many rows; `None` replays the whole series.
+    pub limit: Option<u64>,
+}
+
+impl SourceRead for Demo {
+    fn describe(&self) -> String {
+        format!("demo replay, {} rows/s", self.speed)
+    }
+    fn explain(&self) -> String {
+        format!("demo, {} rows/s", self.speed)
+    }
+    fn live_because(&self) -> &'static str {
+        "connector 'demo' is a live feed"
+    }
+    fn read(
+        &self,
+        config: &SourceConfig,
+        stats: &SourceStats,
+        start: Option<&SourcePosition>,
+        emit: &mut dyn FnMut(RecordBatch) -> bool,
+    ) -> Result<()> {
+        read_demo(config, self.speed, self.limit, stats, start, emit)
+    }
+}
+
 /// The series as (epoch milliseconds, value) pairs, in file order.
 pub fn series() -> Result<Vec<(i64, f64)>> {
     let mut rows = Vec::with_capacity(ROWS);
@@ -98,7 +171,7 @@ pub fn series() -> Result<Vec<(i64, f64)>> {
 /// (from `start`) skips them and paces the rest from its own start, at the
 /// same speed. While it waits for the next row to fall due it emits an
 /// empty batch every 100 ms.
-pub(super) fn read_demo(
+fn read_demo(
     config: &SourceConfig,
     speed: f64,
     limit: Option<u64>,
@@ -195,7 +268,7 @@ mod tests {
     use datafusion::arrow::array::Array;
     use datafusion::arrow::datatypes::{Field, Schema};
 
-    use super::super::builtin::full_schema;
+    use super::super::catalogue::full_schema;
     use super::super::options::DEFAULT_BATCH_SIZE;
     use super::super::timestamp::parse_timestamp_ms;
     use super::super::{Format, Replay, SourceLocation};
@@ -205,7 +278,8 @@ mod tests {
         SourceConfig {
             stream: "d".into(),
             schema,
-            location: SourceLocation::Demo { speed, limit },
+            connector: "demo",
+            location: SourceLocation::Connector(Reader(Arc::new(Demo { speed, limit }))),
             format: Format::Csv,
             replay: Replay::Fast,
             event_time: Some(0),
@@ -217,12 +291,19 @@ mod tests {
         }
     }
 
+    /// Reads `cfg` as the runtime does, through its reader.
+    fn read_config(
+        cfg: &SourceConfig,
+        stats: &SourceStats,
+        start: Option<&SourcePosition>,
+        emit: &mut dyn FnMut(RecordBatch) -> bool,
+    ) -> Result<()> {
+        cfg.location.reader().unwrap().read(cfg, stats, start, emit)
+    }
+
     fn run(cfg: &SourceConfig) -> Vec<RecordBatch> {
-        let SourceLocation::Demo { speed, limit } = cfg.location else {
-            unreachable!()
-        };
         let mut batches = Vec::new();
-        read_demo(cfg, speed, limit, &SourceStats::default(), None, &mut |b| {
+        read_config(cfg, &SourceStats::default(), None, &mut |b| {
             batches.push(b);
             true
         })
@@ -314,11 +395,8 @@ mod tests {
         start: Option<&SourcePosition>,
         stats: &SourceStats,
     ) -> Vec<(RecordBatch, SourcePosition)> {
-        let SourceLocation::Demo { speed, limit } = cfg.location else {
-            unreachable!()
-        };
         let mut batches = Vec::new();
-        read_demo(cfg, speed, limit, stats, start, &mut |b| {
+        read_config(cfg, stats, start, &mut |b| {
             let position = stats.position.lock().unwrap().clone().unwrap();
             batches.push((b, position));
             true
@@ -355,18 +433,8 @@ mod tests {
             rows: ROWS as u64 + 1,
             ..SourcePosition::default()
         };
-        let SourceLocation::Demo { speed, limit } = cfg.location else {
-            unreachable!()
-        };
-        let err = read_demo(
-            &cfg,
-            speed,
-            limit,
-            &SourceStats::default(),
-            Some(&past),
-            &mut |_| true,
-        )
-        .unwrap_err();
+        let err =
+            read_config(&cfg, &SourceStats::default(), Some(&past), &mut |_| true).unwrap_err();
         assert!(err.to_string().contains("demo series"), "{err}");
     }
 
@@ -384,7 +452,7 @@ mod tests {
         let begin = Instant::now();
         let mut arrivals = Vec::new();
         let stats = SourceStats::default();
-        read_demo(&cfg, 4.0, Some(4), &stats, Some(&start), &mut |b| {
+        super::read_demo(&cfg, 4.0, Some(4), &stats, Some(&start), &mut |b| {
             let rows = stats.position.lock().unwrap().as_ref().unwrap().rows;
             arrivals.push((b.num_rows(), rows, begin.elapsed()));
             true

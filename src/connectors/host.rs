@@ -18,10 +18,14 @@ use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use sysinfo::{DiskRefreshKind, Disks, Networks, ProcessRefreshKind, ProcessesToUpdate, System};
 
-use super::builtin::{CatalogueColumn, match_columns};
+use super::catalogue::{CatalogueColumn, match_columns};
+use super::options::Options;
+use super::registry::{
+    Columns, OptionSpec, OptionType, Reader, SourceConnector, SourceRead, StreamDecl,
+};
 use super::source::pause;
-use super::{SourceConfig, SourceStats};
-use crate::error::Result;
+use super::{Decoding, Format, Replay, SourceConfig, SourceLocation, SourcePosition, SourceStats};
+use crate::error::{Error, Result};
 
 /// Default sampling interval.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
@@ -96,6 +100,128 @@ pub const COLUMNS: &[CatalogueColumn] = &[
     },
 ];
 
+/// `limit`, as `host` and `demo` take it.
+pub(super) const LIMIT: OptionSpec = OptionSpec {
+    name: "limit",
+    ty: OptionType::Count,
+    default: None,
+    accepted: "a positive integer such as 10",
+    doc: "stop after this many rows",
+};
+
+const OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        name: "interval",
+        ty: OptionType::Duration,
+        default: Some("1 second"),
+        accepted: "a duration of at least 100 milliseconds, e.g. '1 second', '500 ms'",
+        doc: "time between two samples",
+    },
+    LIMIT,
+];
+
+/// `connector = 'host'`: this machine, sampled every `interval`.
+pub struct HostSource;
+
+impl SourceConnector for HostSource {
+    fn name(&self) -> &'static str {
+        "host"
+    }
+    fn summary(&self) -> &'static str {
+        "this machine's CPU, memory, swap, load, disk, network and process count, sampled live"
+    }
+    fn options(&self) -> &'static [OptionSpec] {
+        OPTIONS
+    }
+    fn columns(&self) -> Columns {
+        Columns::Catalogue(COLUMNS)
+    }
+    fn configure(&self, decl: &StreamDecl<'_>, opts: &Options<'_>) -> Result<SourceConfig> {
+        let interval = match opts.duration("interval")? {
+            None => DEFAULT_INTERVAL,
+            Some(d) if d >= MIN_INTERVAL => d,
+            Some(_) => return Err(opts.bad_value("interval", opts.get("interval").unwrap_or(""))),
+        };
+        let limit = limit(opts)?;
+        Ok(live_config(
+            decl,
+            "host",
+            Reader(Arc::new(Host { interval, limit })),
+        ))
+    }
+}
+
+/// The `limit` option: a positive count.
+pub(super) fn limit(opts: &Options<'_>) -> Result<Option<u64>> {
+    match opts.count("limit")? {
+        Some(0) => Err(opts.bad_value("limit", opts.get("limit").unwrap_or(""))),
+        n => Ok(n),
+    }
+}
+
+/// The configuration of a source that makes its rows itself.
+pub(super) fn live_config(
+    decl: &StreamDecl<'_>,
+    connector: &'static str,
+    reader: Reader,
+) -> SourceConfig {
+    SourceConfig {
+        stream: decl.stream.to_string(),
+        schema: decl.schema.clone(),
+        connector,
+        location: SourceLocation::Connector(reader),
+        format: Format::Csv,
+        replay: Replay::Fast,
+        event_time: decl.event_time,
+        batch_size: super::options::DEFAULT_BATCH_SIZE,
+        dead_letter: None,
+        follow: false,
+        decode_threads: super::default_decode_threads(),
+        decode: Decoding::default(),
+    }
+}
+
+/// A configured `host` source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Host {
+    /// Time between two samples.
+    pub interval: Duration,
+    /// Stop after this many samples; `None` runs until stopped.
+    pub limit: Option<u64>,
+}
+
+impl SourceRead for Host {
+    fn describe(&self) -> String {
+        format!("this host, every {} ms", self.interval.as_millis())
+    }
+    fn explain(&self) -> String {
+        format!(
+            "host, every {} ms, {}",
+            self.interval.as_millis(),
+            super::registry::NOT_REPLAYABLE
+        )
+    }
+    fn live_because(&self) -> &'static str {
+        "connector 'host' samples this machine live"
+    }
+    fn read(
+        &self,
+        config: &SourceConfig,
+        stats: &SourceStats,
+        start: Option<&SourcePosition>,
+        emit: &mut dyn FnMut(RecordBatch) -> bool,
+    ) -> Result<()> {
+        if start.is_some() {
+            return Err(Error::Connector(format!(
+                "stream {} reads this machine (connector 'host'), which cannot be read again: \
+                 it cannot resume from a checkpoint",
+                config.stream
+            )));
+        }
+        read_host(config, self.interval, self.limit, stats, emit)
+    }
+}
+
 /// What each entry of [`COLUMNS`] measures, in the same order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Metric {
@@ -132,7 +258,7 @@ const METRICS: [Metric; 12] = [
 /// sample, until `limit` samples (if any), until `stats.stop` is set or
 /// until `emit` returns false. Between samples it emits an empty batch
 /// every 100 ms. It cannot be read again, so it has no position.
-pub(super) fn read_host(
+fn read_host(
     config: &SourceConfig,
     interval: Duration,
     limit: Option<u64>,
@@ -336,7 +462,7 @@ mod tests {
     use datafusion::arrow::array::Array;
     use datafusion::arrow::datatypes::{Field, Schema};
 
-    use super::super::builtin::full_schema;
+    use super::super::catalogue::full_schema;
     use super::super::{Format, Replay, SourceLocation};
     use super::*;
 
@@ -344,10 +470,11 @@ mod tests {
         SourceConfig {
             stream: "h".into(),
             schema,
-            location: SourceLocation::Host {
+            connector: "host",
+            location: SourceLocation::Connector(Reader(Arc::new(Host {
                 interval: MIN_INTERVAL,
                 limit: Some(2),
-            },
+            }))),
             format: Format::Csv,
             replay: Replay::Fast,
             event_time: Some(0),

@@ -37,7 +37,10 @@ use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use influxdb_line_protocol::{FieldValue, ParsedLine};
 
-use super::BadRow;
+use super::options::Options;
+use super::registry::{OptionSpec, SourceConnector, StreamDecl};
+use super::remote_write::push_config;
+use super::{BadRow, SourceConfig};
 use crate::error::{Error, Result};
 use crate::types::{LabelsBuilder, labels_type};
 
@@ -381,6 +384,25 @@ impl Builder {
             }
             Builder::Tags(b) => Arc::new(b.finish()),
         }
+    }
+}
+
+/// `connector = 'influx'` in `CREATE STREAM`.
+pub struct InfluxSource;
+
+impl SourceConnector for InfluxSource {
+    fn name(&self) -> &'static str {
+        "influx"
+    }
+    fn summary(&self) -> &'static str {
+        "InfluxDB line protocol posted to `vigil serve` (POST /api/v2/write, /write)"
+    }
+    fn options(&self) -> &'static [OptionSpec] {
+        &[]
+    }
+    fn configure(&self, decl: &StreamDecl<'_>, _: &Options<'_>) -> Result<SourceConfig> {
+        check_columns(decl.stream, &decl.schema)?;
+        Ok(push_config(decl, "influx"))
     }
 }
 

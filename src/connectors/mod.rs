@@ -1,20 +1,24 @@
 //! Sources and sinks: where rows enter the engine and where results leave it.
 //!
-//! A source turns a file or stdin into Arrow [`RecordBatch`]es that match a
-//! stream's declared schema; malformed rows are skipped, counted and reported
-//! with their line number, never silently lost. Two sources need no file:
-//! `host` samples this machine and `demo` replays a bundled real series. A
-//! sink writes result batches in one of the output formats, or POSTs them to
-//! a webhook.
+//! One module per connector (`file` for files, stdin and pushed rows,
+//! `host`, `demo`, `webhook`), each declaring its options and columns to
+//! the one list in [`registry`], which the planner, `vigil check`, the
+//! shell's completion and the reference read. Shared by all: option parsing
+//! ([`options`]), the decoding of text rows ([`source`]: CSV and JSON lines;
+//! malformed rows are skipped, counted and reported with their line number,
+//! never silently lost), timestamps ([`timestamp`]) and the rendering of
+//! results ([`sink`]).
 
-pub mod builtin;
+pub mod catalogue;
 pub mod demo;
+pub mod file;
 pub mod file_commit;
 mod guard;
 pub mod host;
 pub mod influx;
 pub mod options;
 pub mod otlp;
+pub mod registry;
 pub mod remote_write;
 pub mod sink;
 pub mod source;
@@ -24,11 +28,11 @@ pub mod webhook;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::time::Duration;
 
 use datafusion::arrow::datatypes::SchemaRef;
 
 pub use options::parse_output_format;
+pub use registry::{Opener, Reader};
 pub use sink::{
     Destination, Sink, SinkCommit, make_labelled_sink, make_sink, make_sink_to, open_sink,
 };
@@ -45,20 +49,19 @@ pub enum SourceLocation {
     /// Rows pushed by the program that embeds vigil, or posted to
     /// `vigil serve`; see [`crate::session::Session::push`].
     Push,
-    /// This machine, sampled every `interval` (connector `host`).
-    Host {
-        /// Time between two samples.
-        interval: Duration,
-        /// Stop after this many samples; `None` runs until stopped.
-        limit: Option<u64>,
-    },
-    /// The bundled NAB machine-temperature series (connector `demo`).
-    Demo {
-        /// Rows released per second of wall-clock time.
-        speed: f64,
-        /// Stop after this many rows; `None` replays the whole series.
-        limit: Option<u64>,
-    },
+    /// A connector that reads by itself (`host`, `demo`, ...); see
+    /// [`registry::SourceRead`].
+    Connector(Reader),
+}
+
+impl SourceLocation {
+    /// The reader of a connector that reads by itself, if this is one.
+    pub fn reader(&self) -> Option<&dyn registry::SourceRead> {
+        match self {
+            SourceLocation::Connector(r) => Some(r.0.as_ref()),
+            _ => None,
+        }
+    }
 }
 
 /// The text format of a source's rows.
@@ -90,6 +93,10 @@ pub struct SourceConfig {
     pub stream: String,
     /// The declared schema; every batch the source emits has exactly it.
     pub schema: SchemaRef,
+    /// The connector's name in [`registry::SOURCES`]: `file`, `stdin`,
+    /// `push`, `host`, ... (tells apart the protocols that feed push
+    /// streams).
+    pub connector: &'static str,
     /// Where to read.
     pub location: SourceLocation,
     /// How rows are encoded.
@@ -306,8 +313,9 @@ pub enum SinkTarget {
     /// A file, created or truncated when the first query writing to it
     /// starts; queries writing to it at the same time share it.
     File(PathBuf),
-    /// An HTTP endpoint that each batch is POSTed to as a JSON array.
-    Webhook(webhook::WebhookConfig),
+    /// A connector that opens its destination itself (`webhook`, ...);
+    /// see [`registry::SinkOpen`].
+    Connector(Opener),
 }
 
 /// A sink declared with `CREATE SINK`.

@@ -1,20 +1,16 @@
-//! Turning the `WITH (...)` options of `CREATE STREAM` / `CREATE SINK` into
-//! source and sink configurations.
+//! The `WITH (...)` options of `CREATE STREAM` / `CREATE SINK`: checked
+//! against the options a connector declares (see
+//! [`registry`](super::registry)), and the value parsers every connector
+//! shares (durations, sizes, URLs, formats).
 //!
 //! Keys arrive lower-cased. Unknown keys, repeated keys and bad values are
 //! [`Error::Plan`] errors that name the key and list what is accepted.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use datafusion::arrow::datatypes::SchemaRef;
-
-use super::builtin::{self, match_columns};
-use super::webhook::parse_duration;
-use super::{
-    Decoding, Format, OutputFormat, Replay, SinkConfig, SinkTarget, SourceConfig, SourceLocation,
-    TsUnit,
-};
-use super::{demo, host};
+use super::registry::{OptionSpec, OptionType};
+use super::{Format, OutputFormat};
 use crate::error::{Error, Result};
 
 /// Default number of rows per batch a source emits.
@@ -23,94 +19,206 @@ pub const DEFAULT_BATCH_SIZE: usize = 8192;
 /// Largest accepted `batch_size`.
 pub const MAX_BATCH_SIZE: usize = 1 << 24;
 
-const SOURCE_KEYS: &[&str] = &[
-    "connector",
-    "path",
-    "format",
-    "replay",
-    "speed",
-    "batch_size",
-    "dead_letter",
-    "follow",
-    "multiline",
-    "max_record_size",
-    "ts_unit",
-    "max_future",
-];
-
 /// Largest accepted `max_record_size`: 1 GiB.
 pub const MAX_RECORD_SIZE_LIMIT: usize = 1 << 30;
 
-const SINK_KEYS: &[&str] = &["connector", "path", "format", "append_only"];
-
-const HOST_KEYS: &[&str] = &["connector", "interval", "limit"];
-
-const DEMO_KEYS: &[&str] = &["connector", "speed", "limit"];
-
-/// Looks options up by key, rejecting unknown and repeated keys.
-pub(super) struct Options<'a> {
+/// The options of one statement, checked against what its connector
+/// declares: every key is one of its options (or starts with one of its
+/// prefixes), none is repeated, and every value is of its option's type.
+pub struct Options<'a> {
     what: String,
     options: &'a [(String, String)],
+    specs: &'static [OptionSpec],
 }
 
 impl<'a> Options<'a> {
-    pub(super) fn new(
+    /// Checks `options` (the `connector` key included, if given) against
+    /// `specs`; `what` names the statement in errors (`stream m`).
+    pub fn new(
         what: String,
         options: &'a [(String, String)],
-        accepted: &[&str],
+        specs: &'static [OptionSpec],
     ) -> Result<Self> {
-        for (i, (key, _)) in options.iter().enumerate() {
-            if !accepted.contains(&key.as_str()) {
-                return Err(Error::Plan(format!(
-                    "{what}: unknown option '{key}' (accepted: {})",
-                    accepted.join(", ")
-                )));
+        let opts = Options {
+            what,
+            options,
+            specs,
+        };
+        for (i, (key, value)) in options.iter().enumerate() {
+            if key == "connector" {
+                continue;
             }
+            let Some(spec) = opts.spec(key) else {
+                return Err(Error::Plan(format!(
+                    "{}: unknown option '{key}' (accepted: {})",
+                    opts.what,
+                    accepted_keys(specs)
+                )));
+            };
             if options[..i].iter().any(|(k, _)| k == key) {
                 return Err(Error::Plan(format!(
-                    "{what}: option '{key}' is given more than once"
+                    "{}: option '{key}' is given more than once",
+                    opts.what
                 )));
             }
+            opts.check_type(key, value, spec)?;
         }
-        Ok(Options { what, options })
+        Ok(opts)
     }
 
-    pub(super) fn get(&self, key: &str) -> Option<&'a str> {
+    /// The statement these options belong to, as errors name it.
+    pub fn what(&self) -> &str {
+        &self.what
+    }
+
+    fn spec(&self, key: &str) -> Option<&'static OptionSpec> {
+        self.specs.iter().find(|s| match s.ty {
+            OptionType::Prefix => key.starts_with(s.name),
+            _ => s.name == key,
+        })
+    }
+
+    fn check_type(&self, key: &str, value: &str, spec: &OptionSpec) -> Result<()> {
+        let v = value.trim();
+        let ok = match spec.ty {
+            OptionType::Text | OptionType::Prefix => true,
+            OptionType::Path => !v.is_empty(),
+            OptionType::Flag => parse_flag(v).is_some(),
+            OptionType::Count => v.parse::<u64>().is_ok(),
+            OptionType::Number => parse_positive(v).is_some(),
+            OptionType::Duration => parse_duration(v).is_some(),
+            OptionType::Size => parse_size(v).is_some(),
+            OptionType::Choice(words) => words.iter().any(|w| w.eq_ignore_ascii_case(v)),
+            OptionType::Url => {
+                return parse_url(v).map(|_| ()).map_err(|why| {
+                    Error::Plan(format!(
+                        "{}: bad value '{value}' for option '{key}' ({why}; accepted: {})",
+                        self.what, spec.accepted
+                    ))
+                });
+            }
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(self.bad_value(key, value))
+        }
+    }
+
+    /// The raw value of `key`, if given.
+    pub fn get(&self, key: &str) -> Option<&'a str> {
         self.options
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     }
 
-    pub(super) fn bad_value(&self, key: &str, value: &str, accepted: &str) -> Error {
+    /// The error for `value` of `key`: it names the statement, the key and
+    /// what its spec accepts.
+    pub fn bad_value(&self, key: &str, value: &str) -> Error {
+        let accepted = self.spec(key).map_or("", |s| s.accepted);
         Error::Plan(format!(
             "{}: bad value '{value}' for option '{key}' (accepted: {accepted})",
             self.what
         ))
     }
 
-    /// A `true` / `false` option (any case); absent is false.
-    pub(super) fn flag(&self, key: &str) -> Result<bool> {
-        match self.get(key).map(|v| (v, v.trim().to_ascii_lowercase())) {
-            None => Ok(false),
-            Some((_, l)) if l == "true" => Ok(true),
-            Some((_, l)) if l == "false" => Ok(false),
-            Some((v, _)) => Err(self.bad_value(key, v, "true, false")),
-        }
+    /// A text option, trimmed.
+    pub fn text(&self, key: &str) -> Option<&'a str> {
+        self.get(key).map(str::trim)
     }
 
-    /// A path option, resolved against `base_dir`; empty values are rejected.
-    fn path(&self, key: &str, base_dir: &Path) -> Result<Option<PathBuf>> {
+    /// A [`OptionType::Flag`]; absent is false.
+    pub fn flag(&self, key: &str) -> Result<bool> {
+        self.typed(key, parse_flag).map(|f| f.unwrap_or(false))
+    }
+
+    /// A [`OptionType::Count`].
+    pub fn count(&self, key: &str) -> Result<Option<u64>> {
+        self.typed(key, |v| v.parse::<u64>().ok())
+    }
+
+    /// A [`OptionType::Number`].
+    pub fn number(&self, key: &str) -> Result<Option<f64>> {
+        self.typed(key, parse_positive)
+    }
+
+    /// A [`OptionType::Duration`].
+    pub fn duration(&self, key: &str) -> Result<Option<Duration>> {
+        self.typed(key, parse_duration)
+    }
+
+    /// A [`OptionType::Size`], in bytes.
+    pub fn size(&self, key: &str) -> Result<Option<u64>> {
+        self.typed(key, parse_size)
+    }
+
+    /// A [`OptionType::Url`], normalised.
+    pub fn url(&self, key: &str) -> Result<Option<String>> {
+        self.typed(key, |v| parse_url(v).ok())
+    }
+
+    /// A [`OptionType::Choice`], as the spec spells it.
+    pub fn choice(&self, key: &str) -> Result<Option<&'static str>> {
+        let words = match self.spec(key).map(|s| s.ty) {
+            Some(OptionType::Choice(words)) => words,
+            _ => &[],
+        };
+        self.typed(key, |v| {
+            words.iter().copied().find(|w| w.eq_ignore_ascii_case(v))
+        })
+    }
+
+    /// A [`OptionType::Path`], resolved against `base_dir`.
+    pub fn path(&self, key: &str, base_dir: &Path) -> Result<Option<PathBuf>> {
+        self.typed(key, |v| (!v.is_empty()).then(|| resolve(base_dir, v)))
+    }
+
+    /// The options whose keys start with `prefix`, as (rest of the key,
+    /// value), in the order given.
+    pub fn prefixed(&self, prefix: &str) -> Vec<(&'a str, &'a str)> {
+        self.options
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix(prefix)?, v.as_str())))
+            .collect()
+    }
+
+    fn typed<T>(&self, key: &str, parse: impl FnOnce(&str) -> Option<T>) -> Result<Option<T>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) if v.trim().is_empty() => Err(self.bad_value(key, v, "a file path")),
-            Some(v) => Ok(Some(resolve(base_dir, v))),
+            Some(v) => parse(v.trim())
+                .map(Some)
+                .ok_or_else(|| self.bad_value(key, v)),
         }
     }
 }
 
+/// `connector, path, format, ...`: the keys `specs` accept, as errors
+/// list them.
+pub fn accepted_keys(specs: &[OptionSpec]) -> String {
+    std::iter::once("connector".to_string())
+        .chain(specs.iter().map(|s| match s.ty {
+            OptionType::Prefix => format!("{}<name>", s.name),
+            _ => s.name.to_string(),
+        }))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn parse_flag(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    }
+}
+
+fn parse_positive(v: &str) -> Option<f64> {
+    v.parse::<f64>().ok().filter(|x| x.is_finite() && *x > 0.0)
+}
+
 /// Resolves a possibly relative path against `base_dir`.
-fn resolve(base_dir: &Path, path: &str) -> PathBuf {
+pub fn resolve(base_dir: &Path, path: &str) -> PathBuf {
     let p = Path::new(path);
     if p.is_absolute() {
         p.to_path_buf()
@@ -120,7 +228,7 @@ fn resolve(base_dir: &Path, path: &str) -> PathBuf {
 }
 
 /// Parses a source format name: `csv`, or `jsonl` with aliases `json`, `ndjson`.
-fn parse_source_format(s: &str) -> Option<Format> {
+pub fn parse_source_format(s: &str) -> Option<Format> {
     match s.trim().to_ascii_lowercase().as_str() {
         "csv" => Some(Format::Csv),
         "jsonl" | "json" | "ndjson" => Some(Format::Jsonl),
@@ -129,7 +237,7 @@ fn parse_source_format(s: &str) -> Option<Format> {
 }
 
 /// The format implied by a path's extension, if any.
-fn format_from_extension(path: &Path) -> Option<&'static str> {
+pub fn format_from_extension(path: &Path) -> Option<&'static str> {
     let ext = path.extension()?.to_str()?.to_ascii_lowercase();
     match ext.as_str() {
         "csv" => Some("csv"),
@@ -149,194 +257,6 @@ pub fn parse_output_format(s: &str) -> Result<OutputFormat> {
             "unknown output format '{s}' (accepted: table, csv, jsonl)"
         ))),
     }
-}
-
-impl SourceConfig {
-    /// Builds a source configuration from a `CREATE STREAM` statement's
-    /// `WITH` options.
-    ///
-    /// Accepted keys: `connector` (`file` | `stdin` | `push`, default
-    /// `file`), `path` (required for `file`, resolved against `base_dir`), `format` (`csv` |
-    /// `jsonl` | `json` | `ndjson`; default from the path's extension, else
-    /// csv), `replay` (`fast` | `realtime`), `speed` (positive number, default
-    /// 1), `batch_size` (positive integer, default 8192), `dead_letter` (a
-    /// path, resolved against `base_dir`), `follow` (`true` | `false`,
-    /// files only), `multiline` (`true` | `false`, CSV only),
-    /// `max_record_size` (bytes), `ts_unit` (`s` | `ms` | `us` | `ns`) and
-    /// `max_future` (a duration, or `none`); see [`Decoding`].
-    ///
-    /// Connectors `host` and `demo` read no file and take keys of their own,
-    /// see [`live_source`].
-    pub fn from_options(
-        stream: &str,
-        schema: SchemaRef,
-        event_time: Option<usize>,
-        options: &[(String, String)],
-        base_dir: &Path,
-    ) -> Result<SourceConfig> {
-        if let Some((_, connector)) = options.iter().find(|(k, _)| k == "connector") {
-            let connector = connector.trim().to_ascii_lowercase();
-            if builtin::CONNECTORS.contains(&connector.as_str()) {
-                return live_source(stream, schema, event_time, options, &connector);
-            }
-        }
-        let opts = Options::new(format!("stream {stream}"), options, SOURCE_KEYS)?;
-
-        let connector = opts.get("connector").unwrap_or("file");
-        let path = opts.path("path", base_dir)?;
-        let location = match connector.trim().to_ascii_lowercase().as_str() {
-            "file" => match &path {
-                Some(p) => SourceLocation::File(p.clone()),
-                None => {
-                    return Err(Error::Plan(format!(
-                        "stream {stream}: connector 'file' needs a 'path' option"
-                    )));
-                }
-            },
-            "stdin" => {
-                if path.is_some() {
-                    return Err(Error::Plan(format!(
-                        "stream {stream}: option 'path' cannot be used with connector 'stdin'"
-                    )));
-                }
-                SourceLocation::Stdin
-            }
-            "push" => {
-                if path.is_some() {
-                    return Err(Error::Plan(format!(
-                        "stream {stream}: option 'path' cannot be used with connector 'push'"
-                    )));
-                }
-                SourceLocation::Push
-            }
-            _ => {
-                return Err(opts.bad_value(
-                    "connector",
-                    connector,
-                    "file, stdin, push, host, demo",
-                ));
-            }
-        };
-
-        let format = match opts.get("format") {
-            Some(v) => parse_source_format(v)
-                .ok_or_else(|| opts.bad_value("format", v, "csv, jsonl, json, ndjson"))?,
-            None => path
-                .as_deref()
-                .and_then(format_from_extension)
-                .and_then(parse_source_format)
-                .unwrap_or(Format::Csv),
-        };
-
-        let speed = match opts.get("speed") {
-            None => 1.0,
-            Some(v) => match v.trim().parse::<f64>() {
-                Ok(x) if x.is_finite() && x > 0.0 => x,
-                _ => return Err(opts.bad_value("speed", v, "a positive number such as 1 or 10")),
-            },
-        };
-        let replay = match opts
-            .get("replay")
-            .map(|v| (v, v.trim().to_ascii_lowercase()))
-        {
-            None => Replay::Fast,
-            Some((_, ref l)) if l == "fast" => Replay::Fast,
-            Some((_, ref l)) if l == "realtime" => Replay::Realtime { speed },
-            Some((v, _)) => return Err(opts.bad_value("replay", v, "fast, realtime")),
-        };
-
-        let batch_size = match opts.get("batch_size") {
-            None => DEFAULT_BATCH_SIZE,
-            Some(v) => match v.trim().parse::<usize>() {
-                Ok(n) if (1..=MAX_BATCH_SIZE).contains(&n) => n,
-                _ => {
-                    return Err(opts.bad_value(
-                        "batch_size",
-                        v,
-                        &format!("an integer from 1 to {MAX_BATCH_SIZE}"),
-                    ));
-                }
-            },
-        };
-
-        let dead_letter = opts.path("dead_letter", base_dir)?;
-
-        let follow = opts.flag("follow")?;
-        if follow && location == SourceLocation::Stdin {
-            return Err(Error::Plan(format!(
-                "stream {stream}: option 'follow' is for files (stdin is always read as it comes)"
-            )));
-        }
-
-        let decode = decoding(&opts, format)?;
-
-        if let Some(i) = event_time
-            && i >= schema.fields().len()
-        {
-            return Err(Error::Plan(format!(
-                "stream {stream}: event-time column index {i} is out of range"
-            )));
-        }
-
-        Ok(SourceConfig {
-            stream: stream.to_string(),
-            schema,
-            location,
-            format,
-            replay,
-            event_time,
-            batch_size,
-            dead_letter,
-            follow,
-            decode_threads: super::default_decode_threads(),
-            decode,
-        })
-    }
-}
-
-/// The decoding options of a file, stdin or push stream.
-fn decoding(opts: &Options<'_>, format: Format) -> Result<Decoding> {
-    let defaults = Decoding::default();
-    let multiline = opts.flag("multiline")?;
-    if multiline && format != Format::Csv {
-        return Err(Error::Plan(format!(
-            "{}: option 'multiline' is for CSV (a JSON Lines row is always one line)",
-            opts.what
-        )));
-    }
-    let max_record_size = match opts.get("max_record_size") {
-        None => defaults.max_record_size,
-        Some(v) => match v.trim().parse::<usize>() {
-            Ok(n) if (1..=MAX_RECORD_SIZE_LIMIT).contains(&n) => n,
-            _ => {
-                return Err(opts.bad_value(
-                    "max_record_size",
-                    v,
-                    &format!("a number of bytes from 1 to {MAX_RECORD_SIZE_LIMIT}"),
-                ));
-            }
-        },
-    };
-    let ts_unit = match opts.get("ts_unit") {
-        None => defaults.ts_unit,
-        Some(v) => TsUnit::parse(v).ok_or_else(|| opts.bad_value("ts_unit", v, "s, ms, us, ns"))?,
-    };
-    let max_future_ms = match opts.get("max_future") {
-        None => defaults.max_future_ms,
-        Some(v) => parse_max_future(v).ok_or_else(|| {
-            opts.bad_value(
-                "max_future",
-                v,
-                "a duration such as '1 hour', '30 minutes', '2 days', or 'none'",
-            )
-        })?,
-    };
-    Ok(Decoding {
-        multiline,
-        max_record_size,
-        ts_unit,
-        max_future_ms,
-    })
 }
 
 /// Parses a size: a whole number of bytes, or one with a unit: `KiB`,
@@ -363,20 +283,20 @@ pub fn parse_size(text: &str) -> Option<u64> {
     n.checked_mul(factor)
 }
 
-/// Parses a `max_future` value: `none` (or `off`) disables the guard,
-/// else a positive duration: a number and a unit from milliseconds to
-/// weeks (`'1 hour'`, `'90 s'`, `'2 days'`).
-fn parse_max_future(text: &str) -> Option<Option<i64>> {
-    let text = text.trim().to_ascii_lowercase();
-    if text == "none" || text == "off" {
-        return Some(None);
-    }
+/// Parses a duration written as a number and a unit from milliseconds to
+/// weeks: `ms`, `millisecond(s)`, `s`, `sec(s)`, `second(s)`, `min(s)`,
+/// `minute(s)`, `h`, `hour(s)`, `d`, `day(s)`, `w`, `week(s)`, any case,
+/// with or without a space (`'200 milliseconds'`, `'1.5s'`, `'2 days'`).
+/// Rounded to whole milliseconds; `None` unless from one millisecond to
+/// about 300 years (which keeps event-time arithmetic far from overflow).
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let value: f64 = number.parse().ok()?;
-    let unit_ms = match unit.trim() {
+    let unit_ms = match unit.trim().to_ascii_lowercase().as_str() {
         "ms" | "millisecond" | "milliseconds" => 1.0,
         "s" | "sec" | "secs" | "second" | "seconds" => 1e3,
         "min" | "mins" | "minute" | "minutes" => 6e4,
@@ -386,148 +306,30 @@ fn parse_max_future(text: &str) -> Option<Option<i64>> {
         _ => return None,
     };
     let ms = (value * unit_ms).round();
-    // About 300 years at most keeps event-time arithmetic far from overflow.
-    (ms.is_finite() && (1.0..=1e13).contains(&ms)).then_some(Some(ms as i64))
+    (ms.is_finite() && (1.0..=1e13).contains(&ms)).then(|| Duration::from_millis(ms as u64))
 }
 
-/// The configuration of a stream with connector `host` or `demo`: its
-/// declared columns must come from the connector's catalogue (see
-/// [`builtin`]).
-///
-/// `host` takes `interval` (a duration of at least 100 ms, default 1 second)
-/// and `limit`; `demo` takes `speed` (rows per second, a positive number,
-/// default 1000) and `limit`. `limit` is a positive integer: the source stops
-/// after that many rows.
-fn live_source(
-    stream: &str,
-    schema: SchemaRef,
-    event_time: Option<usize>,
-    options: &[(String, String)],
-    connector: &str,
-) -> Result<SourceConfig> {
-    let keys = if connector == "host" {
-        HOST_KEYS
-    } else {
-        DEMO_KEYS
-    };
-    let opts = Options::new(format!("stream {stream}"), options, keys)?;
-    let catalogue = builtin::catalogue(connector).unwrap_or_default();
-    match_columns(stream, connector, &schema, catalogue)?;
-
-    let limit = match opts.get("limit") {
-        None => None,
-        Some(v) => match v.trim().parse::<u64>() {
-            Ok(n) if n > 0 => Some(n),
-            _ => return Err(opts.bad_value("limit", v, "a positive integer such as 10")),
-        },
-    };
-    let location = if connector == "host" {
-        let interval = match opts.get("interval") {
-            None => host::DEFAULT_INTERVAL,
-            Some(v) => match parse_duration(v) {
-                Some(d) if d >= host::MIN_INTERVAL => d,
-                _ => {
-                    return Err(opts.bad_value(
-                        "interval",
-                        v,
-                        "a duration of at least 100 milliseconds, e.g. '1 second', '500 ms'",
-                    ));
-                }
-            },
-        };
-        SourceLocation::Host { interval, limit }
-    } else {
-        let speed = match opts.get("speed") {
-            None => demo::DEFAULT_SPEED,
-            Some(v) => match v.trim().parse::<f64>() {
-                Ok(x) if x.is_finite() && x > 0.0 => x,
-                _ => {
-                    return Err(opts.bad_value(
-                        "speed",
-                        v,
-                        "a positive number of rows per second such as 1000",
-                    ));
-                }
-            },
-        };
-        SourceLocation::Demo { speed, limit }
-    };
-
-    Ok(SourceConfig {
-        stream: stream.to_string(),
-        schema,
-        location,
-        format: Format::Csv,
-        replay: Replay::Fast,
-        event_time,
-        batch_size: DEFAULT_BATCH_SIZE,
-        dead_letter: None,
-        follow: false,
-        decode_threads: super::default_decode_threads(),
-        decode: Decoding::default(),
-    })
-}
-
-impl SinkConfig {
-    /// Builds a sink configuration from a `CREATE SINK` statement's `WITH`
-    /// options.
-    ///
-    /// Accepted keys: `connector` (`file` | `stdout` | `webhook`, default
-    /// `file`), `path` (required for `file`, resolved against `base_dir`),
-    /// `format` (`csv` | `jsonl` | `table`, aliases `json`, `ndjson`; default
-    /// from the path's extension, else csv) and `append_only` (`true` |
-    /// `false`). A `webhook` sink has keys of its own, see
-    /// [`webhook`](super::webhook).
-    pub fn from_options(
-        name: &str,
-        options: &[(String, String)],
-        base_dir: &Path,
-    ) -> Result<SinkConfig> {
-        let connector = options.iter().find(|(k, _)| k == "connector");
-        if connector.is_some_and(|(_, v)| v.trim().eq_ignore_ascii_case("webhook")) {
-            return super::webhook::sink_config(name, options);
-        }
-        let opts = Options::new(format!("sink {name}"), options, SINK_KEYS)?;
-
-        let connector = opts.get("connector").unwrap_or("file");
-        let path = opts.path("path", base_dir)?;
-        let target = match connector.trim().to_ascii_lowercase().as_str() {
-            "file" => match &path {
-                Some(p) => SinkTarget::File(p.clone()),
-                None => {
-                    return Err(Error::Plan(format!(
-                        "sink {name}: connector 'file' needs a 'path' option"
-                    )));
-                }
-            },
-            "stdout" => {
-                if path.is_some() {
-                    return Err(Error::Plan(format!(
-                        "sink {name}: option 'path' cannot be used with connector 'stdout'"
-                    )));
-                }
-                SinkTarget::Stdout
-            }
-            _ => return Err(opts.bad_value("connector", connector, "file, stdout, webhook")),
-        };
-
-        let format = match opts.get("format") {
-            Some(v) => parse_output_format(v)
-                .map_err(|_| opts.bad_value("format", v, "csv, jsonl, table"))?,
-            None => match path.as_deref().and_then(format_from_extension) {
-                Some("jsonl") => OutputFormat::Jsonl,
-                _ => OutputFormat::Csv,
-            },
-        };
-
-        let append_only = opts.flag("append_only")?;
-        Ok(SinkConfig {
-            name: name.to_string(),
-            target,
-            format,
-            append_only,
-        })
+/// Parses a `max_future` value: `none` (or `off`) disables the guard,
+/// else a duration as [`parse_duration`] reads it, in milliseconds.
+pub fn parse_max_future(text: &str) -> Option<Option<i64>> {
+    let text = text.trim().to_ascii_lowercase();
+    if text == "none" || text == "off" {
+        return Some(None);
     }
+    parse_duration(&text).map(|d| Some(d.as_millis() as i64))
+}
+
+/// Checks that `text` is an absolute http(s) URL with a host; returns it
+/// normalised, or why not.
+pub fn parse_url(text: &str) -> std::result::Result<String, String> {
+    let url = url::Url::parse(text.trim()).map_err(|e| e.to_string())?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("scheme '{}' is not http or https", url.scheme()));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("it has no host".to_string());
+    }
+    Ok(url.to_string())
 }
 
 #[cfg(test)]
@@ -535,9 +337,22 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
+    use super::super::demo::Demo;
+    use super::super::host::Host;
+    use super::super::{
+        Decoding, Reader, Replay, SinkConfig, SinkTarget, SourceConfig, SourceLocation, TsUnit,
+    };
     use super::*;
+
+    fn host(interval: Duration, limit: Option<u64>) -> SourceLocation {
+        SourceLocation::Connector(Reader(Arc::new(Host { interval, limit })))
+    }
+
+    fn demo(speed: f64, limit: Option<u64>) -> SourceLocation {
+        SourceLocation::Connector(Reader(Arc::new(Demo { speed, limit })))
+    }
 
     fn schema() -> SchemaRef {
         Arc::new(Schema::new(vec![
@@ -590,13 +405,9 @@ mod tests {
         );
         let e = err(source(&[("path", "m.csv"), ("follow", "yes")]));
         assert!(e.contains("'follow'") && e.contains("true, false"), "{e}");
+        // `path` and `follow` are options of files alone.
         let e = err(source(&[("connector", "stdin"), ("follow", "true")]));
-        assert!(e.contains("'follow' is for files"), "{e}");
-        assert!(
-            !source(&[("connector", "stdin"), ("follow", "false")])
-                .unwrap()
-                .follow
-        );
+        assert!(e.contains("unknown option 'follow'"), "{e}");
     }
 
     #[test]
@@ -761,13 +572,7 @@ mod tests {
             ("cpu", DataType::Float64),
         ];
         let c = live("host", &cols, &[]).unwrap();
-        assert_eq!(
-            c.location,
-            SourceLocation::Host {
-                interval: Duration::from_secs(1),
-                limit: None
-            }
-        );
+        assert_eq!(c.location, host(Duration::from_secs(1), None));
         assert_eq!(c.event_time, Some(0));
         let c = live(
             "HOST",
@@ -775,19 +580,10 @@ mod tests {
             &[("interval", "100 milliseconds"), ("limit", "3")],
         )
         .unwrap();
-        assert_eq!(
-            c.location,
-            SourceLocation::Host {
-                interval: Duration::from_millis(100),
-                limit: Some(3)
-            }
-        );
+        assert_eq!(c.location, host(Duration::from_millis(100), Some(3)));
         for (text, ms) in [("2 minutes", 120_000), ("1.5s", 1500), ("250 ms", 250)] {
             let c = live("host", &cols, &[("interval", text)]).unwrap();
-            let SourceLocation::Host { interval, .. } = c.location else {
-                panic!("{text}")
-            };
-            assert_eq!(interval, Duration::from_millis(ms), "{text}");
+            assert_eq!(c.location, host(Duration::from_millis(ms), None), "{text}");
         }
         for bad in ["99 ms", "0 seconds", "1", "soon", "", "-1 second"] {
             let e = err(live("host", &cols, &[("interval", bad)]));
@@ -838,21 +634,9 @@ mod tests {
     fn demo_options() {
         let cols = [("ts", TS), ("value", DataType::Float64)];
         let c = live("demo", &cols, &[]).unwrap();
-        assert_eq!(
-            c.location,
-            SourceLocation::Demo {
-                speed: 1000.0,
-                limit: None
-            }
-        );
+        assert_eq!(c.location, demo(1000.0, None));
         let c = live("demo", &cols, &[("speed", "20"), ("limit", "5")]).unwrap();
-        assert_eq!(
-            c.location,
-            SourceLocation::Demo {
-                speed: 20.0,
-                limit: Some(5)
-            }
-        );
+        assert_eq!(c.location, demo(20.0, Some(5)));
         for bad in ["0", "-3", "fast", "inf"] {
             let e = err(live("demo", &cols, &[("speed", bad)]));
             assert!(
@@ -923,5 +707,28 @@ mod tests {
         assert_eq!(parse_output_format("ndjson").unwrap(), OutputFormat::Jsonl);
         let e = err(parse_output_format("yaml"));
         assert!(e.contains("yaml") && e.contains("table, csv, jsonl"), "{e}");
+    }
+
+    #[test]
+    fn durations() {
+        let ms = |t: &str| parse_duration(t).map(|d| d.as_millis());
+        assert_eq!(ms("200 milliseconds"), Some(200));
+        assert_eq!(ms("1 millisecond"), Some(1));
+        assert_eq!(ms("200ms"), Some(200));
+        assert_eq!(ms(" 5 Seconds "), Some(5000));
+        assert_eq!(ms("1 second"), Some(1000));
+        assert_eq!(ms("1.5s"), Some(1500));
+        assert_eq!(ms("2 secs"), Some(2000));
+        assert_eq!(ms(".5 sec"), Some(500));
+        assert_eq!(ms("1 minute"), Some(60_000));
+        assert_eq!(ms("3 mins"), Some(180_000));
+        assert_eq!(ms("1 hour"), Some(3_600_000));
+        assert_eq!(ms("2 days"), Some(172_800_000));
+        assert_eq!(ms("1 week"), Some(604_800_000));
+        for bad in [
+            "", "5", "ms", "0 ms", "0.2 ms", "-1 s", "1 m", "1..2 s", "five s", "1 s x",
+        ] {
+            assert_eq!(ms(bad), None, "{bad:?}");
+        }
     }
 }

@@ -34,8 +34,11 @@ use opentelemetry_proto::tonic::metrics::v1::{
     metric::Data, number_data_point,
 };
 
-use super::BadRow;
-use super::builtin::{CatalogueColumn, full_schema};
+use super::catalogue::{CatalogueColumn, full_schema};
+use super::options::Options;
+use super::registry::{Columns, OptionSpec, SourceConnector, StreamDecl};
+use super::remote_write::push_config;
+use super::{BadRow, SourceConfig};
 use crate::error::Result;
 use crate::types::{LabelsBuilder, labels_type};
 
@@ -573,6 +576,27 @@ fn json_value(value: &AnyValue) -> serde_json::Value {
             .collect::<serde_json::Map<_, _>>()
             .into(),
         Some(V::BytesValue(_) | V::StringValueStrindex(_)) => render_value(value).into(),
+    }
+}
+
+/// `connector = 'otlp'` in `CREATE STREAM`.
+pub struct OtlpSource;
+
+impl SourceConnector for OtlpSource {
+    fn name(&self) -> &'static str {
+        "otlp"
+    }
+    fn summary(&self) -> &'static str {
+        "OpenTelemetry metrics posted to `vigil serve` (OTLP/HTTP POST /v1/metrics)"
+    }
+    fn options(&self) -> &'static [OptionSpec] {
+        &[]
+    }
+    fn columns(&self) -> Columns {
+        Columns::Catalogue(COLUMNS.as_slice())
+    }
+    fn configure(&self, decl: &StreamDecl<'_>, _: &Options<'_>) -> Result<SourceConfig> {
+        Ok(push_config(decl, "otlp"))
     }
 }
 

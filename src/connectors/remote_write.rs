@@ -26,6 +26,7 @@
 //!   over the series into NaN. Any other NaN is kept as a value.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Arc, LazyLock};
 
 use datafusion::arrow::array::{
@@ -34,8 +35,17 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, Float64Type, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 
-use super::BadRow;
-use super::builtin::{CatalogueColumn, full_schema};
+use super::catalogue::{CatalogueColumn, full_schema};
+use super::file::APPEND_ONLY;
+use super::options::Options;
+use super::registry::{
+    Columns, Opener, OptionSpec, OptionType, SinkConnector, SinkOpen, SourceConnector, StreamDecl,
+};
+use super::webhook::{self, WebhookConfig, WebhookSink};
+use super::{
+    BadRow, Decoding, Format, OutputFormat, Replay, Sink, SinkConfig, SinkTarget, SourceConfig,
+    SourceLocation,
+};
 use crate::error::{Error, Result};
 use crate::types::{LabelsBuilder, labels_type};
 
@@ -484,6 +494,229 @@ fn row_labels(
         }
     }
     labels
+}
+
+/// `connector = 'remote_write'` in `CREATE STREAM`: samples posted to
+/// `vigil serve`'s `POST /api/v1/write`.
+pub struct RemoteWriteSource;
+
+impl SourceConnector for RemoteWriteSource {
+    fn name(&self) -> &'static str {
+        "remote_write"
+    }
+    fn summary(&self) -> &'static str {
+        "samples Prometheus remote-writes to `vigil serve` (POST /api/v1/write)"
+    }
+    fn options(&self) -> &'static [OptionSpec] {
+        &[]
+    }
+    fn columns(&self) -> Columns {
+        Columns::Catalogue(COLUMNS.as_slice())
+    }
+    fn configure(&self, decl: &StreamDecl<'_>, _: &Options<'_>) -> Result<SourceConfig> {
+        Ok(push_config(decl, "remote_write"))
+    }
+}
+
+/// The configuration of a stream fed by one of the service's push
+/// protocols (`remote_write`, `otlp`, `influx`).
+pub(super) fn push_config(decl: &StreamDecl<'_>, connector: &'static str) -> SourceConfig {
+    SourceConfig {
+        stream: decl.stream.to_string(),
+        schema: decl.schema.clone(),
+        connector,
+        location: SourceLocation::Push,
+        format: Format::Jsonl,
+        replay: Replay::Fast,
+        event_time: decl.event_time,
+        batch_size: super::options::DEFAULT_BATCH_SIZE,
+        dead_letter: None,
+        follow: false,
+        decode_threads: 1,
+        decode: Decoding::default(),
+    }
+}
+
+/// Option keys starting with this add a label to every series.
+const LABEL_PREFIX: &str = "label_";
+
+const SINK_OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        name: "url",
+        ty: OptionType::Url,
+        default: None,
+        accepted: "an http:// or https:// URL such as 'http://127.0.0.1:9090/api/v1/write'",
+        doc: "the remote-write receiver (required)",
+    },
+    OptionSpec {
+        name: "name",
+        ty: OptionType::Text,
+        default: None,
+        accepted: "a Prometheus metric name such as 'cpu_avg'",
+        doc: "the metric name of the results' one numeric column",
+    },
+    OptionSpec {
+        name: "metric_prefix",
+        ty: OptionType::Text,
+        default: Some(""),
+        accepted: "text that starts a Prometheus metric name, such as 'vigil_'",
+        doc: "put before each numeric column's name to name its series",
+    },
+    OptionSpec {
+        name: "time",
+        ty: OptionType::Text,
+        default: None,
+        accepted: "the name of a TIMESTAMP column of the results",
+        doc: "the samples' timestamp column (default window_end, event_time or ts)",
+    },
+    OptionSpec {
+        name: LABEL_PREFIX,
+        ty: OptionType::Prefix,
+        default: None,
+        accepted: "a label value",
+        doc: "a label every series gets (`label_job = 'vigil'`)",
+    },
+    webhook::RETRIES,
+    webhook::BACKOFF,
+    webhook::TIMEOUT,
+    webhook::HEADERS,
+    APPEND_ONLY,
+];
+
+/// Headers the sink sets for the protocol.
+const PROTOCOL_HEADERS: &[(&str, &str)] = &[
+    ("content-type", "application/x-protobuf"),
+    ("content-encoding", "snappy"),
+    ("x-prometheus-remote-write-version", PROTOCOL_VERSION),
+];
+
+/// `connector = 'remote_write'` in `CREATE SINK`: results written as
+/// samples to a remote-write receiver.
+pub struct RemoteWriteSink;
+
+impl SinkConnector for RemoteWriteSink {
+    fn name(&self) -> &'static str {
+        "remote_write"
+    }
+    fn summary(&self) -> &'static str {
+        "results as Prometheus samples, remote-written (protobuf, snappy) with the webhook's retries"
+    }
+    fn options(&self) -> &'static [OptionSpec] {
+        SINK_OPTIONS
+    }
+    fn configure(&self, name: &str, opts: &Options<'_>, _: &Path) -> Result<SinkConfig> {
+        let mut delivery = webhook::delivery_config(name, "remote_write", opts)?;
+        if let Some((header, _)) = delivery
+            .headers
+            .iter()
+            .find(|(h, _)| PROTOCOL_HEADERS.iter().any(|(p, _)| p == h))
+        {
+            return Err(Error::Plan(format!(
+                "sink {name}: header '{header}' is set by the remote_write sink itself"
+            )));
+        }
+        delivery.headers.extend(
+            PROTOCOL_HEADERS
+                .iter()
+                .map(|(h, v)| (h.to_string(), v.to_string())),
+        );
+        let metric_name = opts.text("name").map(str::to_string);
+        if let Some(n) = &metric_name
+            && !valid_metric_name(n)
+        {
+            return Err(opts.bad_value("name", n));
+        }
+        let prefix = opts.text("metric_prefix").unwrap_or("").to_string();
+        if !prefix.is_empty() && !valid_metric_name(&prefix) {
+            return Err(opts.bad_value("metric_prefix", &prefix));
+        }
+        let mut labels = Vec::new();
+        for (label, value) in opts.prefixed(LABEL_PREFIX) {
+            if !valid_label_name(label) {
+                return Err(Error::Plan(format!(
+                    "sink {name}: option '{LABEL_PREFIX}{label}': '{label}' is not a valid \
+                     Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, not __name__)"
+                )));
+            }
+            labels.push((label.to_string(), value.to_string()));
+        }
+        let target = RemoteWriteTarget {
+            delivery,
+            name: metric_name,
+            prefix,
+            time: opts.text("time").map(str::to_string),
+            labels,
+        };
+        Ok(SinkConfig {
+            name: name.to_string(),
+            target: SinkTarget::Connector(Opener(Arc::new(target))),
+            format: OutputFormat::Jsonl,
+            append_only: opts.flag("append_only")?,
+        })
+    }
+}
+
+/// A configured `remote_write` sink.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteWriteTarget {
+    /// Where and how requests are delivered (the webhook sink's delivery).
+    pub delivery: WebhookConfig,
+    /// `name`: the metric name of the one value column.
+    pub name: Option<String>,
+    /// `metric_prefix`.
+    pub prefix: String,
+    /// `time`: the timestamp column.
+    pub time: Option<String>,
+    /// `label_<name>` options.
+    pub labels: Vec<(String, String)>,
+}
+
+impl SinkOpen for RemoteWriteTarget {
+    /// Only scheme, host and path, as for webhooks.
+    fn describe(&self) -> String {
+        match url::Url::parse(&self.delivery.url) {
+            Ok(url) => format!(
+                "remote_write {}://{}{}",
+                url.scheme(),
+                url.host_str().unwrap_or(""),
+                url.path()
+            ),
+            Err(_) => "remote_write".to_string(),
+        }
+    }
+
+    fn open(&self, name: &str, schema: &SchemaRef) -> Result<Box<dyn Sink>> {
+        let layout = layout(
+            schema,
+            self.time.as_deref(),
+            self.name.as_deref(),
+            &self.prefix,
+            &self.labels,
+        )
+        .map_err(|why| Error::Plan(format!("sink {name}: {why}")))?;
+        let render = move |batch: &RecordBatch| {
+            let request = batch_request(batch, &layout)?;
+            if request.timeseries.is_empty() {
+                return Ok(None);
+            }
+            encode_request(&request).map(Some)
+        };
+        Ok(Box::new(WebhookSink::open_rendering(
+            name,
+            &self.delivery,
+            Box::new(render),
+        )?))
+    }
+}
+
+/// Prometheus's label-name rule; `__name__` is the sink's own.
+fn valid_label_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    name != "__name__"
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 #[cfg(test)]

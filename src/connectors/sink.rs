@@ -40,7 +40,6 @@ use serde_json::Value;
 
 use super::file_commit::{CommittedFile, FileWriter};
 use super::timestamp::write_timestamp_ms;
-use super::webhook::WebhookSink;
 use super::{OutputFormat, SinkConfig, SinkTarget};
 use crate::error::{Error, Result};
 
@@ -216,9 +215,7 @@ impl Sink for FormatSink {
 /// sets of columns.
 pub fn open_sink(config: &SinkConfig, schema: &SchemaRef) -> Result<Box<dyn Sink>> {
     let out: Box<dyn Write + Send> = match &config.target {
-        SinkTarget::Webhook(webhook) => {
-            return Ok(Box::new(WebhookSink::open(&config.name, webhook)?));
-        }
+        SinkTarget::Connector(opener) => return opener.0.open(&config.name, schema),
         SinkTarget::Stdout => Box::new(io::stdout()),
         SinkTarget::File(path) => return open_shared_file(config, path, schema),
     };

@@ -90,9 +90,8 @@ const MAX_QUOTED_CHARS: usize = 40;
 /// closed, an unsupported column type, a read error, or a failure to write
 /// the dead-letter file.
 ///
-/// The file-less connectors are read by their own modules: `host` samples
-/// this machine until its `limit` (see [`host`](super::host)), `demo`
-/// replays the bundled series (see [`demo`](super::demo)).
+/// A connector that reads by itself (`host`, `demo`, ...) is read by its
+/// own module, through [`SourceRead`](super::registry::SourceRead).
 pub fn read_source(
     config: &SourceConfig,
     stats: &SourceStats,
@@ -153,18 +152,7 @@ pub fn read_source_from(
             "stream {} is fed by its program (connector 'push'): embed vigil or use `vigil serve` to push rows into it",
             config.stream
         ))),
-        SourceLocation::Host { interval, limit } => {
-            if start.is_some() {
-                return Err(not_replayable(
-                    &config.stream,
-                    "this machine (connector 'host')",
-                ));
-            }
-            super::host::read_host(config, *interval, *limit, stats, emit)
-        }
-        SourceLocation::Demo { speed, limit } => {
-            super::demo::read_demo(config, *speed, *limit, stats, start, emit)
-        }
+        SourceLocation::Connector(reader) => reader.0.read(config, stats, start, emit),
     }
 }
 
@@ -2547,6 +2535,7 @@ mod tests {
         SourceConfig {
             stream: "m".to_string(),
             schema: schema(),
+            connector: "file",
             location,
             format,
             replay: Replay::Fast,
@@ -3833,6 +3822,7 @@ mod resume_tests {
         SourceConfig {
             stream: "m".to_string(),
             schema: schema(),
+            connector: "file",
             location: SourceLocation::File(path.to_path_buf()),
             format,
             replay: Replay::Fast,
@@ -4321,6 +4311,7 @@ mod properties {
                 Field::new("host", DataType::Utf8, true),
                 Field::new("n", DataType::Int64, true),
             ])),
+            connector: "file",
             location: SourceLocation::Stdin,
             format,
             replay: Replay::Fast,

@@ -72,16 +72,20 @@
 //! delivery goes on with the next batch. Giving up never fails the run, since
 //! an unreachable receiver must not stop the queries feeding other sinks.
 
+use std::path::Path;
+use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use datafusion::arrow::datatypes::Schema;
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::json::writer::{JsonArray, LineDelimited};
 use datafusion::arrow::record_batch::RecordBatch;
 use ureq::http::{HeaderName, HeaderValue};
 
+use super::file::APPEND_ONLY;
 use super::options::Options;
+use super::registry::{Opener, OptionSpec, OptionType, SinkConnector, SinkOpen};
 use super::sink::{Sink, SinkCommit, write_json_rows};
 use super::{OutputFormat, SinkConfig, SinkTarget};
 use crate::error::{Error, Result};
@@ -110,17 +114,56 @@ pub const QUEUE_CAPACITY: usize = 16;
 /// Option keys starting with this add a request header.
 const HEADER_PREFIX: &str = "header_";
 
-/// Keys a webhook sink accepts. `header_<name>` is listed for the error
-/// message only: header keys are taken out before the others are checked.
-const WEBHOOK_KEYS: &[&str] = &[
-    "connector",
-    "url",
-    "retries",
-    "backoff",
-    "timeout",
-    "append_only",
-    "header_<name>",
+const OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        name: "url",
+        ty: OptionType::Url,
+        default: None,
+        accepted: "an http:// or https:// URL such as 'http://127.0.0.1:9093/hook'",
+        doc: "the endpoint (required)",
+    },
+    RETRIES,
+    BACKOFF,
+    TIMEOUT,
+    APPEND_ONLY,
+    HEADERS,
 ];
+
+/// `retries`, shared with the other sinks that deliver over HTTP.
+pub(super) const RETRIES: OptionSpec = OptionSpec {
+    name: "retries",
+    ty: OptionType::Count,
+    default: Some("5"),
+    accepted: "an integer from 0 to 100",
+    doc: "attempts after the first for a batch that failed transiently",
+};
+
+/// `backoff`, likewise.
+pub(super) const BACKOFF: OptionSpec = OptionSpec {
+    name: "backoff",
+    ty: OptionType::Duration,
+    default: Some("200 milliseconds"),
+    accepted: "a duration from 1 millisecond to 30 seconds such as '200 milliseconds'",
+    doc: "wait before the first retry; it doubles with each further one",
+};
+
+/// `timeout`, likewise.
+pub(super) const TIMEOUT: OptionSpec = OptionSpec {
+    name: "timeout",
+    ty: OptionType::Duration,
+    default: Some("10 seconds"),
+    accepted: "a duration from 1 millisecond to 24 hours such as '5 seconds'",
+    doc: "longest one request may take",
+};
+
+/// `header_<name>`, likewise.
+pub(super) const HEADERS: OptionSpec = OptionSpec {
+    name: HEADER_PREFIX,
+    ty: OptionType::Prefix,
+    default: None,
+    accepted: "a header value (printable ASCII text, no line breaks)",
+    doc: "an extra request header; `_` in the name becomes `-`",
+};
 
 /// Headers the HTTP client sets itself from the body and the URL; one set by
 /// hand would contradict them.
@@ -148,65 +191,73 @@ pub struct WebhookConfig {
     pub headers: Vec<(String, String)>,
 }
 
-/// Builds the configuration of a `connector = 'webhook'` sink from its
-/// `WITH` options; errors name the sink, the option and the bad value.
-pub(super) fn sink_config(name: &str, options: &[(String, String)]) -> Result<SinkConfig> {
-    let what = format!("sink {name}");
-    let (header_options, others): (Vec<_>, Vec<_>) = options
-        .iter()
-        .cloned()
-        .partition(|(key, _)| key.starts_with(HEADER_PREFIX));
-    let opts = Options::new(what.clone(), &others, WEBHOOK_KEYS)?;
+/// `connector = 'webhook'` in `CREATE SINK`.
+pub struct WebhookSinkConnector;
 
-    let url = match opts.get("url") {
-        Some(v) => parse_url(v).map_err(|why| {
-            Error::Plan(format!(
-                "{what}: bad value '{v}' for option 'url' ({why}; accepted: an http:// or \
-                 https:// URL such as 'http://127.0.0.1:9093/hook')"
-            ))
-        })?,
-        None => {
-            return Err(Error::Plan(format!(
-                "{what}: connector 'webhook' needs a 'url' option"
-            )));
-        }
-    };
-    let retries = match opts.get("retries") {
-        None => DEFAULT_RETRIES,
-        Some(v) => match v.trim().parse::<u32>() {
-            Ok(n) if n <= MAX_RETRIES => n,
-            _ => {
-                return Err(opts.bad_value(
-                    "retries",
-                    v,
-                    &format!("an integer from 0 to {MAX_RETRIES}"),
-                ));
-            }
-        },
-    };
-    let duration = |key: &str, default: Duration, max: Duration, example: &str| {
-        let Some(v) = opts.get(key) else {
-            return Ok(default);
-        };
-        parse_duration(v).filter(|d| *d <= max).ok_or_else(|| {
-            opts.bad_value(
-                key,
-                v,
-                &format!(
-                    "a duration from 1 millisecond to {} such as '{example}'",
-                    describe(max)
-                ),
-            )
+impl SinkConnector for WebhookSinkConnector {
+    fn name(&self) -> &'static str {
+        "webhook"
+    }
+    fn summary(&self) -> &'static str {
+        "each batch POSTed as a JSON array, retried with back-off, with idempotency keys"
+    }
+    fn options(&self) -> &'static [OptionSpec] {
+        OPTIONS
+    }
+    fn configure(&self, name: &str, opts: &Options<'_>, _: &Path) -> Result<SinkConfig> {
+        let config = delivery_config(name, "webhook", opts)?;
+        Ok(SinkConfig {
+            name: name.to_string(),
+            target: SinkTarget::Connector(Opener(Arc::new(config))),
+            // The payload is always JSON; the format only matters to other sinks.
+            format: OutputFormat::Jsonl,
+            append_only: opts.flag("append_only")?,
         })
-    };
-    let backoff = duration("backoff", DEFAULT_BACKOFF, MAX_BACKOFF, "200 milliseconds")?;
-    let timeout = duration("timeout", DEFAULT_TIMEOUT, MAX_TIMEOUT, "5 seconds")?;
-    let append_only = opts.flag("append_only")?;
+    }
+}
 
-    let mut headers: Vec<(String, String)> = Vec::with_capacity(header_options.len());
-    for (key, value) in &header_options {
-        let header = key[HEADER_PREFIX.len()..].replace('_', "-");
-        let bad = |why: &str| Error::Plan(format!("{what}: option '{key}': {why}"));
+/// The delivery options `url`, [`RETRIES`], [`BACKOFF`], [`TIMEOUT`] and
+/// [`HEADERS`] of a sink of `connector`, for the sinks that deliver over
+/// HTTP as this one does.
+pub(super) fn delivery_config(
+    name: &str,
+    connector: &str,
+    opts: &Options<'_>,
+) -> Result<WebhookConfig> {
+    let Some(url) = opts.url("url")? else {
+        return Err(Error::Plan(format!(
+            "sink {name}: connector '{connector}' needs a 'url' option"
+        )));
+    };
+    let retries = match opts.count("retries")? {
+        None => DEFAULT_RETRIES,
+        Some(n) if n <= u64::from(MAX_RETRIES) => n as u32,
+        Some(_) => return Err(opts.bad_value("retries", opts.get("retries").unwrap_or(""))),
+    };
+    let duration = |key: &str, default: Duration, max: Duration| match opts.duration(key)? {
+        None => Ok(default),
+        Some(d) if d <= max => Ok(d),
+        Some(_) => Err(opts.bad_value(key, opts.get(key).unwrap_or(""))),
+    };
+    let backoff = duration("backoff", DEFAULT_BACKOFF, MAX_BACKOFF)?;
+    let timeout = duration("timeout", DEFAULT_TIMEOUT, MAX_TIMEOUT)?;
+    let headers = headers(name, opts)?;
+    Ok(WebhookConfig {
+        url,
+        retries,
+        backoff,
+        timeout,
+        headers,
+    })
+}
+
+/// The `header_<name>` options as (lower-case name, value).
+fn headers(name: &str, opts: &Options<'_>) -> Result<Vec<(String, String)>> {
+    let mut headers: Vec<(String, String)> = Vec::new();
+    for (rest, value) in opts.prefixed(HEADER_PREFIX) {
+        let key = format!("{HEADER_PREFIX}{rest}");
+        let header = rest.replace('_', "-");
+        let bad = |why: &str| Error::Plan(format!("sink {name}: option '{key}': {why}"));
         if HeaderName::from_bytes(header.as_bytes()).is_err() {
             return Err(bad(&format!("'{header}' is not a valid header name")));
         }
@@ -222,65 +273,28 @@ pub(super) fn sink_config(name: &str, options: &[(String, String)]) -> Result<Si
         if headers.iter().any(|(h, _)| *h == header) {
             return Err(bad(&format!("header '{header}' is given more than once")));
         }
-        headers.push((header, value.clone()));
+        headers.push((header, value.to_string()));
     }
-
-    Ok(SinkConfig {
-        name: name.to_string(),
-        target: SinkTarget::Webhook(WebhookConfig {
-            url,
-            retries,
-            backoff,
-            timeout,
-            headers,
-        }),
-        // The payload is always JSON; the format only matters to other sinks.
-        format: OutputFormat::Jsonl,
-        append_only,
-    })
+    Ok(headers)
 }
 
-/// Checks that `text` is an absolute http(s) URL with a host; returns it
-/// normalised, or why not.
-fn parse_url(text: &str) -> std::result::Result<String, String> {
-    let url = url::Url::parse(text.trim()).map_err(|e| e.to_string())?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!("scheme '{}' is not http or https", url.scheme()));
+impl SinkOpen for WebhookConfig {
+    /// Only scheme, host and path: the query string or credentials may
+    /// hold secrets.
+    fn describe(&self) -> String {
+        match url::Url::parse(&self.url) {
+            Ok(url) => format!(
+                "webhook {}://{}{}",
+                url.scheme(),
+                url.host_str().unwrap_or(""),
+                url.path()
+            ),
+            Err(_) => "webhook".to_string(),
+        }
     }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err("it has no host".to_string());
-    }
-    Ok(url.to_string())
-}
 
-/// Parses a duration written as a number and a unit: `ms`, `millisecond(s)`,
-/// `s`, `sec(s)`, `second(s)`, `min(s)`, `minute(s)`, with or without a space
-/// (`'200 milliseconds'`, `'1.5s'`). Rounded to whole milliseconds; `None`
-/// unless at least one millisecond.
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().ok()?;
-    let unit_ms = match unit.trim().to_ascii_lowercase().as_str() {
-        "ms" | "millisecond" | "milliseconds" => 1.0,
-        "s" | "sec" | "secs" | "second" | "seconds" => 1_000.0,
-        "min" | "mins" | "minute" | "minutes" => 60_000.0,
-        _ => return None,
-    };
-    let ms = (value * unit_ms).round();
-    // The upper bound keeps the cast exact; callers apply tighter ones.
-    (ms.is_finite() && (1.0..=1e12).contains(&ms)).then(|| Duration::from_millis(ms as u64))
-}
-
-/// A bound for an error message: `30 seconds`, `24 hours`.
-fn describe(d: Duration) -> String {
-    match d.as_secs() {
-        s if s >= 3600 && s % 3600 == 0 => format!("{} hours", s / 3600),
-        s if s >= 60 && s % 60 == 0 => format!("{} minutes", s / 60),
-        s => format!("{s} seconds"),
+    fn open(&self, name: &str, _schema: &SchemaRef) -> Result<Box<dyn Sink>> {
+        Ok(Box::new(WebhookSink::open(name, self)?))
     }
 }
 
@@ -546,10 +560,16 @@ fn run_delivery(name: &str, config: &WebhookConfig, queue: Receiver<Delivery>) -
     stats
 }
 
+/// Renders a batch as a request body; `None` sends nothing for it.
+pub(super) type Render = Box<dyn FnMut(&RecordBatch) -> Result<Option<Vec<u8>>> + Send>;
+
 /// A sink that POSTs each batch as a JSON array; see the [module
 /// docs](self).
 pub struct WebhookSink {
     name: String,
+    /// The body of a batch: a JSON array, unless opened with
+    /// [`WebhookSink::open_rendering`].
+    render: Render,
     /// Closed (`None`) by `finish`, which ends the delivery thread.
     queue: Option<SyncSender<Delivery>>,
     worker: Option<JoinHandle<DeliveryStats>>,
@@ -563,6 +583,18 @@ impl WebhookSink {
     /// without [`finish`](Sink::finish) (the run failed), the thread still
     /// works through what was queued but nobody waits for it.
     pub fn open(name: &str, config: &WebhookConfig) -> Result<WebhookSink> {
+        let json = |batch: &RecordBatch| write_json_rows::<JsonArray>(batch, Vec::new()).map(Some);
+        WebhookSink::open_rendering(name, config, Box::new(json))
+    }
+
+    /// Like [`WebhookSink::open`], with the bodies rendered by `render`
+    /// (its content type among `config.headers`): the same delivery,
+    /// retries and idempotency keys for another payload.
+    pub(super) fn open_rendering(
+        name: &str,
+        config: &WebhookConfig,
+        render: Render,
+    ) -> Result<WebhookSink> {
         let (tx, rx) = mpsc::sync_channel(QUEUE_CAPACITY);
         let (thread_name, config) = (name.to_string(), config.clone());
         let worker = std::thread::Builder::new()
@@ -571,6 +603,7 @@ impl WebhookSink {
             .map_err(|e| Error::io(format!("sink {name}: cannot start delivery"), e))?;
         Ok(WebhookSink {
             name: name.to_string(),
+            render,
             queue: Some(tx),
             worker: Some(worker),
             batches: 0,
@@ -606,8 +639,10 @@ impl Sink for WebhookSink {
         if batch.num_rows() == 0 {
             return Ok(());
         }
+        let Some(body) = (self.render)(batch)? else {
+            return Ok(());
+        };
         let queue = self.queue()?;
-        let body = write_json_rows::<JsonArray>(batch, Vec::new())?;
         let key = idempotency_key(&self.name, self.batches + 1, batch, &body)?;
         let batch = Batch {
             body,
@@ -679,9 +714,14 @@ mod tests {
 
     fn webhook(kv: &[(&str, &str)]) -> WebhookConfig {
         match config(kv).unwrap().target {
-            SinkTarget::Webhook(w) => w,
+            SinkTarget::Connector(open) => settings(&open).clone(),
             other => panic!("not a webhook: {other:?}"),
         }
+    }
+
+    fn settings(open: &Opener) -> &WebhookConfig {
+        let any: &dyn std::any::Any = open.0.as_ref();
+        any.downcast_ref::<WebhookConfig>().expect("a webhook")
     }
 
     fn err(kv: &[(&str, &str)]) -> String {
@@ -695,13 +735,13 @@ mod tests {
         assert!(!c.append_only);
         assert_eq!(
             c.target,
-            SinkTarget::Webhook(WebhookConfig {
+            SinkTarget::Connector(Opener(Arc::new(WebhookConfig {
                 url: "http://127.0.0.1:9093/hook".into(),
                 retries: 5,
                 backoff: Duration::from_millis(200),
                 timeout: Duration::from_secs(10),
                 headers: vec![],
-            })
+            })))
         );
     }
 
@@ -719,9 +759,10 @@ mod tests {
         ])
         .unwrap();
         assert!(c.append_only);
-        let SinkTarget::Webhook(w) = c.target else {
+        let SinkTarget::Connector(open) = c.target else {
             panic!("not a webhook")
         };
+        let w = settings(&open);
         assert_eq!(w.url, "https://alerts.example.com/");
         assert_eq!(w.retries, 0);
         assert_eq!(w.backoff, Duration::from_millis(1500));
@@ -744,7 +785,9 @@ mod tests {
             std::path::Path::new("."),
         )
         .unwrap();
-        assert!(matches!(c.target, SinkTarget::Webhook(_)));
+        assert!(
+            matches!(c.target, SinkTarget::Connector(ref o) if o.0.describe().starts_with("webhook"))
+        );
     }
 
     #[test]
@@ -852,26 +895,6 @@ mod tests {
         );
         let e = err(&[url, ("header_x_a", "1"), ("header_x-a", "2")]);
         assert!(e.contains("'x-a' is given more than once"), "{e}");
-    }
-
-    #[test]
-    fn durations() {
-        let ms = |t: &str| parse_duration(t).map(|d| d.as_millis());
-        assert_eq!(ms("200 milliseconds"), Some(200));
-        assert_eq!(ms("1 millisecond"), Some(1));
-        assert_eq!(ms("200ms"), Some(200));
-        assert_eq!(ms(" 5 Seconds "), Some(5000));
-        assert_eq!(ms("1 second"), Some(1000));
-        assert_eq!(ms("1.5s"), Some(1500));
-        assert_eq!(ms("2 secs"), Some(2000));
-        assert_eq!(ms(".5 sec"), Some(500));
-        assert_eq!(ms("1 minute"), Some(60_000));
-        assert_eq!(ms("3 mins"), Some(180_000));
-        for bad in [
-            "", "5", "ms", "0 ms", "0.2 ms", "-1 s", "1 hour", "1 m", "1..2 s", "five s", "1 s x",
-        ] {
-            assert_eq!(ms(bad), None, "{bad:?}");
-        }
     }
 
     #[test]

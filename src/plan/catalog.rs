@@ -10,7 +10,7 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::logical_expr::{LogicalPlan, TableSource};
 use datafusion::sql::sqlparser::ast::DataType as SqlType;
 
-use crate::connectors::{SinkConfig, SourceConfig, builtin};
+use crate::connectors::{SinkConfig, SourceConfig, catalogue, registry};
 use crate::error::{Error, Result};
 use crate::sql::{CreateSink, CreateStream};
 
@@ -243,7 +243,7 @@ pub fn builtin_stream(name: &str) -> Option<&'static Arc<StreamDef>> {
 }
 
 fn builtin_def(name: &str, connector: &str) -> StreamDef {
-    let schema = builtin::full_schema(builtin::catalogue(connector).unwrap_or_default());
+    let schema = catalogue::full_schema(registry::catalogue(connector).unwrap_or_default());
     let event_time = schema.index_of("ts").ok();
     let options = [("connector".to_string(), connector.to_string())];
     let source =
@@ -482,7 +482,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::connectors::SourceLocation;
+    use crate::connectors::demo::Demo;
+    use crate::connectors::host::Host;
+    use crate::connectors::{Reader, SourceLocation};
     use crate::engine::{Engine, Outcome};
     use crate::sql::parse_script;
 
@@ -509,20 +511,20 @@ mod tests {
         assert_eq!(host.delay_ms, 0);
         assert_eq!(
             host.source.location,
-            SourceLocation::Host {
+            SourceLocation::Connector(Reader(Arc::new(Host {
                 interval: Duration::from_secs(1),
                 limit: None
-            }
+            })))
         );
         let demo = builtin_stream("demo").unwrap();
         assert_eq!(demo.schema.fields().len(), 4);
         assert_eq!(demo.event_time, Some(0));
         assert_eq!(
             demo.source.location,
-            SourceLocation::Demo {
+            SourceLocation::Connector(Reader(Arc::new(Demo {
                 speed: 1000.0,
                 limit: None
-            }
+            })))
         );
         assert!(builtin_stream("metrics").is_none());
         // The same definition every time, so that queries share one source.
@@ -564,10 +566,10 @@ mod tests {
         assert_eq!(demo.schema.fields().len(), 2);
         assert_eq!(
             demo.source.location,
-            SourceLocation::Demo {
+            SourceLocation::Connector(Reader(Arc::new(Demo {
                 speed: 1000.0,
                 limit: Some(5)
-            }
+            })))
         );
     }
 

@@ -113,10 +113,7 @@ pub fn source_text(stream: &StreamDef) -> String {
         SourceLocation::File(path) => format!("file {} ({format})", path.display()),
         SourceLocation::Stdin => format!("stdin ({format})"),
         SourceLocation::Push => "push".into(),
-        SourceLocation::Host { interval, .. } => {
-            format!("this host, every {} ms", interval.as_millis())
-        }
-        SourceLocation::Demo { speed, .. } => format!("demo replay, {speed} rows/s"),
+        SourceLocation::Connector(reader) => reader.0.describe(),
     }
 }
 
@@ -130,17 +127,7 @@ pub fn sink_text(sink: &SinkConfig) -> String {
     let target = match &sink.target {
         SinkTarget::Stdout => "stdout".to_string(),
         SinkTarget::File(path) => format!("file {}", path.display()),
-        // Only scheme, host and path: the query string or credentials may
-        // hold secrets.
-        SinkTarget::Webhook(webhook) => match url::Url::parse(&webhook.url) {
-            Ok(url) => format!(
-                "webhook {}://{}{}",
-                url.scheme(),
-                url.host_str().unwrap_or(""),
-                url.path()
-            ),
-            Err(_) => "webhook".into(),
-        },
+        SinkTarget::Connector(opener) => opener.0.describe(),
     };
     let append = if sink.append_only {
         ", append only"

@@ -100,8 +100,7 @@ pub fn never_ends(stream: &StreamDef) -> Option<&'static str> {
         }
         SourceLocation::File(_) => None,
         SourceLocation::Stdin => Some("it reads standard input as it comes"),
-        SourceLocation::Host { .. } => Some("connector 'host' samples this machine live"),
-        SourceLocation::Demo { .. } => Some("connector 'demo' is a live feed"),
+        SourceLocation::Connector(reader) => Some(reader.0.live_because()),
         SourceLocation::Push => Some("connector 'push' takes rows as they are pushed"),
     }
 }

@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use super::{QueryGraph, Stages};
 use crate::connectors::SourceLocation;
+use crate::connectors::registry::NOT_REPLAYABLE;
 use crate::plan::StreamDef;
 
 /// Describes the graph one task per line, in data-flow order.
@@ -35,20 +36,12 @@ pub fn describe(graph: &QueryGraph) -> String {
     text
 }
 
-/// What `EXPLAIN` says of a source a restore cannot rewind: its operators'
-/// state is checkpointed, but rows read after the checkpoint are not read
-/// again.
-const NOT_REPLAYABLE: &str = "not replayable: a restore does not read it again";
-
 fn source(stream: &StreamDef) -> String {
     let format = stream.source.format;
     let location = match &stream.source.location {
         SourceLocation::File(path) => format!("file {}, {format:?}", path.display()),
         SourceLocation::Stdin => format!("stdin, {format:?}, {NOT_REPLAYABLE}"),
-        SourceLocation::Host { interval, .. } => {
-            format!("host, every {} ms, {NOT_REPLAYABLE}", interval.as_millis())
-        }
-        SourceLocation::Demo { speed, .. } => format!("demo, {speed} rows/s"),
+        SourceLocation::Connector(reader) => reader.0.explain(),
         SourceLocation::Push => format!("pushed rows, {format:?}"),
     };
     format!("{} ({location})", stream.name)

@@ -11,6 +11,8 @@ use rustyline::hint::Hinter;
 use rustyline::validate::{ValidationContext, ValidationResult, Validator};
 use rustyline::{Context, Helper};
 
+use super::with_options::{self, WithCompletion};
+
 /// How far a piece of input is from a statement that can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Completeness {
@@ -357,13 +359,23 @@ impl Completer for ReplHelper {
         if pending.trim().is_empty() && line.trim_start().starts_with('.') {
             return self.complete_command(line, pos, ctx);
         }
-        // Inside a string literal, complete file names: `path = 'da<TAB>`.
         let before = format!("{pending}{}", &line[..pos]);
-        if scan(&before).mode == Mode::Single {
-            return self.files.complete_path(line, pos);
-        }
+        let in_quotes = scan(&before).mode == Mode::Single;
         let start = word_start(line, pos);
         let prefix = &line[start..pos];
+        match with_options::complete(&before, in_quotes) {
+            Some(WithCompletion::Connector(names)) => {
+                return Ok((start, pairs(names.into_iter(), prefix)));
+            }
+            Some(WithCompletion::Option(names)) => {
+                return Ok((start, pairs(names.iter().map(String::as_str), prefix)));
+            }
+            None => {}
+        }
+        // Inside a string literal, complete file names: `path = 'da<TAB>`.
+        if in_quotes {
+            return self.files.complete_path(line, pos);
+        }
         if prefix.is_empty() {
             return Ok((pos, Vec::new()));
         }

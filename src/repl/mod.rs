@@ -45,6 +45,7 @@ mod commands;
 mod helper;
 mod output;
 mod table;
+mod with_options;
 
 use std::cell::Cell;
 use std::collections::HashMap;

@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Query, State};
+use axum::extract::{RawQuery, State};
 use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -114,6 +114,13 @@ fn body_of(body: Result<Bytes, BytesRejection>) -> Result<Bytes, Refusal> {
     })
 }
 
+/// The query parameters, decoded (a repeated one keeps its last value).
+fn params(query: Option<String>) -> HashMap<String, String> {
+    url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .into_owned()
+        .collect()
+}
+
 /// The request's `Content-Encoding`, lower case; empty when absent.
 fn content_encoding(headers: &HeaderMap) -> String {
     headers
@@ -193,9 +200,7 @@ fn streams_of(
     if streams.is_empty() {
         return Err(Refusal::new(
             StatusCode::NOT_FOUND,
-            format!(
-                "no stream takes these rows: declare one WITH (connector = '{connector}')"
-            ),
+            format!("no stream takes these rows: declare one WITH (connector = '{connector}')"),
         ));
     }
     Ok(streams)
@@ -272,11 +277,11 @@ fn described(bad: &[BadRow]) -> Vec<Value> {
 /// 400 when nothing in the body could be taken.
 pub(super) async fn remote_write(
     State(state): State<AppState>,
-    Query(params): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    remote_write_inner(&state, &params, &headers, body)
+    remote_write_inner(&state, &params(query), &headers, body)
         .await
         .unwrap_or_else(Refusal::json)
 }
@@ -297,10 +302,14 @@ async fn remote_write_inner(
     }
     let limit = state.inner.max_body.saturating_mul(INFLATE_FACTOR);
     let request = remote_write::decode_request(&body, limit).map_err(Refusal::bad_request)?;
-    let decoded = remote_write::samples_batch(&request)
-        .map_err(|e| Refusal::bad_request(e.to_string()))?;
+    let decoded =
+        remote_write::samples_batch(&request).map_err(|e| Refusal::bad_request(e.to_string()))?;
     let session = state.inner.session.read().await;
-    let streams = streams_of(&session, "remote_write", params.get("stream").map(String::as_str))?;
+    let streams = streams_of(
+        &session,
+        "remote_write",
+        params.get("stream").map(String::as_str),
+    )?;
     let bad = &decoded.bad;
     let rows = decoded.batch.num_rows();
     if rows == 0 && !bad.is_empty() {
@@ -329,7 +338,7 @@ async fn remote_write_inner(
 /// decode gets 400 with a `google.rpc.Status`.
 pub(super) async fn otlp_metrics(
     State(state): State<AppState>,
-    Query(params): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -346,7 +355,7 @@ pub(super) async fn otlp_metrics(
             .json();
         }
     };
-    match otlp_inner(&state, &params, &headers, body, encoding).await {
+    match otlp_inner(&state, &params(query), &headers, body, encoding).await {
         Ok(response) => otlp_answer(StatusCode::OK, &response, encoding),
         Err(refusal) => otlp_refusal(refusal, encoding),
     }
@@ -362,8 +371,7 @@ async fn otlp_inner(
     let limit = state.inner.max_body.saturating_mul(INFLATE_FACTOR);
     let body = decoded_body(headers, body_of(body)?, limit)?;
     let request = otlp::decode_request(&body, encoding).map_err(Refusal::bad_request)?;
-    let decoded =
-        otlp::points_batch(&request).map_err(|e| Refusal::bad_request(e.to_string()))?;
+    let decoded = otlp::points_batch(&request).map_err(|e| Refusal::bad_request(e.to_string()))?;
     let session = state.inner.session.read().await;
     let streams = streams_of(&session, "otlp", params.get("stream").map(String::as_str))?;
     push_all(state, &session, &streams, &decoded.batch, &decoded.bad).await?;
@@ -435,22 +443,22 @@ fn otlp_answer<M: prost::Message + serde::Serialize>(
 /// `precision` = `ns`, `us`, `ms` or `s`).
 pub(super) async fn influx_v2(
     State(state): State<AppState>,
-    Query(params): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    influx_write(&state, &params, &headers, body, false).await
+    influx_write(&state, &params(query), &headers, body, false).await
 }
 
 /// `POST /write`: InfluxDB 1.x line protocol (`db`, `precision` = `n`,
 /// `ns`, `u`, `us`, `ms`, `s`, `m` or `h`).
 pub(super) async fn influx_v1(
     State(state): State<AppState>,
-    Query(params): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    influx_write(&state, &params, &headers, body, true).await
+    influx_write(&state, &params(query), &headers, body, true).await
 }
 
 /// InfluxDB's error answer: `{"code": "invalid", "message": "..."}` (2.x)
@@ -534,10 +542,10 @@ async fn influx_inner(
         for (def, d) in streams.iter().zip(&decoded) {
             record_bad(&session, &def.name, &d.bad);
         }
-        let first = decoded.iter().find_map(|d| d.bad.first()).map_or_else(
-            String::new,
-            |b| format!("line {}: {}", b.line, b.reason),
-        );
+        let first = decoded
+            .iter()
+            .find_map(|d| d.bad.first())
+            .map_or_else(String::new, |b| format!("line {}: {}", b.line, b.reason));
         return Err(Refusal::bad_request(format!(
             "no line could be taken ({bad} bad); first: {first}"
         )));

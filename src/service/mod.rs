@@ -36,6 +36,7 @@
 
 mod feed;
 mod handlers;
+mod ingest;
 mod metrics;
 
 use std::collections::HashMap;
@@ -197,6 +198,10 @@ pub fn router(state: AppState) -> Router {
         .route("/queries/{id}/results", get(handlers::follow_results))
         .route("/alerts", get(handlers::follow_alerts))
         .route("/streams/{name}/rows", post(handlers::push_rows))
+        .route("/api/v1/write", post(ingest::remote_write))
+        .route("/v1/metrics", post(ingest::otlp_metrics))
+        .route("/api/v2/write", post(ingest::influx_v2))
+        .route("/write", post(ingest::influx_v1))
         .route("/metrics", get(handlers::metrics))
         .route("/savepoints", post(handlers::savepoint))
         .route_layer(axum::middleware::from_fn_with_state(

@@ -437,6 +437,7 @@ pub(super) mod tests {
                 Field::new("n", DataType::Int64, true),
                 Field::new("up", DataType::Boolean, true),
             ])),
+            connector: "file",
             location: SourceLocation::File(path.to_path_buf()),
             format,
             replay: Replay::Fast,

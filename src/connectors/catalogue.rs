@@ -1,6 +1,6 @@
-//! What the file-less connectors (`host`, `demo`) can produce: a fixed
-//! catalogue of columns per connector, from which a stream declares the ones
-//! it wants, by name.
+//! Fixed columns: what a connector that makes its rows itself (`host`,
+//! `demo`) can produce, a catalogue from which a stream declares the
+//! columns it wants, by name (see [`Columns`](super::registry::Columns)).
 
 use std::sync::Arc;
 
@@ -8,7 +8,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use crate::error::{Error, Result};
 
-/// One column a file-less connector can produce.
+/// One column a connector can produce.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CatalogueColumn {
     /// The column name a stream declares.
@@ -17,18 +17,6 @@ pub struct CatalogueColumn {
     pub data_type: DataType,
     /// What it holds, with its unit.
     pub meaning: &'static str,
-}
-
-/// The connectors whose columns come from a catalogue.
-pub const CONNECTORS: &[&str] = &["host", "demo"];
-
-/// The catalogue of `connector`, if it has one.
-pub fn catalogue(connector: &str) -> Option<&'static [CatalogueColumn]> {
-    match connector {
-        "host" => Some(super::host::COLUMNS),
-        "demo" => Some(super::demo::COLUMNS),
-        _ => None,
-    }
 }
 
 /// A schema with every column of the catalogue, in catalogue order: what
@@ -43,13 +31,14 @@ pub fn full_schema(catalogue: &[CatalogueColumn]) -> SchemaRef {
 }
 
 /// The SQL name of a catalogue type.
-fn sql_type(data_type: &DataType) -> &'static str {
+pub fn sql_type(data_type: &DataType) -> &'static str {
     match data_type {
         DataType::Timestamp(..) => "TIMESTAMP",
         DataType::Utf8 => "TEXT",
         DataType::Float64 => "DOUBLE",
         DataType::Int64 => "BIGINT",
         DataType::Boolean => "BOOLEAN",
+        t if *t == crate::types::labels_type() => "MAP<TEXT, TEXT>",
         _ => "?",
     }
 }
@@ -106,6 +95,7 @@ pub fn match_columns(
 mod tests {
     use datafusion::arrow::datatypes::TimeUnit;
 
+    use super::super::registry::catalogue;
     use super::*;
 
     fn schema(fields: &[(&str, DataType)]) -> Schema {
@@ -119,7 +109,7 @@ mod tests {
 
     #[test]
     fn catalogues_are_well_formed() {
-        for connector in CONNECTORS {
+        for connector in ["host", "demo"] {
             let cat = catalogue(connector).unwrap();
             assert_eq!(cat[0].name, "ts", "{connector}");
             assert_eq!(

@@ -1,0 +1,431 @@
+//! The one list of connectors: every source and sink vigil has, each
+//! behind one trait, declaring its options and columns.
+//!
+//! The planner builds a stream's [`SourceConfig`] and a sink's
+//! [`SinkConfig`] through it ([`SourceConfig::from_options`],
+//! [`SinkConfig::from_options`]); `vigil check`, the shell's completion and
+//! `vigil connectors` (the reference the docs are checked against) read it.
+//! Adding a connector is one module implementing [`SourceConnector`] or
+//! [`SinkConnector`] and one line in [`SOURCES`] or [`SINKS`].
+//!
+//! # The contract
+//!
+//! - [`SourceConnector::options`] lists every `WITH` key the connector
+//!   takes, with its [`OptionType`]: [`Options`] rejects any other key, a
+//!   repeated key and a value that is not of its type before
+//!   [`SourceConnector::configure`] is called, with an error naming the
+//!   key, the value and the spec's `accepted` text. `configure` applies
+//!   what the type cannot say (bounds, options that exclude each other)
+//!   with [`Options::bad_value`], so every error reads the same.
+//! - [`SourceConnector::columns`] says where the columns come from:
+//!   declared freely (decoded from text by name) or picked by name from a
+//!   fixed catalogue, which the registry checks before `configure`.
+//! - A source that reads by itself (a sampler, a scraper) puts a
+//!   [`SourceRead`] in [`SourceLocation::Connector`]; the runtime calls its
+//!   `read` on a blocking thread. A source fed from outside (the service's
+//!   push endpoints) is [`SourceLocation::Push`] with its connector's
+//!   name in [`SourceConfig::connector`].
+//! - A sink puts a [`SinkOpen`] in [`SinkTarget::Connector`], unless it is
+//!   stdout or a file, which the runtime shares between queries itself.
+
+use std::any::Any;
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+
+use super::catalogue::{CatalogueColumn, match_columns};
+use super::options::Options;
+use super::{Sink, SinkConfig, SourceConfig, SourcePosition, SourceStats};
+use crate::error::{Error, Result};
+
+/// The type of an option's value, checked by [`Options`] before a
+/// connector sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionType {
+    /// Any text.
+    Text,
+    /// A file path, resolved against the script's directory; not empty.
+    Path,
+    /// `true` or `false`, any case.
+    Flag,
+    /// A positive whole number.
+    Count,
+    /// A positive finite number.
+    Number,
+    /// A duration such as `'15 seconds'`, `'500 ms'`, `'1 hour'`.
+    Duration,
+    /// A size in bytes such as `'64 MiB'`.
+    Size,
+    /// An `http://` or `https://` URL with a host.
+    Url,
+    /// One of these words, any case.
+    Choice(&'static [&'static str]),
+    /// Any key that starts with the spec's name (`header_`, `properties.`)
+    /// takes text.
+    Prefix,
+}
+
+/// One `WITH` option of a connector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionSpec {
+    /// The key, lower case (for [`OptionType::Prefix`], the prefix).
+    pub name: &'static str,
+    /// The type of its value.
+    pub ty: OptionType,
+    /// Its default as the user would write it; `None` when it has none
+    /// (required, or absent means off).
+    pub default: Option<&'static str>,
+    /// What is accepted, for the error a bad value gets: `a duration of at
+    /// least 100 milliseconds, e.g. '1 second'`.
+    pub accepted: &'static str,
+    /// One line for the reference.
+    pub doc: &'static str,
+}
+
+/// Where a source's columns come from.
+#[derive(Debug, Clone, Copy)]
+pub enum Columns {
+    /// The stream declares any columns; they are decoded by name.
+    Declared,
+    /// The stream declares a subset of these, by name and with these types.
+    Catalogue(&'static [CatalogueColumn]),
+}
+
+/// What `CREATE STREAM` declared, as a connector configures it.
+#[derive(Debug, Clone)]
+pub struct StreamDecl<'a> {
+    /// The stream's name, for messages.
+    pub stream: &'a str,
+    /// The declared columns.
+    pub schema: SchemaRef,
+    /// Index of the event-time column in `schema`.
+    pub event_time: Option<usize>,
+    /// The directory relative paths are resolved against.
+    pub base_dir: &'a Path,
+}
+
+/// A kind of source: `connector = 'NAME'` in `CREATE STREAM ... WITH`.
+pub trait SourceConnector: Sync {
+    /// The `connector` value that selects it.
+    fn name(&self) -> &'static str;
+    /// One line for the reference: what it reads.
+    fn summary(&self) -> &'static str;
+    /// Every option it takes, `connector` aside.
+    fn options(&self) -> &'static [OptionSpec];
+    /// Where its columns come from.
+    fn columns(&self) -> Columns {
+        Columns::Declared
+    }
+    /// The source configuration of a stream declared with this connector;
+    /// `opts` holds only keys of [`Self::options`], each of its type.
+    fn configure(&self, decl: &StreamDecl<'_>, opts: &Options<'_>) -> Result<SourceConfig>;
+}
+
+/// A kind of sink: `connector = 'NAME'` in `CREATE SINK ... WITH`.
+pub trait SinkConnector: Sync {
+    /// The `connector` value that selects it.
+    fn name(&self) -> &'static str;
+    /// One line for the reference: where it writes.
+    fn summary(&self) -> &'static str;
+    /// Every option it takes, `connector` aside.
+    fn options(&self) -> &'static [OptionSpec];
+    /// The configuration of a sink declared with this connector.
+    fn configure(&self, name: &str, opts: &Options<'_>, base_dir: &Path) -> Result<SinkConfig>;
+}
+
+/// A source that reads by itself, configured.
+pub trait SourceRead: Any + fmt::Debug + Send + Sync {
+    /// Where it reads, for `EXPLAIN` and `SHOW STREAMS`: `this machine,
+    /// every 1s`.
+    fn describe(&self) -> String;
+
+    /// Where it reads, for `EXPLAIN`, which also says when a restore
+    /// cannot read it again (see [`NOT_REPLAYABLE`]): `host, every 1000
+    /// ms, not replayable: ...`.
+    fn explain(&self) -> String;
+
+    /// Why its stream is live (it cannot be read to an end as a batch),
+    /// for the batch planner's message: `connector 'host' samples this
+    /// machine live`.
+    fn live_because(&self) -> &'static str;
+
+    /// Reads like [`read_source_from`](super::read_source_from): batches
+    /// of `config.schema` to `emit` (an empty one at least every 100 ms
+    /// while waiting), stopping when `emit` returns `false` or
+    /// `stats.stop` is set. A source that cannot be read again fails when
+    /// `start` is given.
+    fn read(
+        &self,
+        config: &SourceConfig,
+        stats: &SourceStats,
+        start: Option<&SourcePosition>,
+        emit: &mut dyn FnMut(RecordBatch) -> bool,
+    ) -> Result<()>;
+}
+
+/// What `EXPLAIN` says of a source a restore cannot rewind: its operators'
+/// state is checkpointed, but rows read after the checkpoint are not read
+/// again.
+pub const NOT_REPLAYABLE: &str = "not replayable: a restore does not read it again";
+
+/// A configured [`SourceRead`], as a [`SourceLocation`] holds it. Two are
+/// equal when they describe themselves alike (same connector, same
+/// settings).
+#[derive(Clone)]
+pub struct Reader(pub Arc<dyn SourceRead>);
+
+impl fmt::Debug for Reader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl PartialEq for Reader {
+    fn eq(&self, other: &Self) -> bool {
+        format!("{:?}", self.0) == format!("{:?}", other.0)
+    }
+}
+
+/// A sink that opens its own destination, configured. (`Any` lets a
+/// connector's own code and tests get its settings back.)
+pub trait SinkOpen: Any + fmt::Debug + Send + Sync {
+    /// Where it writes, for `SHOW SINKS`: `webhook 127.0.0.1:9093`.
+    fn describe(&self) -> String;
+
+    /// Opens it for sink `name` and a query whose rows have `schema`.
+    fn open(&self, name: &str, schema: &SchemaRef) -> Result<Box<dyn Sink>>;
+}
+
+/// A configured [`SinkOpen`], as a [`SinkTarget`] holds it; equal like
+/// [`Reader`].
+#[derive(Clone)]
+pub struct Opener(pub Arc<dyn SinkOpen>);
+
+impl fmt::Debug for Opener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl PartialEq for Opener {
+    fn eq(&self, other: &Self) -> bool {
+        format!("{:?}", self.0) == format!("{:?}", other.0)
+    }
+}
+
+/// Every source connector, in the order the reference lists them.
+pub static SOURCES: &[&dyn SourceConnector] = &[
+    &super::file::FileSource,
+    &super::file::StdinSource,
+    &super::file::PushSource,
+    &super::host::HostSource,
+    &super::demo::DemoSource,
+    &super::remote_write::RemoteWriteSource,
+    &super::otlp::OtlpSource,
+    &super::influx::InfluxSource,
+];
+
+/// Every sink connector, in the order the reference lists them.
+pub static SINKS: &[&dyn SinkConnector] = &[
+    &super::file::FileSink,
+    &super::file::StdoutSink,
+    &super::webhook::WebhookSinkConnector,
+    &super::remote_write::RemoteWriteSink,
+];
+
+/// The source connector named `name` (any case, spaces around ignored).
+pub fn source(name: &str) -> Option<&'static dyn SourceConnector> {
+    let name = name.trim();
+    SOURCES
+        .iter()
+        .copied()
+        .find(|c| c.name().eq_ignore_ascii_case(name))
+}
+
+/// The sink connector named `name` (any case, spaces around ignored).
+pub fn sink(name: &str) -> Option<&'static dyn SinkConnector> {
+    let name = name.trim();
+    SINKS
+        .iter()
+        .copied()
+        .find(|c| c.name().eq_ignore_ascii_case(name))
+}
+
+/// The fixed columns of the source connector `name`, if it has them.
+pub fn catalogue(name: &str) -> Option<&'static [CatalogueColumn]> {
+    match source(name)?.columns() {
+        Columns::Catalogue(columns) => Some(columns),
+        Columns::Declared => None,
+    }
+}
+
+/// `file, stdin, push, ...`: the names of `connectors`.
+fn names<'a>(connectors: impl Iterator<Item = &'a str>) -> String {
+    connectors.collect::<Vec<_>>().join(", ")
+}
+
+/// The `connector` option of `options`, or `default`.
+fn connector_option<'a>(options: &'a [(String, String)], default: &'a str) -> &'a str {
+    options
+        .iter()
+        .find(|(k, _)| k == "connector")
+        .map_or(default, |(_, v)| v.as_str())
+}
+
+impl SourceConfig {
+    /// Builds a source configuration from a `CREATE STREAM` statement's
+    /// `WITH` options: `connector` (default `file`) picks the connector in
+    /// [`SOURCES`], whose declared options the others are checked against
+    /// (see the module documentation); relative paths are resolved against
+    /// `base_dir`.
+    pub fn from_options(
+        stream: &str,
+        schema: SchemaRef,
+        event_time: Option<usize>,
+        options: &[(String, String)],
+        base_dir: &Path,
+    ) -> Result<SourceConfig> {
+        let what = format!("stream {stream}");
+        let name = connector_option(options, "file");
+        let Some(connector) = source(name) else {
+            return Err(Error::Plan(format!(
+                "{what}: bad value '{name}' for option 'connector' (accepted: {})",
+                names(SOURCES.iter().map(|c| c.name()))
+            )));
+        };
+        let opts = Options::new(what, options, connector.options())?;
+        if let Columns::Catalogue(catalogue) = connector.columns() {
+            match_columns(stream, connector.name(), &schema, catalogue)?;
+        }
+        let decl = StreamDecl {
+            stream,
+            schema,
+            event_time,
+            base_dir,
+        };
+        connector.configure(&decl, &opts)
+    }
+}
+
+impl SinkConfig {
+    /// Builds a sink configuration from a `CREATE SINK` statement's `WITH`
+    /// options: `connector` (default `file`) picks the connector in
+    /// [`SINKS`], whose declared options the others are checked against;
+    /// relative paths are resolved against `base_dir`.
+    pub fn from_options(
+        name: &str,
+        options: &[(String, String)],
+        base_dir: &Path,
+    ) -> Result<SinkConfig> {
+        let what = format!("sink {name}");
+        let connector_name = connector_option(options, "file");
+        let Some(connector) = sink(connector_name) else {
+            return Err(Error::Plan(format!(
+                "{what}: bad value '{connector_name}' for option 'connector' (accepted: {})",
+                names(SINKS.iter().map(|c| c.name()))
+            )));
+        };
+        let opts = Options::new(what, options, connector.options())?;
+        connector.configure(name, &opts, base_dir)
+    }
+}
+
+/// The line before the generated reference in `grammar/README.md`.
+pub const BEGIN: &str =
+    "<!-- connectors: generated by `vigil connectors`; edit src/connectors, not here -->";
+
+/// The line after it.
+pub const END: &str = "<!-- end of connectors -->";
+
+/// The reference of every connector, as Markdown: one section per
+/// connector with its summary, its columns when fixed, and a table of its
+/// options. `vigil connectors` prints it; a test checks that
+/// `grammar/README.md` carries it.
+pub fn reference() -> String {
+    let mut out = String::from("### Sources\n\n");
+    for c in SOURCES {
+        out += &format!("#### `{}`\n\n{}\n\n", c.name(), c.summary());
+        if let Columns::Catalogue(columns) = c.columns() {
+            out += "| column | type | meaning |\n|---|---|---|\n";
+            for col in columns {
+                out += &format!(
+                    "| `{}` | {} | {} |\n",
+                    col.name,
+                    super::catalogue::sql_type(&col.data_type),
+                    col.meaning
+                );
+            }
+            out += "\n";
+        }
+        out += &options_table(c.options());
+    }
+    out += "### Sinks\n\n";
+    for c in SINKS {
+        out += &format!("#### `{}`\n\n{}\n\n", c.name(), c.summary());
+        out += &options_table(c.options());
+    }
+    out
+}
+
+fn options_table(specs: &[OptionSpec]) -> String {
+    if specs.is_empty() {
+        return "No options.\n\n".into();
+    }
+    let mut out = String::from("| option | accepted | default | meaning |\n|---|---|---|---|\n");
+    for s in specs {
+        let name = match s.ty {
+            OptionType::Prefix => format!("{}<name>", s.name),
+            _ => s.name.to_string(),
+        };
+        out += &format!(
+            "| `{name}` | {} | {} | {} |\n",
+            s.accepted.replace('|', "\\|"),
+            s.default.unwrap_or("none"),
+            s.doc.replace('|', "\\|")
+        );
+    }
+    out + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_options_are_lower_case() {
+        for (i, c) in SOURCES.iter().enumerate() {
+            assert!(
+                SOURCES[..i].iter().all(|o| o.name() != c.name()),
+                "{}",
+                c.name()
+            );
+            for o in c.options() {
+                assert_eq!(o.name, o.name.to_ascii_lowercase(), "{}", c.name());
+                assert_ne!(o.name, "connector");
+            }
+        }
+        for (i, c) in SINKS.iter().enumerate() {
+            assert!(
+                SINKS[..i].iter().all(|o| o.name() != c.name()),
+                "{}",
+                c.name()
+            );
+        }
+        assert!(source(" HOST ").is_some() && sink("WebHook").is_some());
+        assert!(source("nothing").is_none());
+    }
+
+    #[test]
+    fn the_grammar_reference_carries_the_registry() {
+        let grammar = include_str!("../../grammar/README.md");
+        let reference = format!("{BEGIN}\n\n{}{END}", reference());
+        assert!(
+            grammar.contains(&reference),
+            "grammar/README.md's connector reference is out of date: \
+             paste the output of `vigil connectors` between its markers"
+        );
+    }
+}
