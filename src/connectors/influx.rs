@@ -328,8 +328,9 @@ enum Builder {
     Float(Float64Builder),
     Int(Int64Builder),
     Bool(BooleanBuilder),
-    Time(TimestampMillisecondBuilder, DataType),
-    Tags(LabelsBuilder),
+    Time(TimestampMillisecondBuilder),
+    /// Boxed: a map builder is several times larger than the others.
+    Tags(Box<LabelsBuilder>),
 }
 
 impl Builder {
@@ -338,10 +339,8 @@ impl Builder {
             DataType::Float64 => Builder::Float(Float64Builder::new()),
             DataType::Int64 => Builder::Int(Int64Builder::new()),
             DataType::Boolean => Builder::Bool(BooleanBuilder::new()),
-            t @ DataType::Timestamp(..) => {
-                Builder::Time(TimestampMillisecondBuilder::new(), t.clone())
-            }
-            DataType::Map(..) => Builder::Tags(LabelsBuilder::default()),
+            DataType::Timestamp(..) => Builder::Time(TimestampMillisecondBuilder::new()),
+            DataType::Map(..) => Builder::Tags(Box::default()),
             _ => Builder::Text(StringBuilder::new()),
         }
     }
@@ -359,12 +358,12 @@ impl Builder {
             (Builder::Text(b), Cell::Text(t)) => b.append_value(t),
             (Builder::Float(b), Cell::Float(v)) => b.append_value(v),
             (Builder::Int(b), Cell::Int(v)) => b.append_value(v),
-            (Builder::Time(b, _), Cell::Int(v)) => b.append_value(v),
+            (Builder::Time(b), Cell::Int(v)) => b.append_value(v),
             (Builder::Bool(b), Cell::Bool(v)) => b.append_value(v),
             (Builder::Text(b), _) => b.append_null(),
             (Builder::Float(b), _) => b.append_null(),
             (Builder::Int(b), _) => b.append_null(),
-            (Builder::Time(b, _), _) => b.append_null(),
+            (Builder::Time(b), _) => b.append_null(),
             (Builder::Bool(b), _) => b.append_null(),
         }
     }
@@ -375,13 +374,7 @@ impl Builder {
             Builder::Float(mut b) => Arc::new(b.finish()),
             Builder::Int(mut b) => Arc::new(b.finish()),
             Builder::Bool(mut b) => Arc::new(b.finish()),
-            Builder::Time(mut b, ty) => {
-                let array = b.finish();
-                match ty {
-                    DataType::Timestamp(_, tz) => Arc::new(array.with_timezone_opt(tz)),
-                    _ => Arc::new(array),
-                }
-            }
+            Builder::Time(mut b) => Arc::new(b.finish()),
             Builder::Tags(b) => Arc::new(b.finish()),
         }
     }

@@ -893,4 +893,56 @@ mod tests {
         assert_eq!(request.timeseries[2].samples.len(), 1);
         assert_eq!(request.timeseries[2].samples[0].value, 4.0);
     }
+
+    fn sink(kv: &[(&str, &str)]) -> Result<SinkConfig> {
+        let mut all = vec![("connector".to_string(), "remote_write".to_string())];
+        all.extend(kv.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        SinkConfig::from_options("rec", &all, Path::new("/base"))
+    }
+
+    fn target(config: SinkConfig) -> String {
+        match config.target {
+            SinkTarget::Connector(opener) => format!("{opener:?}"),
+            other => panic!("not a connector sink: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn sink_options_are_checked_and_the_protocol_headers_set() {
+        let url = ("url", "http://127.0.0.1:9090/api/v1/write");
+        let config = sink(&[url, ("metric_prefix", "vigil_"), ("label_job", "vigil")]).unwrap();
+        let shown = target(config);
+        assert!(
+            shown.contains("x-prometheus-remote-write-version"),
+            "{shown}"
+        );
+        assert!(shown.contains("\"snappy\""), "{shown}");
+        assert!(shown.contains("\"job\", \"vigil\""), "{shown}");
+        let err = |kv: &[(&str, &str)]| sink(kv).unwrap_err().to_string();
+        assert!(err(&[]).contains("needs a 'url' option"));
+        assert!(err(&[url, ("name", "1x")]).contains("option 'name'"));
+        assert!(err(&[url, ("metric_prefix", "a-b")]).contains("option 'metric_prefix'"));
+        let e = err(&[url, ("label___name__", "x")]);
+        assert!(e.contains("not a valid Prometheus label name"), "{e}");
+        let e = err(&[url, ("header_content_encoding", "gzip")]);
+        assert!(e.contains("set by the remote_write sink"), "{e}");
+        assert!(err(&[url, ("path", "x")]).contains("path"));
+    }
+
+    #[test]
+    fn a_sink_over_results_without_numbers_does_not_open() {
+        let config = sink(&[("url", "http://127.0.0.1:1/api/v1/write")]).unwrap();
+        let SinkTarget::Connector(opener) = config.target else {
+            panic!("not a connector sink");
+        };
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+            Field::new("host", DataType::Utf8, true),
+        ]));
+        let e = opener.0.open("rec", &schema).err().unwrap().to_string();
+        assert!(
+            e.contains("sink rec: the results have no numeric column"),
+            "{e}"
+        );
+    }
 }
