@@ -190,6 +190,84 @@ fn remote_write_refuses_what_does_not_decode_and_counts_malformed_series() {
     assert_eq!(status, 404, "{body}");
 }
 
+/// An HTTP endpoint that takes connections and never answers, holding a
+/// webhook-style sink (and so its query) for as long as the test runs.
+fn silent_endpoint() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    format!("http://{addr}/api/v1/write")
+}
+
+#[test]
+fn remote_write_answers_429_with_retry_after_while_the_queries_are_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("setup.sql"),
+        format!(
+            "CREATE STREAM prom (ts TIMESTAMP, name TEXT, instance TEXT, value DOUBLE)
+               WITH (connector = 'remote_write');
+             CREATE SINK stuck WITH (connector = 'remote_write', url = '{}', timeout = '10min');
+             INSERT INTO stuck SELECT ts, instance, value FROM prom;",
+            silent_endpoint()
+        ),
+    )
+    .unwrap();
+    let args = [
+        "--addr",
+        "127.0.0.1:0",
+        "--token",
+        TOKEN,
+        "--ingest-timeout",
+        "200ms",
+    ];
+    let server = Server::start(dir.path(), &[&args[..], &["setup.sql"]].concat());
+    let names: Vec<String> = (0..1000).map(|i| format!("h{i}:9100")).collect();
+    let labels: Vec<[(&str, &str); 2]> = names
+        .iter()
+        .map(|n| [("__name__", "up"), ("instance", n.as_str())])
+        .collect();
+    let request = remote_write_request(&labels.iter().map(|l| (&l[..], 1.0)).collect::<Vec<_>>());
+    let auth = bearer(TOKEN);
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-encoding", "snappy"),
+    ];
+    let mut answers = Vec::new();
+    for _ in 0..300 {
+        let mut response = agent(Some(WAIT))
+            .post(server.url("/api/v1/write"))
+            .header("authorization", auth.as_str())
+            .header("content-encoding", "snappy")
+            .send(&request[..])
+            .expect("the server answers");
+        let status = response.status().as_u16();
+        let retry = response.headers().get("retry-after").cloned();
+        let body = response.body_mut().read_to_string().unwrap_or_default();
+        answers.push(status);
+        if status == 429 {
+            let retry = retry.expect("429 carries Retry-After");
+            assert!(retry.to_str().unwrap().parse::<u64>().unwrap() >= 1);
+            assert!(body.contains("error"), "{body}");
+            // The service still answers, and the body check still runs.
+            let (status, _) = post_raw(&server, "/api/v1/write", &headers, b"junk");
+            assert_eq!(status, 400);
+            return;
+        }
+        assert_eq!(status, 204, "{body}");
+    }
+    panic!(
+        "no 429 in {} requests: {answers:?}\n{}",
+        answers.len(),
+        server.stderr()
+    );
+}
+
 /// A snappy-compressed `WriteRequest` of one sample per series, encoded
 /// here by hand (protobuf wire format) so the test does not share vigil's
 /// encoder.
