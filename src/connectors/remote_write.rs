@@ -297,7 +297,7 @@ const TIME_COLUMNS: &[&str] = &["window_end", "event_time", "ts", "time", "times
 const SKIPPED: &[&str] = &["window_start", "since"];
 
 /// Works out the series of a result schema. `time` names the timestamp
-/// column (default: the first of [`TIME_COLUMNS`] there is, else the only
+/// column (default: the first of `TIME_COLUMNS` there is, else the only
 /// timestamp column); `name` is the metric name of the one value column,
 /// `prefix` goes before each value column's name otherwise.
 pub fn layout(

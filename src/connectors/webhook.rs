@@ -21,6 +21,9 @@
 //!
 //! # Delivery
 //!
+//! (The `remote_write` sink delivers the same way, with its own bodies:
+//! see `WebhookSink::open_rendering`.)
+//!
 //! [`Sink::write`] only renders the body; a dedicated delivery thread sends
 //! it. The two are joined by a bounded queue, so batches go out one at a time
 //! in the order they were written, and the query never waits on the network

@@ -3,6 +3,8 @@
 //! Clients post SQL (`POST /statements`), push rows into push streams
 //! (`POST /streams/{name}/rows`), follow a query's results or every alert as
 //! Server-Sent Events, list and stop queries, and scrape Prometheus metrics.
+//! Monitoring senders push in their own protocols (`ingest.rs`): Prometheus
+//! remote write, OTLP/HTTP metrics and InfluxDB line protocol.
 //! Every request and response body is JSON (metrics and SSE aside); errors
 //! are `{"error": "..."}` with a 4xx status, and a failed request leaves the
 //! running queries alone.
