@@ -1,5 +1,6 @@
 //! All integration tests live in one binary so DataFusion is linked once.
 
+mod alertmanager;
 mod analyze;
 mod buffer;
 mod checkpoints;

@@ -9,6 +9,7 @@
 //! never silently lost), timestamps ([`timestamp`]) and the rendering of
 //! results ([`sink`]).
 
+pub mod alertmanager;
 pub mod catalogue;
 pub mod demo;
 pub mod file;

@@ -234,6 +234,7 @@ pub static SINKS: &[&dyn SinkConnector] = &[
     &super::file::StdoutSink,
     &super::webhook::WebhookSinkConnector,
     &super::remote_write::RemoteWriteSink,
+    &super::alertmanager::AlertmanagerSinkConnector,
 ];
 
 /// The source connector named `name` (any case, spaces around ignored).

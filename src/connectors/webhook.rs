@@ -21,11 +21,10 @@
 //!
 //! # Delivery
 //!
-//! (The `remote_write` sink delivers the same way, with its own bodies:
-//! see `WebhookSink::open_rendering`.)
-//!
 //! [`Sink::write`] only renders the body; a dedicated delivery thread sends
-//! it. The two are joined by a bounded queue, so batches go out one at a time
+//! it. (The Alertmanager sink shares this thread, queue and retry policy
+//! through [`DeliveryThread`] and [`Schedule`], rendering its bodies on the
+//! thread and resending on a timer.) The two are joined by a bounded queue, so batches go out one at a time
 //! in the order they were written, and the query never waits on the network
 //! unless the endpoint falls [`QUEUE_CAPACITY`] batches behind: then `write`
 //! waits, and a slow endpoint slows the query the way a slow disk would,
@@ -46,8 +45,8 @@
 //!   `event_time`, as rows from a `CREATE ALERT` do) is keyed by what
 //!   identifies each state change: for every row, its alert name, state,
 //!   event time and the other columns (the alert's key, and the values
-//!   that fixed it), leaving out `since`, `severity` and `message`, which
-//!   follow from the change. The same change gets the same key in any run
+//!   that fixed it), leaving out `since`, `severity`, `message` and the
+//!   `LABELS` and `ANNOTATIONS` columns, which follow from the change. The same change gets the same key in any run
 //!   and from any sink, however many times it is computed again.
 //! - Any other batch is keyed by the sink's name, its number among the
 //!   sink's non-empty batches (1, 2, ...) and its body. The number is what
@@ -77,9 +76,9 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::json::writer::{JsonArray, LineDelimited};
@@ -92,6 +91,7 @@ use super::registry::{Opener, OptionSpec, OptionType, SinkConnector, SinkOpen};
 use super::sink::{Sink, SinkCommit, write_json_rows};
 use super::{OutputFormat, SinkConfig, SinkTarget};
 use crate::error::{Error, Result};
+use crate::plan::columns::Role;
 
 /// Retries after the first attempt when `retries` is not given.
 pub const DEFAULT_RETRIES: u32 = 5;
@@ -255,7 +255,7 @@ pub(super) fn delivery_config(
 }
 
 /// The `header_<name>` options as (lower-case name, value).
-fn headers(name: &str, opts: &Options<'_>) -> Result<Vec<(String, String)>> {
+pub(super) fn headers(name: &str, opts: &Options<'_>) -> Result<Vec<(String, String)>> {
     let mut headers: Vec<(String, String)> = Vec::new();
     for (rest, value) in opts.prefixed(HEADER_PREFIX) {
         let key = format!("{HEADER_PREFIX}{rest}");
@@ -455,19 +455,55 @@ impl Client {
     }
 }
 
-/// A rendered batch on its way to the delivery thread.
-struct Batch {
-    body: Vec<u8>,
-    rows: usize,
+/// A rendered batch, as the delivery thread posts it.
+pub(super) struct Batch {
+    /// The request body.
+    pub(super) body: Vec<u8>,
+    /// Rows in it, for messages.
+    pub(super) rows: usize,
     /// Its `Idempotency-Key`.
-    key: String,
+    pub(super) key: String,
 }
 
 /// What the delivery thread is given, in order.
-enum Delivery {
-    Batch(Batch),
-    /// Answered once every batch before it is dealt with.
+enum Delivery<T> {
+    Item(T),
+    /// Answered once every item before it is dealt with.
     Flush(SyncSender<()>),
+}
+
+/// What a delivery thread posts, and when: a sink whose bodies depend on
+/// the wall-clock time they are sent at, or that sends again on a schedule
+/// (the Alertmanager sink), implements it; the webhook posts each batch as
+/// written ([`AsWritten`]). Its methods run on the delivery thread.
+pub(super) trait Schedule: Send + 'static {
+    /// What the sink queues for the thread.
+    type Item: Send + 'static;
+    /// The batches to post for `item`, now.
+    fn on_item(&mut self, item: Self::Item) -> Vec<Batch>;
+    /// When [`due`](Self::due) wants calling next, if ever.
+    fn next_due(&self) -> Option<Instant>;
+    /// The batches to post now that the time `next_due` gave has come.
+    fn due(&mut self) -> Vec<Batch>;
+}
+
+/// The webhook's schedule: each batch once, as written.
+struct AsWritten;
+
+impl Schedule for AsWritten {
+    type Item = Batch;
+
+    fn on_item(&mut self, batch: Batch) -> Vec<Batch> {
+        vec![batch]
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        None
+    }
+
+    fn due(&mut self) -> Vec<Batch> {
+        Vec::new()
+    }
 }
 
 /// Columns that make a row an alert's state change.
@@ -488,6 +524,7 @@ fn alert_identity(schema: &Schema) -> Option<Vec<usize>> {
         .iter()
         .enumerate()
         .filter(|(_, f)| !ALERT_DERIVED.contains(&f.name().as_str()))
+        .filter(|(_, f)| !matches!(Role::of(f), Some(Role::Label | Role::Annotation)))
         .map(|(i, _)| i)
         .collect();
     Some(columns)
@@ -526,41 +563,149 @@ pub struct DeliveryStats {
     pub retried: u64,
 }
 
-/// Delivers every batch from `queue`, in order, until the queue closes.
-fn run_delivery(name: &str, config: &WebhookConfig, queue: Receiver<Delivery>) -> DeliveryStats {
+/// Delivers what `schedule` makes of every item from `queue`, in order,
+/// and what it has due in between, until the queue closes.
+fn run_delivery<S: Schedule>(
+    name: &str,
+    config: &WebhookConfig,
+    queue: Receiver<Delivery<S::Item>>,
+    mut schedule: S,
+) -> DeliveryStats {
     let client = Client::new(config);
     let mut stats = DeliveryStats::default();
-    for delivery in queue {
-        let batch = match delivery {
-            Delivery::Batch(batch) => batch,
-            Delivery::Flush(done) => {
+    loop {
+        let next = match schedule.next_due() {
+            // Checked before waiting, so that a busy queue cannot starve it.
+            Some(at) if at <= Instant::now() => Err(RecvTimeoutError::Timeout),
+            Some(at) => queue.recv_timeout(at.saturating_duration_since(Instant::now())),
+            None => queue.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        let batches = match next {
+            Ok(Delivery::Item(item)) => schedule.on_item(item),
+            Ok(Delivery::Flush(done)) => {
                 let _ = done.send(());
                 continue;
             }
+            Err(RecvTimeoutError::Timeout) => schedule.due(),
+            Err(RecvTimeoutError::Disconnected) => break,
         };
-        let outcome = deliver(
-            config.retries,
-            config.backoff,
-            || client.post(&batch.body, &batch.key),
-            std::thread::sleep,
-        );
-        stats.retried += u64::from(outcome.attempts - 1);
-        match outcome.error {
-            None => stats.delivered += 1,
-            Some(why) => {
-                stats.failed += 1;
-                let attempts = match outcome.attempts {
-                    1 => "1 attempt".to_string(),
-                    n => format!("{n} attempts"),
-                };
-                eprintln!(
-                    "vigil: sink {name}: gave up on a batch of {} rows after {attempts}: {why}",
-                    batch.rows
-                );
-            }
+        for batch in batches {
+            post_batch(name, config, &client, &batch, &mut stats);
         }
     }
     stats
+}
+
+/// Delivers one batch with retries, counting it in `stats`.
+fn post_batch(
+    name: &str,
+    config: &WebhookConfig,
+    client: &Client,
+    batch: &Batch,
+    stats: &mut DeliveryStats,
+) {
+    let outcome = deliver(
+        config.retries,
+        config.backoff,
+        || client.post(&batch.body, &batch.key),
+        std::thread::sleep,
+    );
+    stats.retried += u64::from(outcome.attempts - 1);
+    match outcome.error {
+        None => stats.delivered += 1,
+        Some(why) => {
+            stats.failed += 1;
+            let attempts = match outcome.attempts {
+                1 => "1 attempt".to_string(),
+                n => format!("{n} attempts"),
+            };
+            eprintln!(
+                "vigil: sink {name}: gave up on a batch of {} rows after {attempts}: {why}",
+                batch.rows
+            );
+        }
+    }
+}
+
+/// A sink's delivery thread and the queue to it: see the [module
+/// docs](self) for its order, back-pressure, retries and summary line.
+pub(super) struct DeliveryThread<T> {
+    name: String,
+    /// Closed (`None`) by `close`, which ends the thread.
+    queue: Option<SyncSender<Delivery<T>>>,
+    worker: Option<JoinHandle<DeliveryStats>>,
+}
+
+impl<T: Send + 'static> DeliveryThread<T> {
+    /// Starts the thread for sink `name`, posting to `config.url` what
+    /// `schedule` makes of the items sent to it. If it is dropped without
+    /// [`close`](Self::close) (the run failed), the thread still works
+    /// through what was queued but nobody waits for it.
+    pub(super) fn start<S: Schedule<Item = T>>(
+        name: &str,
+        config: &WebhookConfig,
+        schedule: S,
+    ) -> Result<Self> {
+        let (tx, rx) = mpsc::sync_channel(QUEUE_CAPACITY);
+        let (thread_name, config) = (name.to_string(), config.clone());
+        let worker = std::thread::Builder::new()
+            .name(format!("webhook-{name}"))
+            .spawn(move || run_delivery(&thread_name, &config, rx, schedule))
+            .map_err(|e| Error::io(format!("sink {name}: cannot start delivery"), e))?;
+        Ok(Self {
+            name: name.to_string(),
+            queue: Some(tx),
+            worker: Some(worker),
+        })
+    }
+
+    /// Queues `item`, waiting while the queue is full.
+    pub(super) fn send(&self, item: T) -> Result<()> {
+        self.queue()?
+            .send(Delivery::Item(item))
+            .map_err(|_| self.thread_failed())
+    }
+
+    /// Waits until everything queued before has been dealt with.
+    pub(super) fn flush(&self) -> Result<()> {
+        let (done, flushed) = mpsc::sync_channel(1);
+        self.queue()?
+            .send(Delivery::Flush(done))
+            .map_err(|_| self.thread_failed())?;
+        flushed.recv().map_err(|_| self.thread_failed())
+    }
+
+    /// The queue, or the error for a sink written after `finish`.
+    fn queue(&self) -> Result<&SyncSender<Delivery<T>>> {
+        self.queue.as_ref().ok_or_else(|| {
+            Error::Connector(format!("sink {}: written after it was finished", self.name))
+        })
+    }
+
+    fn thread_failed(&self) -> Error {
+        Error::Connector(format!("sink {}: the delivery thread failed", self.name))
+    }
+
+    /// Closes the queue and waits for the thread to finish it; returns
+    /// what it counted, or `None` if this was done before.
+    pub(super) fn close(&mut self) -> Result<Option<DeliveryStats>> {
+        drop(self.queue.take());
+        let Some(worker) = self.worker.take() else {
+            return Ok(None);
+        };
+        worker.join().map(Some).map_err(|_| self.thread_failed())
+    }
+
+    /// [`close`](Self::close), then the summary line on stderr.
+    pub(super) fn finish(&mut self) -> Result<()> {
+        if let Some(stats) = self.close()? {
+            eprintln!(
+                "vigil: sink {}: delivered={} failed={} retried={}",
+                self.name, stats.delivered, stats.failed, stats.retried
+            );
+        }
+        Ok(())
+    }
 }
 
 /// Renders a batch as a request body; `None` sends nothing for it.
@@ -573,9 +718,7 @@ pub struct WebhookSink {
     /// The body of a batch: a JSON array, unless opened with
     /// [`WebhookSink::open_rendering`].
     render: Render,
-    /// Closed (`None`) by `finish`, which ends the delivery thread.
-    queue: Option<SyncSender<Delivery>>,
-    worker: Option<JoinHandle<DeliveryStats>>,
+    delivery: DeliveryThread<Batch>,
     /// Non-empty batches written (restored by a restore), numbering them
     /// for their idempotency keys.
     batches: u64,
@@ -592,48 +735,25 @@ impl WebhookSink {
 
     /// Like [`WebhookSink::open`], with the bodies rendered by `render`
     /// (its content type among `config.headers`): the same delivery,
-    /// retries and idempotency keys for another payload.
+    /// retries and idempotency keys for another payload (the
+    /// `remote_write` sink's).
     pub(super) fn open_rendering(
         name: &str,
         config: &WebhookConfig,
         render: Render,
     ) -> Result<WebhookSink> {
-        let (tx, rx) = mpsc::sync_channel(QUEUE_CAPACITY);
-        let (thread_name, config) = (name.to_string(), config.clone());
-        let worker = std::thread::Builder::new()
-            .name(format!("webhook-{name}"))
-            .spawn(move || run_delivery(&thread_name, &config, rx))
-            .map_err(|e| Error::io(format!("sink {name}: cannot start delivery"), e))?;
         Ok(WebhookSink {
             name: name.to_string(),
             render,
-            queue: Some(tx),
-            worker: Some(worker),
+            delivery: DeliveryThread::start(name, config, AsWritten)?,
             batches: 0,
         })
-    }
-
-    /// The queue, or the error for a sink written after `finish`.
-    fn queue(&self) -> Result<&SyncSender<Delivery>> {
-        self.queue.as_ref().ok_or_else(|| {
-            Error::Connector(format!("sink {}: written after it was finished", self.name))
-        })
-    }
-
-    fn thread_failed(&self) -> Error {
-        Error::Connector(format!("sink {}: the delivery thread failed", self.name))
     }
 
     /// Closes the queue and waits for the delivery thread to finish it;
     /// returns what it counted, or `None` if this was done before.
     pub fn close(&mut self) -> Result<Option<DeliveryStats>> {
-        drop(self.queue.take());
-        let Some(worker) = self.worker.take() else {
-            return Ok(None);
-        };
-        worker.join().map(Some).map_err(|_| {
-            Error::Connector(format!("sink {}: the delivery thread failed", self.name))
-        })
+        self.delivery.close()
     }
 }
 
@@ -642,29 +762,23 @@ impl Sink for WebhookSink {
         if batch.num_rows() == 0 {
             return Ok(());
         }
+        self.delivery.queue()?;
         let Some(body) = (self.render)(batch)? else {
             return Ok(());
         };
-        let queue = self.queue()?;
         let key = idempotency_key(&self.name, self.batches + 1, batch, &body)?;
         let batch = Batch {
             body,
             rows: batch.num_rows(),
             key,
         };
-        queue
-            .send(Delivery::Batch(batch))
-            .map_err(|_| self.thread_failed())?;
+        self.delivery.send(batch)?;
         self.batches += 1;
         Ok(())
     }
 
     fn checkpoint(&mut self) -> Result<Option<SinkCommit>> {
-        let (done, flushed) = mpsc::sync_channel(1);
-        self.queue()?
-            .send(Delivery::Flush(done))
-            .map_err(|_| self.thread_failed())?;
-        flushed.recv().map_err(|_| self.thread_failed())?;
+        self.delivery.flush()?;
         Ok(Some(serde_json::json!({ "batches": self.batches })))
     }
 
@@ -682,13 +796,7 @@ impl Sink for WebhookSink {
     }
 
     fn finish(&mut self) -> Result<()> {
-        if let Some(stats) = self.close()? {
-            eprintln!(
-                "vigil: sink {}: delivered={} failed={} retried={}",
-                self.name, stats.delivered, stats.failed, stats.retried
-            );
-        }
-        Ok(())
+        self.delivery.finish()
     }
 }
 
@@ -1135,6 +1243,12 @@ mod tests {
             alert_identity(&alert_rows("", 0).schema()),
             Some(vec![0, 1, 2, 3])
         );
+        // A LABELS column follows from the change too.
+        let role = [(crate::plan::columns::ROLE.to_string(), "label".to_string())];
+        let label = Field::new("label_team", DataType::Utf8, true).with_metadata(role.into());
+        let mut fields = alert_rows("", 0).schema().fields().to_vec();
+        fields.push(Arc::new(label));
+        assert_eq!(alert_identity(&Schema::new(fields)), Some(vec![0, 1, 2, 3]));
     }
 
     /// Each request's idempotency key and body, in arrival order.

@@ -45,6 +45,8 @@ pub struct AlertOp {
     template: Option<MessageTemplate>,
     /// `RESOLVE MESSAGE`, for resolved rows (which use `template` without it).
     resolve_template: Option<MessageTemplate>,
+    /// `LABELS` then `ANNOTATIONS` templates, in their columns' order.
+    named: Vec<MessageTemplate>,
     keys: HashMap<OwnedRow, KeyState>,
     /// Rows whose event time the watermark has not passed yet.
     waiting: Vec<RecordBatch>,
@@ -63,8 +65,16 @@ struct KeyState {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
     Inactive,
-    Pending { since: i64, rows: u64 },
-    Firing { since: i64 },
+    Pending {
+        since: i64,
+        rows: u64,
+    },
+    /// `resolving`: since when the resolve condition has held, row after
+    /// row, while `KEEP FIRING FOR` keeps the alert firing.
+    Firing {
+        since: i64,
+        resolving: Option<i64>,
+    },
 }
 
 /// One state change, before it becomes an output row.
@@ -94,7 +104,14 @@ impl AlertOp {
         let parse = |t: &Option<String>| t.as_deref().map(MessageTemplate::parse).transpose();
         let template = parse(&spec.message)?;
         let resolve_template = parse(&spec.resolve_message)?;
+        let named = spec
+            .labels
+            .iter()
+            .chain(&spec.annotations)
+            .map(|(_, t)| MessageTemplate::parse(t))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Self {
+            named,
             converter: RowConverter::new(fields)?,
             spec,
             input,
@@ -188,13 +205,13 @@ impl AlertOp {
                 let when = batch.column(when).as_boolean();
                 let resolve = resolve.map(|r| batch.column(r).as_boolean());
                 let step_ms = self.spec.step_ms;
+                let keep_ms = self.spec.keep_ms;
                 for (i, &t) in times.iter().enumerate() {
                     let holds = is_true(when, i);
                     let resolves = resolve.map_or(!holds, |r| is_true(r, i));
                     let state = self.state(rows.row(i).owned(), t);
-                    if let Some((firing, since)) =
-                        step_when(state, t, holds, resolves, hold, step_ms)
-                    {
+                    let row = Row { t, holds, resolves };
+                    if let Some((firing, since)) = step_when(state, row, hold, keep_ms, step_ms) {
                         changes.push(change(rows.row(i).owned(), firing, t, since, Some(i)));
                     }
                 }
@@ -230,7 +247,10 @@ impl AlertOp {
             .iter_mut()
             .filter(|(_, s)| s.phase == Phase::Inactive && s.last + interval_ms < watermark)
             .map(|(key, s)| {
-                s.phase = Phase::Firing { since: s.last };
+                s.phase = Phase::Firing {
+                    since: s.last,
+                    resolving: None,
+                };
                 change(key.clone(), true, s.last + interval_ms, s.last, None)
             })
             .collect();
@@ -279,6 +299,9 @@ impl AlertOp {
         let fields = self.output.fields()[..columns.len()].to_vec();
         let partial = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns.clone())?;
         columns.push(self.messages(changes, &partial)?);
+        for template in &self.named {
+            columns.push(template.render(&partial)?);
+        }
         let columns = columns
             .into_iter()
             .zip(self.output.fields())
@@ -327,14 +350,24 @@ fn is_true(column: &BooleanArray, i: usize) -> bool {
     column.is_valid(i) && column.value(i)
 }
 
+/// One row of a `WHEN` alert's key, as its conditions read it.
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    /// Its event time.
+    t: i64,
+    /// The `WHEN` condition is true.
+    holds: bool,
+    /// The resolve condition is true.
+    resolves: bool,
+}
+
 /// One row of a `WHEN` alert's key: the change it causes, as
-/// `(firing, since)`, if any.
+/// `(firing, since)`, if any. `keep_ms` is `KEEP FIRING FOR`.
 fn step_when(
     state: &mut KeyState,
-    t: i64,
-    holds: bool,
-    resolves: bool,
+    Row { t, holds, resolves }: Row,
     hold: AlertHold,
+    keep_ms: Option<i64>,
     step_ms: Option<i64>,
 ) -> Option<(bool, i64)> {
     let skipped_window = step_ms.is_some_and(|step| t - state.last > step);
@@ -345,12 +378,24 @@ fn step_when(
         state.phase = Phase::Inactive;
     }
     match state.phase {
-        Phase::Firing { since } => {
-            if resolves {
-                state.phase = Phase::Inactive;
-                return Some((false, since));
+        Phase::Firing { since, resolving } => {
+            if !resolves {
+                state.phase = Phase::Firing {
+                    since,
+                    resolving: None,
+                };
+                return None;
             }
-            None
+            let resolving = resolving.unwrap_or(t);
+            if keep_ms.is_some_and(|keep| t - resolving < keep) {
+                state.phase = Phase::Firing {
+                    since,
+                    resolving: Some(resolving),
+                };
+                return None;
+            }
+            state.phase = Phase::Inactive;
+            Some((false, since))
         }
         _ if !holds => {
             state.phase = Phase::Inactive;
@@ -376,7 +421,10 @@ fn advance(
         AlertHold::Rows(n) => rows >= n,
     };
     if fires {
-        state.phase = Phase::Firing { since };
+        state.phase = Phase::Firing {
+            since,
+            resolving: None,
+        };
         Some((true, since))
     } else {
         state.phase = Phase::Pending { since, rows };
@@ -390,7 +438,7 @@ fn step_absent(state: &mut KeyState, t: i64, interval_ms: i64) -> Vec<(bool, i64
     let last = state.last;
     state.last = last.max(t);
     match state.phase {
-        Phase::Firing { since } => {
+        Phase::Firing { since, .. } => {
             state.phase = Phase::Inactive;
             vec![(false, t, since)]
         }
@@ -465,6 +513,11 @@ impl Operator for AlertOp {
 /// The columns of the `keys` state table after the key columns.
 const KEY_STATE_COLUMNS: [&str; 4] = ["phase", "since", "rows", "last"];
 
+/// The column after them for an alert with `KEEP FIRING FOR`: since when a
+/// firing key's resolve condition has held (alerts without it keep the
+/// table they always had).
+const RESOLVING_COLUMN: &str = "resolving";
+
 impl AlertOp {
     /// The schema of the `keys` table: the alert's key columns, then each
     /// key's phase (0 inactive, 1 pending, 2 firing), the start of its
@@ -479,6 +532,9 @@ impl AlertOp {
         fields.extend(
             KEY_STATE_COLUMNS.map(|name| Field::new(name, DataType::Int64, name != "phase")),
         );
+        if self.spec.keep_ms.is_some() {
+            fields.push(Field::new(RESOLVING_COLUMN, DataType::Int64, true));
+        }
         Arc::new(Schema::new(fields))
     }
 
@@ -488,7 +544,7 @@ impl AlertOp {
         let phases = keys.iter().map(|(_, s)| match s.phase {
             Phase::Inactive => (0, None, None),
             Phase::Pending { since, rows } => (1, Some(since), Some(rows as i64)),
-            Phase::Firing { since } => (2, Some(since), None),
+            Phase::Firing { since, .. } => (2, Some(since), None),
         });
         let phases: Vec<(i64, Option<i64>, Option<i64>)> = phases.collect();
         columns.push(Arc::new(Int64Array::from_iter_values(
@@ -499,6 +555,13 @@ impl AlertOp {
         columns.push(Arc::new(Int64Array::from_iter_values(
             keys.iter().map(|(_, s)| s.last),
         )));
+        if self.spec.keep_ms.is_some() {
+            let resolving = keys.iter().map(|(_, s)| match s.phase {
+                Phase::Firing { resolving, .. } => resolving,
+                _ => None,
+            });
+            columns.push(Arc::new(resolving.collect::<Int64Array>()));
+        }
         Ok(RecordBatch::try_new(self.keys_schema(), columns)?)
     }
 
@@ -525,6 +588,15 @@ impl AlertOp {
             column("rows"),
             column("last"),
         );
+        let resolving = table
+            .column_by_name(RESOLVING_COLUMN)
+            .map(|c| c.as_primitive::<Int64Type>().clone());
+        let resolving_at = |i: usize| {
+            resolving
+                .as_ref()
+                .filter(|r| r.is_valid(i))
+                .map(|r| r.value(i))
+        };
         for i in 0..table.num_rows() {
             let since_at = || match since.is_valid(i) {
                 true => Ok(since.value(i)),
@@ -538,7 +610,10 @@ impl AlertOp {
                     since: since_at()?,
                     rows: pending.value(i) as u64,
                 },
-                2 => Phase::Firing { since: since_at()? },
+                2 => Phase::Firing {
+                    since: since_at()?,
+                    resolving: resolving_at(i),
+                },
                 other => return Err(Error::Plan(format!("alert state: unknown phase {other}"))),
             };
             let state = KeyState {
@@ -562,7 +637,12 @@ mod tests {
         };
         rows.iter()
             .filter_map(|&(t, holds)| {
-                step_when(&mut state, t, holds, !holds, hold, step).map(|(f, since)| (f, t, since))
+                let row = Row {
+                    t,
+                    holds,
+                    resolves: !holds,
+                };
+                step_when(&mut state, row, hold, None, step).map(|(f, since)| (f, t, since))
             })
             .collect()
     }
@@ -610,18 +690,59 @@ mod tests {
             last: 0,
         };
         let hold = AlertHold::Now;
+        let row = |t, holds, resolves| Row { t, holds, resolves };
         assert_eq!(
-            step_when(&mut state, 0, true, false, hold, None),
+            step_when(&mut state, row(0, true, false), hold, None, None),
             Some((true, 0))
         );
         // Neither holding nor resolving (between the thresholds): silent.
-        assert_eq!(step_when(&mut state, 1, false, false, hold, None), None);
-        assert_eq!(state.phase, Phase::Firing { since: 0 });
         assert_eq!(
-            step_when(&mut state, 2, false, true, hold, None),
+            step_when(&mut state, row(1, false, false), hold, None, None),
+            None
+        );
+        assert_eq!(
+            state.phase,
+            Phase::Firing {
+                since: 0,
+                resolving: None
+            }
+        );
+        assert_eq!(
+            step_when(&mut state, row(2, false, true), hold, None, None),
             Some((false, 0))
         );
         assert_eq!(state.phase, Phase::Inactive);
+    }
+
+    #[test]
+    fn keep_firing_waits_for_the_resolve_condition_to_hold_that_long() {
+        let mut state = KeyState {
+            phase: Phase::Inactive,
+            last: 0,
+        };
+        let rows = [
+            (0, true),
+            (10, false), // stops holding: keep firing until 40
+            (20, true),  // holds again: the clock starts over
+            (30, false),
+            (50, false),
+            (59, false),
+            (60, false), // 30 s after 30: resolves
+            (70, true),
+        ];
+        let changes: Vec<(bool, i64, i64)> = rows
+            .iter()
+            .filter_map(|&(t, holds)| {
+                let row = Row {
+                    t,
+                    holds,
+                    resolves: !holds,
+                };
+                step_when(&mut state, row, AlertHold::Now, Some(30), None)
+                    .map(|(f, since)| (f, t, since))
+            })
+            .collect();
+        assert_eq!(changes, [(true, 0, 0), (false, 60, 0), (true, 70, 70)]);
     }
 
     #[test]
@@ -639,7 +760,10 @@ mod tests {
             step_absent(&mut state, 40, 10),
             [(true, 25, 15), (false, 40, 15)]
         );
-        state.phase = Phase::Firing { since: 40 };
+        state.phase = Phase::Firing {
+            since: 40,
+            resolving: None,
+        };
         assert_eq!(step_absent(&mut state, 70, 10), [(false, 70, 40)]);
     }
 
@@ -667,6 +791,9 @@ mod tests {
             severity: None,
             message: None,
             resolve_message: None,
+            keep_ms: None,
+            labels: Vec::new(),
+            annotations: Vec::new(),
         };
         let text = |name: &str| Field::new(name, DataType::Utf8, true);
         let time = |name: &str| {

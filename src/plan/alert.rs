@@ -37,10 +37,17 @@ impl SqlPlanner {
         let schema = query.schema().clone();
         let keys = self.alert_keys(&query, clause)?;
         let event_time = event_time_column(&query)?;
-        let templates = [&clause.message, &clause.resolve_message]
+        check_names(clause)?;
+        let messages = [&clause.message, &clause.resolve_message]
             .into_iter()
             .flatten()
-            .map(|t| MessageTemplate::parse(t))
+            .map(|t| ("MESSAGE", t));
+        let labels = clause.labels.iter().map(|(_, t)| ("LABELS", t));
+        let annotations = clause.annotations.iter().map(|(_, t)| ("ANNOTATIONS", t));
+        let templates = messages
+            .chain(labels)
+            .chain(annotations)
+            .map(|(what, t)| Ok((what, MessageTemplate::parse(t)?)))
             .collect::<Result<Vec<_>>>()?;
         let (rule, conditions) = match &clause.condition {
             AlertCondition::When {
@@ -83,6 +90,18 @@ impl SqlPlanner {
             .into_iter()
             .filter(|i| !keys.contains(i) && *i != event_time)
             .collect();
+        let keep_ms = match &clause.keep_firing {
+            None => None,
+            Some(expr) => match self.interval_ms(catalog, expr)? {
+                ms if ms < 0 => {
+                    return Err(Error::Plan(format!(
+                        "ALERT ... KEEP FIRING FOR needs a positive interval, got {expr}"
+                    )));
+                }
+                0 => None,
+                ms => Some(ms),
+            },
+        };
         let spec = AlertSpec {
             name: name.to_string(),
             keys,
@@ -93,11 +112,14 @@ impl SqlPlanner {
             severity: clause.severity.clone(),
             message: clause.message.clone(),
             resolve_message: clause.resolve_message.clone(),
+            keep_ms,
+            labels: clause.labels.clone(),
+            annotations: clause.annotations.clone(),
         };
         let input = self.with_conditions(query, conditions)?;
         let node = AlertNode::try_new(input, spec).map_err(plan_error)?;
-        for template in &templates {
-            check_template(template, &node)?;
+        for (what, template) in &templates {
+            check_template(what, template, &node)?;
         }
         Ok(LogicalPlan::Extension(Extension {
             node: Arc::new(node),
@@ -292,7 +314,7 @@ pub(super) fn event_time_column(query: &LogicalPlan) -> Result<usize> {
 /// The query columns the conditions and the messages read, in query order.
 fn read_columns(
     conditions: &[Option<Expr>; 2],
-    templates: &[MessageTemplate],
+    templates: &[(&str, MessageTemplate)],
     schema: &DFSchema,
     condition: &AlertCondition,
 ) -> Result<Vec<usize>> {
@@ -302,14 +324,14 @@ fn read_columns(
         .flat_map(|e| e.column_refs())
         .filter_map(|c| schema.index_of_column(c).ok())
         .collect();
-    for template in templates {
+    for (what, template) in templates {
         for name in template.columns() {
             if is_alert_column(name) {
                 continue;
             }
             let Some(i) = schema.fields().iter().position(|f| f.name() == name) else {
                 return Err(Error::Plan(format!(
-                    "ALERT MESSAGE reads '{{{name}}}', but the query has no column '{name}' (columns: {})",
+                    "ALERT {what} reads '{{{name}}}', but the query has no column '{name}' (columns: {})",
                     column_list(schema)
                 )));
             };
@@ -324,14 +346,43 @@ fn read_columns(
     Ok(read)
 }
 
+/// `LABELS` and `ANNOTATIONS` names are Prometheus label names, and
+/// `alertname` is the alert's own.
+fn check_names(clause: &AlertClause) -> Result<()> {
+    let lists = [
+        ("LABELS", &clause.labels),
+        ("ANNOTATIONS", &clause.annotations),
+    ];
+    for (what, pairs) in lists {
+        for (name, _) in pairs {
+            let mut chars = name.chars();
+            let valid = chars
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                return Err(Error::Plan(format!(
+                    "ALERT {what} '{name}': a name is letters, digits and '_', not starting with a digit (as Prometheus label names are)"
+                )));
+            }
+            if what == "LABELS" && name == "alertname" {
+                return Err(Error::Plan(
+                    "ALERT LABELS alertname: the alert's name is its alertname label".into(),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A deadman alert has no row to read values from: its message may only
 /// use the keys and the alert's own columns.
-fn check_template(template: &MessageTemplate, node: &AlertNode) -> Result<()> {
+fn check_template(what: &str, template: &MessageTemplate, node: &AlertNode) -> Result<()> {
     let schema = datafusion::logical_expr::UserDefinedLogicalNodeCore::schema(node);
     for name in template.columns() {
         if schema.fields().iter().all(|f| f.name() != name) {
             return Err(Error::Plan(format!(
-                "ALERT MESSAGE reads '{{{name}}}', which a WHEN ABSENT alert does not have (it has: {})",
+                "ALERT {what} reads '{{{name}}}', which a WHEN ABSENT alert does not have (it has: {})",
                 column_list(schema)
             )));
         }

@@ -15,8 +15,18 @@
 //! | value columns | as in the query | the columns the conditions and message read |
 //! | `severity` | TEXT | `SEVERITY`, or NULL |
 //! | `message` | TEXT | the rendered `MESSAGE` (for `resolved` rows, `RESOLVE MESSAGE` if given), or NULL |
+//! | `label_<name>` | TEXT | each `LABELS` template, rendered |
+//! | `annotation_<name>` | TEXT | each `ANNOTATIONS` template, rendered |
+//!
+//! Every column carries its role in the field metadata
+//! [`columns::ROLE`] (`alert`, `key`, `state`, `event_time`, `since`,
+//! `value`, `severity`, `message`, `label`, `annotation`), and label and
+//! annotation columns their name in [`columns::NAME`], so that a sink
+//! (Alertmanager's) can tell the alert's key from its values after any
+//! query that passes the columns on unchanged.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -42,6 +52,68 @@ pub mod columns {
     pub const SEVERITY: &str = "severity";
     /// The rendered `MESSAGE`.
     pub const MESSAGE: &str = "message";
+    /// Prefix of the column of each `LABELS` entry.
+    pub const LABEL_PREFIX: &str = "label_";
+    /// Prefix of the column of each `ANNOTATIONS` entry.
+    pub const ANNOTATION_PREFIX: &str = "annotation_";
+    /// Field metadata key: the column's role in the alert row.
+    pub const ROLE: &str = "vigil.alert.role";
+    /// Field metadata key: the label or annotation name of such a column.
+    pub const NAME: &str = "vigil.alert.name";
+
+    /// What a column of an alert row is, as [`ROLE`] says.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Role {
+        /// The alert's name.
+        Alert,
+        /// One of the key columns.
+        Key,
+        /// `firing` or `resolved`.
+        State,
+        /// Event time of the change.
+        EventTime,
+        /// When the episode began.
+        Since,
+        /// A query column the conditions or templates read.
+        Value,
+        /// The `SEVERITY`.
+        Severity,
+        /// The rendered `MESSAGE`.
+        Message,
+        /// A `LABELS` entry.
+        Label,
+        /// An `ANNOTATIONS` entry.
+        Annotation,
+    }
+
+    impl Role {
+        const ALL: [(Role, &'static str); 10] = [
+            (Role::Alert, "alert"),
+            (Role::Key, "key"),
+            (Role::State, "state"),
+            (Role::EventTime, "event_time"),
+            (Role::Since, "since"),
+            (Role::Value, "value"),
+            (Role::Severity, "severity"),
+            (Role::Message, "message"),
+            (Role::Label, "label"),
+            (Role::Annotation, "annotation"),
+        ];
+
+        /// The metadata value.
+        pub fn as_str(self) -> &'static str {
+            Self::ALL
+                .iter()
+                .find(|(r, _)| *r == self)
+                .map_or("", |(_, s)| s)
+        }
+
+        /// The role a field's metadata gives it, if any.
+        pub fn of(field: &datafusion::arrow::datatypes::Field) -> Option<Role> {
+            let value = field.metadata().get(ROLE)?;
+            Self::ALL.iter().find(|(_, s)| s == value).map(|(r, _)| *r)
+        }
+    }
 }
 
 /// What makes the alert fire, with its conditions as input columns.
@@ -97,6 +169,13 @@ pub struct AlertSpec {
     pub message: Option<String>,
     /// `RESOLVE MESSAGE` template, for `resolved` rows.
     pub resolve_message: Option<String>,
+    /// `KEEP FIRING FOR`: event time the resolve condition must hold, row
+    /// after row, before a firing alert resolves.
+    pub keep_ms: Option<i64>,
+    /// `LABELS`: (name, template).
+    pub labels: Vec<(String, String)>,
+    /// `ANNOTATIONS`: (name, template).
+    pub annotations: Vec<(String, String)>,
 }
 
 /// Turns a query's rows into alert state changes.
@@ -122,24 +201,54 @@ impl AlertNode {
 }
 
 fn alert_schema(input: &DFSchema, spec: &AlertSpec) -> Result<DFSchema> {
-    let text = |name: &str, nullable| Arc::new(Field::new(name, DataType::Utf8, nullable));
-    let time = |name: &str, nullable| {
-        Arc::new(Field::new(
+    use columns::Role;
+    let text = |name: &str, nullable| Field::new(name, DataType::Utf8, nullable);
+    let time = |name: &str| {
+        Field::new(
             name,
             DataType::Timestamp(TimeUnit::Millisecond, None),
-            nullable,
-        ))
+            false,
+        )
     };
-    let column = |i: usize| Arc::new(input.field(i).as_ref().clone().with_nullable(true));
-    let mut fields = vec![text(columns::ALERT, false)];
-    fields.extend(spec.keys.iter().map(|&i| column(i)));
-    fields.push(text(columns::STATE, false));
-    fields.push(time(columns::EVENT_TIME, false));
-    fields.push(time(columns::SINCE, false));
-    fields.extend(spec.values.iter().map(|&i| column(i)));
-    fields.push(text(columns::SEVERITY, true));
-    fields.push(text(columns::MESSAGE, true));
+    let column = |i: usize| input.field(i).as_ref().clone().with_nullable(true);
+    let mut fields = vec![(text(columns::ALERT, false), Role::Alert)];
+    fields.extend(spec.keys.iter().map(|&i| (column(i), Role::Key)));
+    fields.push((text(columns::STATE, false), Role::State));
+    fields.push((time(columns::EVENT_TIME), Role::EventTime));
+    fields.push((time(columns::SINCE), Role::Since));
+    fields.extend(spec.values.iter().map(|&i| (column(i), Role::Value)));
+    fields.push((text(columns::SEVERITY, true), Role::Severity));
+    fields.push((text(columns::MESSAGE, true), Role::Message));
+    let mut fields: Vec<Arc<Field>> = fields
+        .into_iter()
+        .map(|(field, role)| Arc::new(with_role(field, role, None)))
+        .collect();
+    let named = [
+        (&spec.labels, columns::LABEL_PREFIX, Role::Label),
+        (
+            &spec.annotations,
+            columns::ANNOTATION_PREFIX,
+            Role::Annotation,
+        ),
+    ];
+    for (pairs, prefix, role) in named {
+        for (name, _) in pairs {
+            let field = text(&format!("{prefix}{name}"), true);
+            fields.push(Arc::new(with_role(field, role, Some(name))));
+        }
+    }
     DFSchema::from_unqualified_fields(fields.into(), Default::default())
+}
+
+/// `field` with its alert role (and label or annotation name) in its
+/// metadata, beside what metadata it had.
+fn with_role(field: Field, role: columns::Role, name: Option<&str>) -> Field {
+    let mut metadata: HashMap<String, String> = field.metadata().clone();
+    metadata.insert(columns::ROLE.to_string(), role.as_str().to_string());
+    if let Some(name) = name {
+        metadata.insert(columns::NAME.to_string(), name.to_string());
+    }
+    field.with_metadata(metadata)
 }
 
 impl PartialOrd for AlertNode {
@@ -183,6 +292,9 @@ impl UserDefinedLogicalNodeCore for AlertNode {
                     AlertHold::Now => {}
                     AlertHold::Interval(ms) => write!(f, " for {ms} ms")?,
                     AlertHold::Rows(n) => write!(f, " for {n} windows")?,
+                }
+                if let Some(ms) = self.spec.keep_ms {
+                    write!(f, ", keep firing for {ms} ms")?;
                 }
                 if resolve.is_some() {
                     write!(f, ", resolve when")?;

@@ -35,7 +35,7 @@ use datafusion::optimizer::{Optimizer, OptimizerContext};
 use datafusion::sql::planner::{ParserOptions, PlannerContext, SqlToRel};
 use datafusion::sql::sqlparser::ast;
 
-pub use alert_node::{AlertHold, AlertNode, AlertRule, AlertSpec};
+pub use alert_node::{AlertHold, AlertNode, AlertRule, AlertSpec, columns};
 pub use catalog::{Catalog, StreamDef, StreamSource, ViewSource};
 pub use emit_node::{EmitNode, EmitPolicy, FINAL_COLUMN, OP_COLUMN};
 pub use invariant_node::{InvariantNode, InvariantSpec, Training};

@@ -4,7 +4,9 @@
 //! ALERT [BY col, ...]
 //!   WHEN condition [FOR INTERVAL '...' | FOR n WINDOWS] [RESOLVE WHEN condition]
 //!   | WHEN ABSENT FOR INTERVAL '...'
+//!   [KEEP FIRING FOR INTERVAL '...']
 //!   [SEVERITY 'text'] [MESSAGE 'template'] [RESOLVE MESSAGE 'template']
+//!   [LABELS (name = 'template', ...)] [ANNOTATIONS (name = 'template', ...)]
 //! ```
 //!
 //! Like `EMIT`, the clause is cut from the statement's tokens before
@@ -32,6 +34,13 @@ pub struct AlertClause {
     /// `RESOLVE MESSAGE 'template'`: the message of `resolved` rows, which
     /// use `message` without it.
     pub resolve_message: Option<String>,
+    /// `KEEP FIRING FOR INTERVAL '...'`: how long a firing alert stays
+    /// firing after its resolve condition starts holding.
+    pub keep_firing: Option<Box<Expr>>,
+    /// `LABELS (name = 'template', ...)`, in the order written.
+    pub labels: Vec<(String, String)>,
+    /// `ANNOTATIONS (name = 'template', ...)`, in the order written.
+    pub annotations: Vec<(String, String)>,
     /// Where the clause starts.
     pub location: Location,
 }
@@ -179,6 +188,7 @@ impl ScriptParser<'_> {
         if !self.parser.parse_keyword(Keyword::WHEN) {
             return Err(self.unexpected("WHEN"));
         }
+        let mut keep_firing = None;
         let condition = if self.peek_words(&["ABSENT", "FOR"]) {
             self.parser.next_token();
             self.parser.next_token();
@@ -187,7 +197,9 @@ impl ScriptParser<'_> {
                 interval: Box::new(interval),
             }
         } else {
-            self.parse_when()?
+            let (condition, keep) = self.parse_when()?;
+            keep_firing = keep;
+            condition
         };
         let mut clause = AlertClause {
             by,
@@ -195,18 +207,24 @@ impl ScriptParser<'_> {
             severity: None,
             message: None,
             resolve_message: None,
+            keep_firing,
+            labels: Vec::new(),
+            annotations: Vec::new(),
             location,
         };
         self.parse_alert_labels(&mut clause)?;
         Ok(clause)
     }
 
-    fn parse_when(&mut self) -> Result<AlertCondition> {
+    /// The condition, and a `KEEP FIRING FOR` written before `RESOLVE
+    /// WHEN` (after it, it is parsed with the labels).
+    fn parse_when(&mut self) -> Result<(AlertCondition, Option<Box<Expr>>)> {
         let when = Box::new(self.parser.parse_expr().map_err(|e| self.wrap(e))?);
         let mut hold = None;
         if self.parser.parse_keyword(Keyword::FOR) {
             hold = Some(self.parse_hold()?);
         }
+        let keep = self.parse_keep_firing()?;
         let mut resolve = None;
         // `RESOLVE MESSAGE` is a label, parsed with the others.
         if self.peek_words(&["RESOLVE"]) && !self.peek_words(&["RESOLVE", "MESSAGE"]) {
@@ -218,11 +236,24 @@ impl ScriptParser<'_> {
                 self.parser.parse_expr().map_err(|e| self.wrap(e))?,
             ));
         }
-        Ok(AlertCondition::When {
+        let condition = AlertCondition::When {
             when,
             hold,
             resolve,
-        })
+        };
+        Ok((condition, keep))
+    }
+
+    /// `KEEP FIRING FOR <interval>`, if next.
+    fn parse_keep_firing(&mut self) -> Result<Option<Box<Expr>>> {
+        if !self.peek_words(&["KEEP", "FIRING", "FOR"]) {
+            return Ok(None);
+        }
+        for _ in 0..3 {
+            self.parser.next_token();
+        }
+        let interval = self.parser.parse_expr().map_err(|e| self.wrap(e))?;
+        Ok(Some(Box::new(interval)))
     }
 
     /// `INTERVAL '...'` or `n WINDOWS`.
@@ -246,11 +277,41 @@ impl ScriptParser<'_> {
         Ok(Hold::Interval(Box::new(interval)))
     }
 
-    /// `SEVERITY '...'`, `MESSAGE '...'` and `RESOLVE MESSAGE '...'`, in
-    /// any order, each at most once.
+    /// `SEVERITY '...'`, `MESSAGE '...'`, `RESOLVE MESSAGE '...'`,
+    /// `LABELS (...)`, `ANNOTATIONS (...)` and `KEEP FIRING FOR ...`, in any
+    /// order, each at most once.
     fn parse_alert_labels(&mut self, clause: &mut AlertClause) -> Result<()> {
+        const ONCE: &str = "SEVERITY, MESSAGE, RESOLVE MESSAGE, LABELS, ANNOTATIONS and KEEP FIRING FOR may each appear once";
         loop {
             let at = self.parser.peek_token().span.start;
+            if self.peek_words(&["KEEP", "FIRING", "FOR"]) {
+                if clause.keep_firing.is_some() {
+                    return Err(self.error_at(ONCE, at));
+                }
+                if matches!(clause.condition, AlertCondition::Absent { .. }) {
+                    return Err(self.error_at(
+                        "KEEP FIRING FOR belongs to a WHEN condition, not to WHEN ABSENT (a deadman resolves at the key's next row)",
+                        at,
+                    ));
+                }
+                clause.keep_firing = self.parse_keep_firing()?;
+                continue;
+            }
+            let pairs = if self.peek_words(&["LABELS"]) {
+                Some(&mut clause.labels)
+            } else if self.peek_words(&["ANNOTATIONS"]) {
+                Some(&mut clause.annotations)
+            } else {
+                None
+            };
+            if let Some(pairs) = pairs {
+                if !pairs.is_empty() {
+                    return Err(self.error_at(ONCE, at));
+                }
+                self.parser.next_token();
+                *pairs = self.parse_templates()?;
+                continue;
+            }
             let (slot, words) = if self.peek_words(&["SEVERITY"]) {
                 (&mut clause.severity, 1)
             } else if self.peek_words(&["MESSAGE"]) {
@@ -261,16 +322,33 @@ impl ScriptParser<'_> {
                 return Ok(());
             };
             if slot.is_some() {
-                return Err(self.error_at(
-                    "SEVERITY, MESSAGE and RESOLVE MESSAGE may each appear once",
-                    at,
-                ));
+                return Err(self.error_at(ONCE, at));
             }
             for _ in 0..words {
                 self.parser.next_token();
             }
             *slot = Some(self.parse_string()?);
         }
+    }
+
+    /// `(name = 'template', ...)`: at least one pair, names unique.
+    fn parse_templates(&mut self) -> Result<Vec<(String, String)>> {
+        self.expect(Token::LParen)?;
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        loop {
+            let at = self.parser.peek_token().span.start;
+            let name = self.parse_name()?;
+            if pairs.iter().any(|(n, _)| *n == name) {
+                return Err(self.error_at(&format!("'{name}' is given more than once"), at));
+            }
+            self.expect(Token::Eq)?;
+            pairs.push((name, self.parse_string()?));
+            if !self.parser.consume_token(&Token::Comma) {
+                break;
+            }
+        }
+        self.expect(Token::RParen)?;
+        Ok(pairs)
     }
 
     fn parse_string(&mut self) -> Result<String> {
@@ -324,12 +402,71 @@ mod tests {
                 .unwrap_err()
                 .to_string();
         assert!(
-            e.contains("each appear once") && e.contains("column 50"),
+            e.contains("may each appear once") && e.contains("column 50"),
             "{e}"
         );
         let e = parse_script("SELECT * FROM m ALERT WHEN x RESOLVE MESSAGE 5;")
             .unwrap_err()
             .to_string();
         assert!(e.contains("quoted string"), "{e}");
+    }
+
+    #[test]
+    fn labels_annotations_and_keep_firing_in_any_order() {
+        let a = alert(
+            "SELECT * FROM m ALERT BY host WHEN cpu > 90 FOR INTERVAL '5' MINUTE
+             KEEP FIRING FOR INTERVAL '10' MINUTE RESOLVE WHEN cpu < 70
+             LABELS (team = 'infra', \"instance\" = '{host}') SEVERITY 'page'
+             ANNOTATIONS (summary = 'hot {host}', runbook_url = 'http://r/{host}')",
+        );
+        assert_eq!(
+            a.labels,
+            [
+                ("team".to_string(), "infra".to_string()),
+                ("instance".to_string(), "{host}".to_string())
+            ]
+        );
+        assert_eq!(a.annotations.len(), 2);
+        assert_eq!(a.annotations[1].1, "http://r/{host}");
+        assert_eq!(a.keep_firing.unwrap().to_string(), "INTERVAL '10' MINUTE");
+        assert!(matches!(
+            a.condition,
+            super::AlertCondition::When {
+                resolve: Some(_),
+                hold: Some(_),
+                ..
+            }
+        ));
+        // After the condition's other parts, among the labels.
+        let a = alert(
+            "SELECT * FROM m ALERT WHEN cpu > 90 RESOLVE WHEN cpu < 70 MESSAGE 'm'
+             KEEP FIRING FOR INTERVAL '1' MINUTE",
+        );
+        assert!(a.keep_firing.is_some() && a.message.is_some());
+        let a = alert("SELECT * FROM m ALERT WHEN cpu > 90");
+        assert!(a.labels.is_empty() && a.annotations.is_empty() && a.keep_firing.is_none());
+    }
+
+    #[test]
+    fn bad_labels_and_keep_firing_say_why() {
+        let err = |sql: &str| parse_script(sql).unwrap_err().to_string();
+        let e = err("SELECT * FROM m ALERT WHEN x LABELS (a = 'x', a = 'y');");
+        assert!(e.contains("'a' is given more than once"), "{e}");
+        let e = err("SELECT * FROM m ALERT WHEN x LABELS (a = 'x') LABELS (b = 'y');");
+        assert!(e.contains("may each appear once"), "{e}");
+        let e = err("SELECT * FROM m ALERT WHEN x LABELS ();");
+        assert!(e.contains("Expected"), "{e}");
+        let e = err("SELECT * FROM m ALERT WHEN x ANNOTATIONS (a = 5);");
+        assert!(e.contains("quoted string"), "{e}");
+        let e = err("SELECT * FROM m ALERT WHEN x ANNOTATIONS (a 'x');");
+        assert!(e.contains("Expected"), "{e}");
+        let e = err(
+            "SELECT * FROM m ALERT WHEN x KEEP FIRING FOR INTERVAL '1' MINUTE KEEP FIRING FOR INTERVAL '2' MINUTE;",
+        );
+        assert!(e.contains("may each appear once"), "{e}");
+        let e = err(
+            "SELECT * FROM m ALERT BY h WHEN ABSENT FOR INTERVAL '1' MINUTE KEEP FIRING FOR INTERVAL '1' MINUTE;",
+        );
+        assert!(e.contains("not to WHEN ABSENT"), "{e}");
     }
 }

@@ -1,0 +1,1238 @@
+//! The Alertmanager sink: alert rows posted to Alertmanager's API v2
+//! (`POST /api/v2/alerts`) the way Prometheus posts its alerts, so that
+//! Alertmanager's grouping, silences, inhibition and routing work on
+//! vigil's alerts unchanged.
+//!
+//! # Payload
+//!
+//! Each `firing` or `resolved` row of an alert (`CREATE ALERT`, read with
+//! `INSERT INTO am SELECT * FROM alert`) becomes one Alertmanager alert;
+//! the rows of one batch go in one request, a JSON array:
+//!
+//! ```json
+//! [{"labels":{"alertname":"high_cpu","host":"web-01","severity":"page","team":"infra"},
+//!   "annotations":{"summary":"cpu on web-01 at 97 %","runbook_url":"http://wiki/cpu"},
+//!   "startsAt":"2024-05-06T09:05:00.000Z","endsAt":"2024-05-06T09:09:12.345Z",
+//!   "generatorURL":"http://grafana.example/d/cpu?var-host=web-01"}]
+//! ```
+//!
+//! - `labels`: `alertname` (the alert's name), each key column under its
+//!   column name, `severity` (the `SEVERITY`, when given), then each
+//!   `LABELS` entry, which wins over the others of the same name. Empty
+//!   and NULL values are left out, as Prometheus leaves out empty labels.
+//! - `annotations`: `summary`, the rendered `MESSAGE` (Alertmanager's and
+//!   its receivers' default templates show `.Annotations.summary`), then
+//!   each `ANNOTATIONS` entry, which wins over `summary`.
+//! - `startsAt`: the `since` column (event time the episode began).
+//! - `endsAt`: for a firing alert, the wall-clock time the request is sent
+//!   plus 4 times `resend` (what Prometheus sets); for a resolved one, its
+//!   `event_time`, the time it resolved.
+//! - `generatorURL`: the `generator_url` option, a template with `{column}`
+//!   placeholders like `MESSAGE`; left out without it.
+//!
+//! The sink finds these columns by the roles the alert stream's field
+//! metadata gives them (see [`crate::plan::AlertNode`]), so a query that
+//! passes the columns on unchanged (`SELECT *`, `WHERE`) keeps them; the
+//! alert's own columns are also found by name. Rows whose `state` is
+//! `pending` are not sent.
+//!
+//! # Resending
+//!
+//! Alertmanager forgets an alert at its `endsAt`, so the sink's delivery
+//! thread sends every firing alert again each `resend` interval of
+//! wall-clock time, with a fresh `endsAt`, until its `resolved` row: an
+//! alert is resolved in Alertmanager either by that row or, if vigil stops,
+//! 4 resend intervals after the last send. A resolved row is matched to
+//! its firing alert by alert name and key, and sent with the labels the
+//! firing one had, so a label template that reads a value cannot leave the
+//! alert firing. Delivery (queue, retries, back-off, the summary line) is
+//! the webhook sink's.
+//!
+//! # Checkpoints
+//!
+//! A checkpoint records the firing alerts; a restore sends them again at
+//! once and goes on resending them (at-least-once: Alertmanager merges an
+//! alert it already has by its labels).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray};
+use datafusion::arrow::compute::{can_cast_types, cast};
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use serde::{Deserialize, Serialize};
+
+use super::options::Options;
+use super::registry::{Opener, OptionSpec, OptionType, SinkConnector, SinkOpen};
+use super::sink::{Sink, SinkCommit};
+use super::webhook::{self, Batch, DeliveryThread, Schedule, WebhookConfig};
+use super::{OutputFormat, SinkConfig, SinkTarget};
+use crate::error::{Error, Result};
+use crate::exec::MessageTemplate;
+use crate::plan::columns::{self, Role};
+
+/// The API path alerts are posted to, under the sink's `url`.
+pub const ALERTS_PATH: &str = "/api/v2/alerts";
+
+/// `resend` when not given: Prometheus's default `--rules.alert.resend-delay`.
+pub const DEFAULT_RESEND: Duration = Duration::from_secs(60);
+
+/// `endsAt` of a firing alert is this many resend intervals ahead, as
+/// Prometheus sets it.
+pub const ENDS_AFTER_RESENDS: u32 = 4;
+
+/// Annotation the rendered `MESSAGE` goes to.
+pub const SUMMARY: &str = "summary";
+
+/// Where and how an Alertmanager sink delivers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertmanagerConfig {
+    /// Delivery as the webhook does it; `url` is the alerts endpoint.
+    pub delivery: WebhookConfig,
+    /// How often a firing alert is sent again.
+    pub resend: Duration,
+    /// The `generator_url` template.
+    pub generator_url: Option<String>,
+}
+
+/// The endpoint for Alertmanager at `url`: its `/api/v2/alerts`, unless
+/// `url` already ends with it.
+pub fn alerts_url(url: &str) -> std::result::Result<String, String> {
+    let mut parsed = url::Url::parse(url.trim()).map_err(|e| e.to_string())?;
+    let path = parsed.path().trim_end_matches('/').to_string();
+    if !path.ends_with(ALERTS_PATH) {
+        parsed.set_path(&format!("{path}{ALERTS_PATH}"));
+    }
+    Ok(parsed.to_string())
+}
+
+/// One alert as Alertmanager's API takes it, with what the sink needs to
+/// follow it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AmAlert {
+    /// Alert name and key: what matches a resolved row to its firing one.
+    pub identity: String,
+    /// Label name to value.
+    pub labels: BTreeMap<String, String>,
+    /// Annotation name to value.
+    pub annotations: BTreeMap<String, String>,
+    /// When it began, epoch milliseconds.
+    pub starts_at: i64,
+    /// When it resolved, epoch milliseconds; `None` while firing.
+    pub ends_at: Option<i64>,
+    /// `generatorURL`.
+    pub generator_url: Option<String>,
+}
+
+/// The JSON body for `alerts`, sent at `now_ms`: firing alerts end at
+/// `now_ms + 4 * resend`.
+pub fn payload(alerts: &[AmAlert], now_ms: i64, resend: Duration) -> Vec<u8> {
+    let valid_for = resend.as_millis() as i64 * i64::from(ENDS_AFTER_RESENDS);
+    let items: Vec<serde_json::Value> = alerts
+        .iter()
+        .map(|a| {
+            let mut item = serde_json::json!({
+                "labels": a.labels,
+                "annotations": a.annotations,
+                "startsAt": rfc3339(a.starts_at),
+                "endsAt": rfc3339(a.ends_at.unwrap_or(now_ms + valid_for)),
+            });
+            if let Some(url) = &a.generator_url {
+                item["generatorURL"] = url.clone().into();
+            }
+            item
+        })
+        .collect();
+    serde_json::to_vec(&items).unwrap_or_default()
+}
+
+/// `2024-05-06T09:05:00.000Z`.
+fn rfc3339(ms: i64) -> String {
+    match chrono::DateTime::from_timestamp_millis(ms) {
+        Some(t) => t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        None => "1970-01-01T00:00:00.000Z".to_string(),
+    }
+}
+
+/// Which alerts to send when: every change at once, and each firing alert
+/// again `resend` after it was last sent. Times come in as arguments so
+/// that the schedule can be tested without waiting.
+#[derive(Debug)]
+pub struct Resends {
+    resend: Duration,
+    /// Firing alerts by identity, with when each was last sent.
+    firing: BTreeMap<String, (AmAlert, Instant)>,
+}
+
+impl Resends {
+    /// An empty schedule resending every `resend`.
+    pub fn new(resend: Duration) -> Self {
+        Self {
+            resend,
+            firing: BTreeMap::new(),
+        }
+    }
+
+    /// Takes `alerts` (changes, sent at `now`): firing ones are followed,
+    /// resolved ones no longer.
+    pub fn update(&mut self, alerts: &[AmAlert], now: Instant) {
+        for alert in alerts {
+            match alert.ends_at {
+                None => self
+                    .firing
+                    .insert(alert.identity.clone(), (alert.clone(), now)),
+                Some(_) => self.firing.remove(&alert.identity),
+            };
+        }
+    }
+
+    /// When the next firing alert is due again.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.firing
+            .values()
+            .map(|(_, sent)| *sent + self.resend)
+            .min()
+    }
+
+    /// The firing alerts due again at `now`, marked sent.
+    pub fn due(&mut self, now: Instant) -> Vec<AmAlert> {
+        self.firing
+            .values_mut()
+            .filter(|(_, sent)| *sent + self.resend <= now)
+            .map(|(alert, sent)| {
+                *sent = now;
+                alert.clone()
+            })
+            .collect()
+    }
+}
+
+/// [`Resends`] on the delivery thread, on the wall clock.
+struct ResendSchedule(Resends);
+
+impl ResendSchedule {
+    fn batch(&self, alerts: &[AmAlert]) -> Vec<Batch> {
+        if alerts.is_empty() {
+            return Vec::new();
+        }
+        let body = payload(alerts, wall_clock_ms(), self.0.resend);
+        let key = format!("{:032x}", twox_hash::XxHash3_128::oneshot(&body));
+        vec![Batch {
+            body,
+            rows: alerts.len(),
+            key,
+        }]
+    }
+}
+
+impl Schedule for ResendSchedule {
+    type Item = Vec<AmAlert>;
+
+    fn on_item(&mut self, alerts: Vec<AmAlert>) -> Vec<Batch> {
+        self.0.update(&alerts, Instant::now());
+        self.batch(&alerts)
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.0.next_due()
+    }
+
+    fn due(&mut self) -> Vec<Batch> {
+        let alerts = self.0.due(Instant::now());
+        self.batch(&alerts)
+    }
+}
+
+fn wall_clock_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Where the parts of an alert are in the rows a sink is given.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Layout {
+    alert: usize,
+    state: usize,
+    event_time: usize,
+    since: usize,
+    severity: Option<usize>,
+    message: Option<usize>,
+    /// Key columns, with their names.
+    keys: Vec<(usize, String)>,
+    /// `LABELS` columns, with the label names.
+    labels: Vec<(usize, String)>,
+    /// `ANNOTATIONS` columns, with the annotation names.
+    annotations: Vec<(usize, String)>,
+}
+
+impl Layout {
+    /// The layout of alert rows with `schema`; errors say what is missing.
+    pub fn of(sink: &str, schema: &Schema) -> Result<Layout> {
+        let mut found: Vec<(Role, usize, String)> = Vec::new();
+        for (i, field) in schema.fields().iter().enumerate() {
+            let Some(role) = Role::of(field).or_else(|| own_column(field.name())) else {
+                continue;
+            };
+            let name = match role {
+                Role::Label | Role::Annotation => field
+                    .metadata()
+                    .get(columns::NAME)
+                    .cloned()
+                    .unwrap_or_else(|| field.name().clone()),
+                _ => field.name().clone(),
+            };
+            found.push((role, i, name));
+        }
+        let one = |role: Role| found.iter().find(|(r, ..)| *r == role).map(|(_, i, _)| *i);
+        let all = |role: Role| -> Vec<(usize, String)> {
+            found
+                .iter()
+                .filter(|(r, ..)| *r == role)
+                .map(|(_, i, n)| (*i, n.clone()))
+                .collect()
+        };
+        let needed = [Role::Alert, Role::State, Role::EventTime, Role::Since];
+        let [alert, state, event_time, since] = needed.map(one);
+        let (Some(alert), Some(state), Some(event_time), Some(since)) =
+            (alert, state, event_time, since)
+        else {
+            let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+            return Err(Error::Plan(format!(
+                "sink {sink}: connector 'alertmanager' takes the rows of an alert (columns alert, state, event_time and since, as SELECT * FROM the alert gives them), got columns {}",
+                names.join(", ")
+            )));
+        };
+        Ok(Layout {
+            alert,
+            state,
+            event_time,
+            since,
+            severity: one(Role::Severity),
+            message: one(Role::Message),
+            keys: all(Role::Key),
+            labels: all(Role::Label),
+            annotations: all(Role::Annotation),
+        })
+    }
+}
+
+/// The role of one of the alert's own columns, by its name.
+fn own_column(name: &str) -> Option<Role> {
+    Some(match name {
+        columns::ALERT => Role::Alert,
+        columns::STATE => Role::State,
+        columns::EVENT_TIME => Role::EventTime,
+        columns::SINCE => Role::Since,
+        columns::SEVERITY => Role::Severity,
+        columns::MESSAGE => Role::Message,
+        _ => return None,
+    })
+}
+
+/// The `firing` and `resolved` rows of `batch` as Alertmanager alerts, in
+/// row order; `generator` renders `generatorURL`.
+pub fn alerts_of(
+    layout: &Layout,
+    batch: &RecordBatch,
+    generator: Option<&MessageTemplate>,
+) -> Result<Vec<AmAlert>> {
+    let texts = Texts::of(layout, batch, generator)?;
+    let state = texts.state.as_string::<i32>();
+    let mut out = Vec::new();
+    for row in 0..batch.num_rows() {
+        let resolved = match state.value(row) {
+            "firing" => false,
+            "resolved" => true,
+            "pending" => continue,
+            other => {
+                return Err(Error::Connector(format!(
+                    "alert row with state '{other}': the alertmanager sink takes firing, resolved and pending rows"
+                )));
+            }
+        };
+        let (identity, labels) = texts.labels(layout, row);
+        out.push(AmAlert {
+            identity,
+            labels,
+            annotations: texts.annotations(layout, row),
+            starts_at: texts.since[row],
+            ends_at: resolved.then_some(texts.event_time[row]),
+            generator_url: texts.generator.as_ref().and_then(|g| text_at(g, row)),
+        });
+    }
+    Ok(out)
+}
+
+/// The columns of a batch of alert rows that an alert is made of, as text
+/// (times in epoch milliseconds).
+struct Texts {
+    alert: ArrayRef,
+    state: ArrayRef,
+    severity: Option<ArrayRef>,
+    message: Option<ArrayRef>,
+    keys: Vec<ArrayRef>,
+    labels: Vec<ArrayRef>,
+    annotations: Vec<ArrayRef>,
+    since: Vec<i64>,
+    event_time: Vec<i64>,
+    generator: Option<ArrayRef>,
+}
+
+impl Texts {
+    fn of(
+        layout: &Layout,
+        batch: &RecordBatch,
+        generator: Option<&MessageTemplate>,
+    ) -> Result<Self> {
+        let text = |i: usize| text_column(batch.column(i));
+        let texts =
+            |at: &[(usize, String)]| at.iter().map(|(i, _)| text(*i)).collect::<Result<Vec<_>>>();
+        Ok(Texts {
+            alert: text(layout.alert)?,
+            state: text(layout.state)?,
+            severity: layout.severity.map(text).transpose()?,
+            message: layout.message.map(text).transpose()?,
+            keys: texts(&layout.keys)?,
+            labels: texts(&layout.labels)?,
+            annotations: texts(&layout.annotations)?,
+            since: millis(batch.column(layout.since))?,
+            event_time: millis(batch.column(layout.event_time))?,
+            generator: generator.map(|t| t.render(batch)).transpose()?,
+        })
+    }
+
+    /// The alert's identity (its name and key) and its labels: the name,
+    /// the keys, severity, then `LABELS`.
+    fn labels(&self, layout: &Layout, row: usize) -> (String, BTreeMap<String, String>) {
+        let name = text_at(&self.alert, row).unwrap_or_default();
+        let mut identity = vec![name.clone()];
+        let mut labels = BTreeMap::from([("alertname".to_string(), name)]);
+        for ((_, key), column) in layout.keys.iter().zip(&self.keys) {
+            let value = text_at(column, row);
+            identity.push(format!("{key}={}", value.as_deref().unwrap_or("")));
+            labels.extend(value.map(|v| (key.clone(), v)));
+        }
+        let severity = self.severity.as_ref().and_then(|s| text_at(s, row));
+        labels.extend(severity.map(|v| ("severity".to_string(), v)));
+        put(&mut labels, &layout.labels, &self.labels, row);
+        let identity = serde_json::Value::from(identity).to_string();
+        (identity, labels)
+    }
+
+    /// `summary` (the message), then `ANNOTATIONS`.
+    fn annotations(&self, layout: &Layout, row: usize) -> BTreeMap<String, String> {
+        let mut annotations = BTreeMap::new();
+        let message = self.message.as_ref().and_then(|m| text_at(m, row));
+        annotations.extend(message.map(|v| (SUMMARY.to_string(), v)));
+        put(
+            &mut annotations,
+            &layout.annotations,
+            &self.annotations,
+            row,
+        );
+        annotations
+    }
+}
+
+/// Row `row` of a text column; `None` for NULL and empty text.
+fn text_at(column: &ArrayRef, row: usize) -> Option<String> {
+    let column = column.as_string::<i32>();
+    (column.is_valid(row) && !column.value(row).is_empty()).then(|| column.value(row).to_string())
+}
+
+/// Sets `names[i]` to row `row` of `columns[i]`; an empty value removes
+/// the name, as an empty label is no label in Prometheus.
+fn put(
+    into: &mut BTreeMap<String, String>,
+    names: &[(usize, String)],
+    columns: &[ArrayRef],
+    row: usize,
+) {
+    for ((_, name), column) in names.iter().zip(columns) {
+        match text_at(column, row) {
+            Some(v) => into.insert(name.clone(), v),
+            None => into.remove(name),
+        };
+    }
+}
+
+/// `column` as UTF-8 text, timestamps as the sinks print them.
+fn text_column(column: &ArrayRef) -> Result<ArrayRef> {
+    match column.data_type() {
+        DataType::Utf8 => Ok(column.clone()),
+        DataType::Timestamp(..) => {
+            let ms = millis(column)?;
+            let text: datafusion::arrow::array::StringArray = (0..column.len())
+                .map(|i| {
+                    column
+                        .is_valid(i)
+                        .then(|| super::timestamp::format_timestamp_ms(ms[i]))
+                })
+                .collect();
+            Ok(std::sync::Arc::new(text))
+        }
+        _ if can_cast_types(column.data_type(), &DataType::Utf8) => {
+            Ok(cast(column, &DataType::Utf8)?)
+        }
+        _ => {
+            let formatter = ArrayFormatter::try_new(column.as_ref(), &FormatOptions::default())?;
+            let text: datafusion::arrow::array::StringArray = (0..column.len())
+                .map(|i| column.is_valid(i).then(|| formatter.value(i).to_string()))
+                .collect();
+            Ok(std::sync::Arc::new(text))
+        }
+    }
+}
+
+/// A timestamp column in epoch milliseconds (NULL as 0).
+fn millis(column: &ArrayRef) -> Result<Vec<i64>> {
+    let ms = cast(column, &DataType::Timestamp(TimeUnit::Millisecond, None))?;
+    let ms = ms.as_primitive::<datafusion::arrow::datatypes::TimestampMillisecondType>();
+    Ok((0..ms.len())
+        .map(|i| if ms.is_valid(i) { ms.value(i) } else { 0 })
+        .collect())
+}
+
+/// A sink posting alert rows to Alertmanager; see the [module docs](self).
+pub struct AlertmanagerSink {
+    name: String,
+    layout: Layout,
+    generator: Option<MessageTemplate>,
+    delivery: DeliveryThread<Vec<AmAlert>>,
+    /// The firing alerts, by identity, as the delivery thread follows them:
+    /// for resolved rows' labels and for checkpoints.
+    firing: BTreeMap<String, AmAlert>,
+}
+
+impl AlertmanagerSink {
+    /// Opens sink `name` for alert rows of `schema`.
+    pub fn open(
+        name: &str,
+        config: &AlertmanagerConfig,
+        schema: &SchemaRef,
+    ) -> Result<AlertmanagerSink> {
+        let layout = Layout::of(name, schema)?;
+        let generator = config
+            .generator_url
+            .as_deref()
+            .map(MessageTemplate::parse)
+            .transpose()?;
+        if let Some(template) = &generator {
+            for column in template.columns() {
+                if schema.field_with_name(column).is_err() {
+                    return Err(Error::Plan(format!(
+                        "sink {name}: generator_url reads '{{{column}}}', but the rows have no column '{column}'"
+                    )));
+                }
+            }
+        }
+        let schedule = ResendSchedule(Resends::new(config.resend));
+        Ok(AlertmanagerSink {
+            name: name.to_string(),
+            layout,
+            generator,
+            delivery: DeliveryThread::start(name, &config.delivery, schedule)?,
+            firing: BTreeMap::new(),
+        })
+    }
+
+    /// Follows `alerts` as the delivery thread will: a resolved alert
+    /// takes the labels its firing one was sent with.
+    fn follow(&mut self, alerts: &mut [AmAlert]) {
+        for alert in alerts {
+            match alert.ends_at {
+                None => {
+                    self.firing.insert(alert.identity.clone(), alert.clone());
+                }
+                Some(_) => {
+                    if let Some(fired) = self.firing.remove(&alert.identity) {
+                        alert.labels = fired.labels;
+                        alert.starts_at = fired.starts_at;
+                        alert.generator_url = alert.generator_url.take().or(fired.generator_url);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Closes the queue and waits for the delivery thread.
+    pub fn close(&mut self) -> Result<()> {
+        self.delivery.close().map(|_| ())
+    }
+}
+
+impl Sink for AlertmanagerSink {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        let mut alerts = alerts_of(&self.layout, batch, self.generator.as_ref())
+            .map_err(|e| Error::Connector(format!("sink {}: {e}", self.name)))?;
+        if alerts.is_empty() {
+            return Ok(());
+        }
+        self.follow(&mut alerts);
+        self.delivery.send(alerts)
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.delivery.finish()
+    }
+
+    fn checkpoint(&mut self) -> Result<Option<SinkCommit>> {
+        self.delivery.flush()?;
+        let firing: Vec<&AmAlert> = self.firing.values().collect();
+        Ok(Some(serde_json::json!({ "firing": firing })))
+    }
+
+    fn restore(&mut self, commit: &SinkCommit) -> Result<()> {
+        let firing: Vec<AmAlert> = commit
+            .get("firing")
+            .cloned()
+            .and_then(|f| serde_json::from_value(f).ok())
+            .ok_or_else(|| {
+                Error::Connector(format!(
+                    "sink {}: cannot restore from {commit}: it has no firing alerts",
+                    self.name
+                ))
+            })?;
+        if firing.is_empty() {
+            return Ok(());
+        }
+        self.firing = firing
+            .iter()
+            .map(|a| (a.identity.clone(), a.clone()))
+            .collect();
+        // Sent again at once, then resent: Alertmanager may have let them
+        // end while vigil was down.
+        self.delivery.send(firing)
+    }
+}
+
+/// The options of `connector = 'alertmanager'`.
+const OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        name: "url",
+        ty: OptionType::Url,
+        default: None,
+        accepted: "an http:// or https:// URL such as 'http://127.0.0.1:9093'",
+        doc: "Alertmanager (required); /api/v2/alerts is added unless the URL ends with it",
+    },
+    OptionSpec {
+        name: "resend",
+        ty: OptionType::Duration,
+        default: Some("1 minute"),
+        accepted: "a duration from 1 second to 24 hours such as '1 minute'",
+        doc: "how often a firing alert is sent again; firing alerts end 4 resends after a send",
+    },
+    OptionSpec {
+        name: "generator_url",
+        ty: OptionType::Text,
+        default: None,
+        accepted: "a URL template with {column} placeholders like MESSAGE",
+        doc: "the alerts' generatorURL",
+    },
+    OptionSpec {
+        name: "retries",
+        ty: OptionType::Count,
+        default: Some("5"),
+        accepted: "an integer from 0 to 100",
+        doc: "attempts after the first for a request that failed transiently",
+    },
+    OptionSpec {
+        name: "backoff",
+        ty: OptionType::Duration,
+        default: Some("200 milliseconds"),
+        accepted: "a duration from 1 millisecond to 30 seconds such as '200 milliseconds'",
+        doc: "wait before the first retry; it doubles with each further one",
+    },
+    OptionSpec {
+        name: "timeout",
+        ty: OptionType::Duration,
+        default: Some("10 seconds"),
+        accepted: "a duration from 1 millisecond to 24 hours such as '5 seconds'",
+        doc: "longest one request may take",
+    },
+    OptionSpec {
+        name: "header_",
+        ty: OptionType::Prefix,
+        default: None,
+        accepted: "a header value (printable ASCII text, no line breaks)",
+        doc: "an extra request header; `_` in the name becomes `-`",
+    },
+];
+
+/// Shortest accepted `resend`.
+pub const MIN_RESEND: Duration = Duration::from_secs(1);
+
+/// Longest accepted `resend`.
+pub const MAX_RESEND: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// `connector = 'alertmanager'` in `CREATE SINK`.
+pub struct AlertmanagerSinkConnector;
+
+impl SinkConnector for AlertmanagerSinkConnector {
+    fn name(&self) -> &'static str {
+        "alertmanager"
+    }
+
+    fn summary(&self) -> &'static str {
+        "alert rows posted to Alertmanager's API v2 as Prometheus posts alerts, resent while firing"
+    }
+
+    fn options(&self) -> &'static [OptionSpec] {
+        OPTIONS
+    }
+
+    fn configure(&self, name: &str, opts: &Options<'_>, _: &Path) -> Result<SinkConfig> {
+        let Some(url) = opts.url("url")? else {
+            return Err(Error::Plan(format!(
+                "sink {name}: connector 'alertmanager' needs a 'url' option, such as 'http://127.0.0.1:9093'"
+            )));
+        };
+        let url = alerts_url(&url).map_err(|_| opts.bad_value("url", &url))?;
+        let bounded = |key: &str, default: Duration, min: Duration, max: Duration| match opts
+            .duration(key)?
+        {
+            None => Ok(default),
+            Some(d) if (min..=max).contains(&d) => Ok(d),
+            Some(_) => Err(opts.bad_value(key, opts.get(key).unwrap_or(""))),
+        };
+        let one_ms = Duration::from_millis(1);
+        let resend = bounded("resend", DEFAULT_RESEND, MIN_RESEND, MAX_RESEND)?;
+        let backoff = bounded(
+            "backoff",
+            webhook::DEFAULT_BACKOFF,
+            one_ms,
+            webhook::MAX_BACKOFF,
+        )?;
+        let timeout = bounded(
+            "timeout",
+            webhook::DEFAULT_TIMEOUT,
+            one_ms,
+            webhook::MAX_TIMEOUT,
+        )?;
+        let retries = match opts.count("retries")? {
+            None => webhook::DEFAULT_RETRIES,
+            Some(n) if n <= u64::from(webhook::MAX_RETRIES) => n as u32,
+            Some(_) => return Err(opts.bad_value("retries", opts.get("retries").unwrap_or(""))),
+        };
+        let generator_url = opts.text("generator_url").map(str::to_string);
+        if let Some(template) = &generator_url {
+            MessageTemplate::parse(template)
+                .map_err(|e| Error::Plan(format!("sink {name}: generator_url: {e}")))?;
+        }
+        let config = AlertmanagerConfig {
+            delivery: WebhookConfig {
+                url,
+                retries,
+                backoff,
+                timeout,
+                headers: webhook::headers(name, opts)?,
+            },
+            resend,
+            generator_url,
+        };
+        Ok(SinkConfig {
+            name: name.to_string(),
+            target: SinkTarget::Connector(Opener(Arc::new(config))),
+            // The payload is always JSON; the format only matters to other sinks.
+            format: OutputFormat::Jsonl,
+            // Alert rows are final rows.
+            append_only: false,
+        })
+    }
+}
+
+impl SinkOpen for AlertmanagerConfig {
+    /// Scheme, host and port only: the rest may hold secrets.
+    fn describe(&self) -> String {
+        match url::Url::parse(&self.delivery.url) {
+            Ok(url) => format!(
+                "alertmanager {}://{}{}",
+                url.scheme(),
+                url.host_str().unwrap_or(""),
+                url.port().map(|p| format!(":{p}")).unwrap_or_default()
+            ),
+            Err(_) => "alertmanager".to_string(),
+        }
+    }
+
+    fn open(&self, name: &str, schema: &SchemaRef) -> Result<Box<dyn Sink>> {
+        Ok(Box::new(AlertmanagerSink::open(name, self, schema)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use datafusion::arrow::array::{Float64Array, StringArray, TimestampMillisecondArray};
+    use datafusion::arrow::datatypes::Field;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::engine::{Engine, Outcome};
+    use crate::sql::parse_script;
+
+    /// The schema of the rows the last query of `script` (over stream `m`)
+    /// gives its sink.
+    fn planned_schema(script: &str) -> SchemaRef {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("m.csv"), "ts,host,cpu\n").unwrap();
+        let script = format!(
+            "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE, \
+             WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) WITH (path = 'm.csv');\n\
+             CREATE SINK out WITH (connector = 'stdout', format = 'jsonl');\n{script}"
+        );
+        let mut engine = Engine::new();
+        let mut schema = None;
+        for statement in parse_script(&script).unwrap() {
+            if let Outcome::Query(q) = engine.execute(&statement, dir.path()).unwrap() {
+                schema = Some(q.graph.schema.clone());
+            }
+        }
+        schema.expect("a query")
+    }
+
+    const ALERT: &str = "CREATE ALERT hot AS SELECT window_end, host, avg(cpu) AS cpu \
+        FROM TUMBLE(m, ts, INTERVAL '10' SECOND) GROUP BY window_end, host \
+        ALERT WHEN cpu > 90 SEVERITY 'page' MESSAGE 'cpu {cpu:.0}' \
+        LABELS (team = 'infra', instance = '{host}:9100') ANNOTATIONS (runbook = 'http://r/{host}');\n";
+
+    #[test]
+    fn roles_survive_select_star_and_insert_into() {
+        for reader in [
+            "INSERT INTO out SELECT * FROM hot WHERE state = 'firing';",
+            "SELECT * FROM hot;",
+            "INSERT INTO out SELECT alert, host AS node, state, event_time, since, label_team, message FROM hot;",
+        ] {
+            let schema = planned_schema(&format!("{ALERT}{reader}"));
+            let layout = Layout::of("am", &schema).unwrap();
+            let name = |i: usize| schema.field(i).name().as_str();
+            assert_eq!(name(layout.alert), "alert", "{reader}");
+            let keys: Vec<&str> = layout.keys.iter().map(|(_, n)| n.as_str()).collect();
+            let labels: Vec<&str> = layout.labels.iter().map(|(_, n)| n.as_str()).collect();
+            if reader.contains("AS node") {
+                assert_eq!(keys, ["node"], "an alias renames the key label");
+                assert_eq!(labels, ["team"]);
+                assert!(layout.annotations.is_empty() && layout.severity.is_none());
+            } else {
+                assert_eq!(keys, ["host"], "{reader}");
+                assert_eq!(labels, ["team", "instance"]);
+                assert_eq!(
+                    layout.annotations,
+                    [(schema.fields().len() - 1, "runbook".into())]
+                );
+            }
+        }
+        // Without the new clauses: the same columns as ever, with roles.
+        let schema = planned_schema(
+            "CREATE ALERT hot AS SELECT window_end, host, avg(cpu) AS cpu \
+             FROM TUMBLE(m, ts, INTERVAL '10' SECOND) GROUP BY window_end, host \
+             ALERT WHEN cpu > 90;\nSELECT * FROM hot;",
+        );
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "alert",
+                "host",
+                "state",
+                "event_time",
+                "since",
+                "cpu",
+                "severity",
+                "message"
+            ]
+        );
+        let roles: Vec<&str> = schema
+            .fields()
+            .iter()
+            .map(|f| f.metadata()[columns::ROLE].as_str())
+            .collect();
+        assert_eq!(
+            roles,
+            [
+                "alert",
+                "key",
+                "state",
+                "event_time",
+                "since",
+                "value",
+                "severity",
+                "message"
+            ]
+        );
+    }
+
+    #[test]
+    fn rows_without_the_alert_columns_are_refused() {
+        let schema = Schema::new(vec![Field::new("host", DataType::Utf8, true)]);
+        let e = Layout::of("am", &schema).unwrap_err().to_string();
+        assert!(
+            e.contains("sink am") && e.contains("got columns host"),
+            "{e}"
+        );
+    }
+
+    fn alert_rows(states: &[&str], hosts: &[Option<&str>], labels: &[Option<&str>]) -> RecordBatch {
+        let n = states.len();
+        let role = |f: Field, role: Role, name: Option<&str>| {
+            let mut m = std::collections::HashMap::from([(
+                columns::ROLE.to_string(),
+                role.as_str().to_string(),
+            )]);
+            m.extend(name.map(|n| (columns::NAME.to_string(), n.to_string())));
+            f.with_metadata(m)
+        };
+        let time = |name: &str| {
+            Field::new(
+                name,
+                DataType::Timestamp(TimeUnit::Millisecond, None),
+                false,
+            )
+        };
+        let schema = Schema::new(vec![
+            Field::new("alert", DataType::Utf8, false),
+            role(Field::new("host", DataType::Utf8, true), Role::Key, None),
+            Field::new("state", DataType::Utf8, false),
+            time("event_time"),
+            time("since"),
+            role(
+                Field::new("cpu", DataType::Float64, true),
+                Role::Value,
+                None,
+            ),
+            Field::new("severity", DataType::Utf8, true),
+            Field::new("message", DataType::Utf8, true),
+            role(
+                Field::new("label_team", DataType::Utf8, true),
+                Role::Label,
+                Some("team"),
+            ),
+            role(
+                Field::new("annotation_summary", DataType::Utf8, true),
+                Role::Annotation,
+                Some("summary"),
+            ),
+        ]);
+        RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(StringArray::from(vec!["hot"; n])),
+                Arc::new(StringArray::from(hosts.to_vec())),
+                Arc::new(StringArray::from(states.to_vec())),
+                Arc::new(TimestampMillisecondArray::from(vec![1_715_000_000_000; n])),
+                Arc::new(TimestampMillisecondArray::from(vec![1_714_999_990_000; n])),
+                Arc::new(Float64Array::from(vec![97.0; n])),
+                Arc::new(StringArray::from(vec![Some("page"); n])),
+                Arc::new(StringArray::from(vec![Some("cpu 97"); n])),
+                Arc::new(StringArray::from(labels.to_vec())),
+                Arc::new(StringArray::from_iter(
+                    (0..n).map(|i| (i == 0).then_some("hot a")),
+                )),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn rows_become_alerts_with_labels_and_annotations() {
+        let batch = alert_rows(
+            &["firing", "pending", "resolved"],
+            &[Some("a"), Some("b"), None],
+            &[Some("infra"), Some("x"), Some("")],
+        );
+        let layout = Layout::of("am", &batch.schema()).unwrap();
+        let url = MessageTemplate::parse("http://g/{host}").unwrap();
+        let alerts = alerts_of(&layout, &batch, Some(&url)).unwrap();
+        assert_eq!(alerts.len(), 2, "the pending row is not sent");
+        let map = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            alerts[0].labels,
+            map(&[
+                ("alertname", "hot"),
+                ("host", "a"),
+                ("severity", "page"),
+                ("team", "infra")
+            ])
+        );
+        assert_eq!(
+            alerts[0].annotations,
+            map(&[("summary", "hot a")]),
+            "ANNOTATIONS win over the message"
+        );
+        assert!(alerts[1].annotations.is_empty(), "NULL or empty: left out");
+        assert_eq!(alerts[0].ends_at, None);
+        assert_eq!(alerts[0].generator_url.as_deref(), Some("http://g/a"));
+        // NULL key and empty label are left out; resolved at event time.
+        assert_eq!(
+            alerts[1].labels,
+            map(&[("alertname", "hot"), ("severity", "page")])
+        );
+        assert_eq!(alerts[1].ends_at, Some(1_715_000_000_000));
+        assert_eq!(alerts[1].starts_at, 1_714_999_990_000);
+        assert_ne!(alerts[0].identity, alerts[1].identity);
+
+        let e = alerts_of(&layout, &alert_rows(&["odd"], &[None], &[None]), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("state 'odd'"), "{e}");
+    }
+
+    #[test]
+    fn payload_is_what_prometheus_sends() {
+        let firing = AmAlert {
+            identity: "x".into(),
+            labels: BTreeMap::from([("alertname".into(), "hot".into())]),
+            annotations: BTreeMap::from([("summary".into(), "cpu 97".into())]),
+            starts_at: 1_715_000_000_000,
+            ends_at: None,
+            generator_url: Some("http://g/a".into()),
+        };
+        let resolved = AmAlert {
+            ends_at: Some(1_715_000_060_500),
+            generator_url: None,
+            ..firing.clone()
+        };
+        let now = 1_715_000_100_000;
+        let body = payload(&[firing, resolved], now, Duration::from_secs(60));
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body,
+            json!([
+                {"labels": {"alertname": "hot"}, "annotations": {"summary": "cpu 97"},
+                 "startsAt": "2024-05-06T12:53:20.000Z", "endsAt": "2024-05-06T12:59:00.000Z",
+                 "generatorURL": "http://g/a"},
+                {"labels": {"alertname": "hot"}, "annotations": {"summary": "cpu 97"},
+                 "startsAt": "2024-05-06T12:53:20.000Z", "endsAt": "2024-05-06T12:54:20.500Z"}
+            ])
+        );
+    }
+
+    #[test]
+    fn alerts_url_appends_the_api_path_once() {
+        let url = |u: &str| alerts_url(u).unwrap();
+        assert_eq!(
+            url("http://127.0.0.1:9093"),
+            "http://127.0.0.1:9093/api/v2/alerts"
+        );
+        assert_eq!(url("http://h:9093/"), "http://h:9093/api/v2/alerts");
+        assert_eq!(url("https://h/am/"), "https://h/am/api/v2/alerts");
+        assert_eq!(url("http://h/api/v2/alerts"), "http://h/api/v2/alerts");
+    }
+
+    fn alert(id: &str, ends_at: Option<i64>) -> AmAlert {
+        AmAlert {
+            identity: id.into(),
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            starts_at: 0,
+            ends_at,
+            generator_url: None,
+        }
+    }
+
+    #[test]
+    fn firing_alerts_are_resent_each_interval_until_resolved() {
+        let start = Instant::now();
+        let at = |s: u64| start + Duration::from_secs(s);
+        let ids = |alerts: Vec<AmAlert>| -> Vec<String> {
+            alerts.into_iter().map(|a| a.identity).collect()
+        };
+        let mut resends = Resends::new(Duration::from_secs(60));
+        assert_eq!(resends.next_due(), None, "nothing firing");
+        resends.update(&[alert("a", None)], at(0));
+        resends.update(&[alert("b", None)], at(30));
+        assert_eq!(resends.next_due(), Some(at(60)));
+        assert!(resends.due(at(59)).is_empty());
+        assert_eq!(ids(resends.due(at(60))), ["a"]);
+        assert_eq!(resends.next_due(), Some(at(90)));
+        assert_eq!(ids(resends.due(at(95))), ["b"]);
+        // A firing row again (a restore) restarts its clock.
+        resends.update(&[alert("a", None)], at(100));
+        assert_eq!(resends.next_due(), Some(at(155)));
+        resends.update(&[alert("b", Some(5))], at(110));
+        assert_eq!(resends.next_due(), Some(at(160)));
+        assert_eq!(ids(resends.due(at(200))), ["a"]);
+        resends.update(&[alert("a", Some(7))], at(201));
+        assert_eq!(resends.next_due(), None);
+    }
+
+    /// Bodies Alertmanager would have received, as JSON.
+    type Seen = Arc<Mutex<Vec<Value>>>;
+
+    fn receiver() -> (String, Seen, tokio::runtime::Runtime) {
+        use axum::extract::State;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen: Seen = Arc::default();
+        let app = axum::Router::new()
+            .route(
+                ALERTS_PATH,
+                axum::routing::post(|State(seen): State<Seen>, body: String| async move {
+                    seen.lock()
+                        .unwrap()
+                        .push(serde_json::from_str(&body).unwrap());
+                }),
+            )
+            .with_state(seen.clone());
+        runtime.spawn(async move { axum::serve(listener, app).await });
+        (url, seen, runtime)
+    }
+
+    fn config(url: &str, resend: Duration) -> AlertmanagerConfig {
+        AlertmanagerConfig {
+            delivery: WebhookConfig {
+                url: alerts_url(url).unwrap(),
+                retries: 0,
+                backoff: Duration::from_millis(1),
+                timeout: Duration::from_secs(5),
+                headers: vec![],
+            },
+            resend,
+            generator_url: None,
+        }
+    }
+
+    fn wait_for(seen: &Seen, n: usize) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while seen.lock().unwrap().len() < n && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        seen.lock().unwrap().clone()
+    }
+
+    #[test]
+    fn the_sink_resends_while_firing_and_a_restore_sends_again() {
+        let (url, seen, _runtime) = receiver();
+        let resend = Duration::from_millis(150);
+        let config = config(&url, resend);
+        let rows = alert_rows(&["firing"], &[Some("a")], &[Some("infra")]);
+        let mut sink = AlertmanagerSink::open("am", &config, &rows.schema()).unwrap();
+        let before = wall_clock_ms();
+        sink.write(&rows).unwrap();
+        let bodies = wait_for(&seen, 3);
+        assert!(bodies.len() >= 3, "sent, then resent: {bodies:?}");
+        assert!(
+            bodies
+                .iter()
+                .all(|b| b == &bodies[0] || b[0]["labels"] == bodies[0][0]["labels"])
+        );
+        let ends = chrono::DateTime::parse_from_rfc3339(bodies[2][0]["endsAt"].as_str().unwrap())
+            .unwrap()
+            .timestamp_millis();
+        assert!(
+            ends >= before + 4 * 150,
+            "endsAt is 4 resends ahead of the send"
+        );
+        let commit = sink.checkpoint().unwrap().unwrap();
+        assert_eq!(commit["firing"].as_array().unwrap().len(), 1);
+
+        // A resolved row whose label template changed still resolves the
+        // alert that fired: it is sent with the labels it fired with.
+        let resolved = alert_rows(&["resolved"], &[Some("a")], &[Some("other")]);
+        sink.write(&resolved).unwrap();
+        sink.close().unwrap();
+        let count = seen.lock().unwrap().len();
+        let last = seen.lock().unwrap()[count - 1].clone();
+        assert_eq!(last[0]["labels"]["team"], "infra");
+        assert_eq!(last[0]["endsAt"], "2024-05-06T12:53:20.000Z");
+        std::thread::sleep(resend * 3);
+        assert_eq!(seen.lock().unwrap().len(), count, "no resend once resolved");
+        assert!(sink.checkpoint().is_err(), "closed");
+
+        let mut restored = AlertmanagerSink::open("am", &config, &rows.schema()).unwrap();
+        restored.restore(&commit).unwrap();
+        let bodies = wait_for(&seen, count + 1);
+        assert_eq!(
+            bodies[count][0]["labels"]["host"], "a",
+            "sent again at once"
+        );
+        restored.finish().unwrap();
+        let e = restored.restore(&json!({})).unwrap_err().to_string();
+        assert!(e.contains("no firing alerts"), "{e}");
+    }
+
+    fn configure(kv: &[(&str, &str)]) -> Result<SinkConfig> {
+        let mut options = vec![("connector".to_string(), "alertmanager".to_string())];
+        options.extend(kv.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        SinkConfig::from_options("am", &options, Path::new("."))
+    }
+
+    fn settings(kv: &[(&str, &str)]) -> AlertmanagerConfig {
+        let SinkTarget::Connector(open) = configure(kv).unwrap().target else {
+            panic!("not a connector sink")
+        };
+        let any: &dyn std::any::Any = open.0.as_ref();
+        any.downcast_ref::<AlertmanagerConfig>().unwrap().clone()
+    }
+
+    #[test]
+    fn options_and_their_errors() {
+        let c = settings(&[("url", "http://127.0.0.1:9093")]);
+        assert_eq!(c.delivery.url, "http://127.0.0.1:9093/api/v2/alerts");
+        assert_eq!(c.resend, DEFAULT_RESEND);
+        assert_eq!(c.delivery.retries, webhook::DEFAULT_RETRIES);
+        assert_eq!(c.generator_url, None);
+        assert_eq!(c.describe(), "alertmanager http://127.0.0.1:9093");
+        let c = settings(&[
+            ("url", "https://am.example/prefix/"),
+            ("resend", "30 seconds"),
+            ("generator_url", "http://g/{host}"),
+            ("retries", "2"),
+            ("header_authorization", "Bearer x"),
+        ]);
+        assert_eq!(c.delivery.url, "https://am.example/prefix/api/v2/alerts");
+        assert_eq!(c.resend, Duration::from_secs(30));
+        assert_eq!(c.generator_url.as_deref(), Some("http://g/{host}"));
+        assert_eq!(c.delivery.retries, 2);
+        assert_eq!(
+            c.delivery.headers,
+            [("authorization".to_string(), "Bearer x".to_string())]
+        );
+        let err = |kv: &[(&str, &str)]| configure(kv).unwrap_err().to_string();
+        let e = err(&[]);
+        assert!(e.contains("needs a 'url' option"), "{e}");
+        let e = err(&[("url", "ftp://h")]);
+        assert!(e.contains("bad value 'ftp://h' for option 'url'"), "{e}");
+        let e = err(&[("url", "http://h"), ("resend", "500 ms")]);
+        assert!(
+            e.contains("option 'resend'") && e.contains("1 second"),
+            "{e}"
+        );
+        let e = err(&[("url", "http://h"), ("generator_url", "http://g/{host")]);
+        assert!(
+            e.contains("generator_url") && e.contains("without its '}'"),
+            "{e}"
+        );
+        let e = err(&[("url", "http://h"), ("path", "x")]);
+        assert!(e.contains("unknown option 'path'"), "{e}");
+    }
+
+    #[test]
+    fn a_generator_url_must_read_columns_the_rows_have() {
+        let rows = alert_rows(&["firing"], &[Some("a")], &[None]);
+        let mut config = config("http://127.0.0.1:1", DEFAULT_RESEND);
+        config.generator_url = Some("http://g/{hostname}".into());
+        let e = AlertmanagerSink::open("am", &config, &rows.schema())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("generator_url reads '{hostname}'"), "{e}");
+    }
+}
