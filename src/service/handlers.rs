@@ -79,8 +79,8 @@ fn body_or_error(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError>
 }
 
 /// Lets a request through if no token is set or it carries
-/// `Authorization: Bearer <token>` (or `Token <token>`); the comparison takes the same time
-/// wherever the tokens differ.
+/// `Authorization: Bearer <token>` (or `Token <token>`); the comparison
+/// takes the same time wherever the tokens differ.
 pub(super) async fn require_token(
     State(state): State<AppState>,
     request: Request,
