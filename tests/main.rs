@@ -10,6 +10,7 @@ mod crash;
 mod examples;
 mod follow;
 mod grammar_examples;
+mod import_rules;
 mod ingest;
 mod library;
 mod limits;

@@ -1535,3 +1535,67 @@ fn metrics_show_operators_queues_lag_and_latency() {
         ) >= 0.0
     );
 }
+
+/// Pushed rows go through the decoder files use: nested JSON values and CSV
+/// cells of JSON text become struct, list and map columns, and a value of
+/// the wrong shape is a bad row whose reason names the column and path.
+#[test]
+fn pushed_rows_decode_nested_columns() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let setup = "CREATE STREAM samples (ts TIMESTAMP, labels MAP<TEXT, TEXT>, \
+                 point STRUCT<x BIGINT, tags ARRAY<TEXT>>, WATERMARK FOR ts AS ts) \
+                 WITH (connector = 'push');";
+    std::fs::write(dir.path().join("setup.sql"), setup).expect("write script");
+    let server = Server::start(
+        dir.path(),
+        &["--addr", "127.0.0.1:0", "--token", TOKEN, "setup.sql"],
+    );
+    let started = statements(
+        &server,
+        "SELECT labels['instance'] AS instance, point.x AS x, point.tags[1] AS tag, labels \
+         FROM samples;",
+    );
+    assert_eq!(started.status, 200, "{}", started.body);
+    let result = &started.json()["results"][0];
+    assert_eq!(
+        result["columns"][3],
+        json!({"name": "labels", "type": "MAP<TEXT, TEXT>"})
+    );
+    let id = result["id"].as_u64().expect("an id");
+    let rows = follow(&server, &format!("/queries/{id}/results"));
+
+    let pushed = post(
+        &server,
+        "/streams/samples/rows",
+        Some("application/x-ndjson"),
+        "{\"ts\": 1000, \"labels\": {\"instance\": \"i1\"}, \"point\": {\"x\": 1, \"tags\": [\"a\"]}}\n\
+         {\"ts\": 2000, \"labels\": {\"instance\": 7}}\n",
+    );
+    assert_eq!(pushed.status, 200, "{}", pushed.body);
+    assert_eq!(pushed.json()["rows"], 1, "{}", pushed.body);
+    assert_eq!(
+        pushed.json()["bad_rows"][0]["reason"],
+        "column labels: key 'instance': expected TEXT, found number 7"
+    );
+    assert_eq!(
+        next_matching(&rows, "result", |_, _| true),
+        json!({"instance": "i1", "x": 1, "tag": "a", "labels": {"instance": "i1"}})
+    );
+
+    let pushed = post(
+        &server,
+        "/streams/samples/rows",
+        Some("text/csv"),
+        "ts,labels,point\n3000,\"{\"\"instance\"\": \"\"i2\"\"}\",\"{\"\"x\"\": 2}\"\n4000,,[1]\n",
+    );
+    assert_eq!(pushed.status, 200, "{}", pushed.body);
+    assert_eq!(pushed.json()["rows"], 1, "{}", pushed.body);
+    assert_eq!(
+        pushed.json()["bad_rows"][0]["reason"],
+        "column point: expected STRUCT<x BIGINT, tags ARRAY<TEXT>>, found an array"
+    );
+    assert_eq!(
+        next_matching(&rows, "result", |_, _| true),
+        json!({"instance": "i2", "x": 2, "tag": null, "labels": {"instance": "i2"}})
+    );
+}

@@ -2,6 +2,7 @@
 
 mod check;
 mod checkpoints;
+pub mod import_rules;
 mod output;
 mod progress;
 mod serve;
@@ -53,6 +54,9 @@ enum Command {
     Repl,
     /// List the checkpoints of a checkpoint directory, or inspect one.
     Checkpoints(checkpoints::CheckpointsArgs),
+    /// Translate a Prometheus rule file (alerting and recording rules) into
+    /// vigil SQL; rules outside the supported PromQL are reported.
+    ImportRules(import_rules::ImportRulesArgs),
     /// Print the reference of every source and sink connector (options,
     /// types, defaults, fixed columns) as Markdown.
     Connectors,
@@ -263,6 +267,7 @@ pub fn main() -> ExitCode {
             }
         }
         Some(Command::Check(args)) => return check(args),
+        Some(Command::ImportRules(args)) => return import_rules::run(args),
         Some(Command::Checkpoints(args)) => checkpoints::run(args),
         Some(Command::Connectors) => {
             print!("{}", crate::connectors::registry::reference());

@@ -29,10 +29,14 @@ use std::sync::{Arc, Mutex, Weak};
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray, StringBuilder};
 use datafusion::arrow::datatypes::{
-    DataType, Field, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType,
+    DataType, Field, FieldRef, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType,
     TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
 };
-use datafusion::arrow::json::writer::{JsonFormat, LineDelimited};
+use datafusion::arrow::error::ArrowError;
+use datafusion::arrow::json::writer::{
+    Encoder, EncoderFactory, EncoderOptions, JsonFormat, LineDelimited, NullableEncoder,
+    make_encoder,
+};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 
@@ -419,7 +423,7 @@ struct TableFormat {
 
 impl Format for TableFormat {
     fn render(&mut self, batch: &RecordBatch, buf: &mut Vec<u8>) -> Result<()> {
-        let batch = timestamps_as_text(batch)?;
+        let batch = nested_as_text(&timestamps_as_text(batch)?)?;
         let table = pretty_format_batches(&[batch])?;
         if let Some(label) = &self.label {
             writeln!(buf, "-- {label}").expect("writing to a Vec cannot fail");
@@ -438,6 +442,7 @@ struct CsvFormat {
 impl Format for CsvFormat {
     fn render(&mut self, batch: &RecordBatch, buf: &mut Vec<u8>) -> Result<()> {
         let batch = timestamps_as_text(&labelled(batch, self.label.as_deref())?)?;
+        let batch = nested_as_text(&batch)?;
         let mut writer = datafusion::arrow::csv::WriterBuilder::new()
             .with_header(!self.header_written)
             .build(std::mem::take(buf));
@@ -480,7 +485,8 @@ impl Format for JsonlFormat {
 }
 
 /// Appends `batch`'s rows to `buf` as JSON objects, every column present
-/// (NULL as `null`) and timestamps as text: one object a line with
+/// (NULL as `null`), timestamps as text and nested values (struct, list,
+/// map) as nested JSON: one object a line with
 /// [`LineDelimited`], one JSON array with
 /// [`JsonArray`](datafusion::arrow::json::writer::JsonArray). Shared by the
 /// JSONL and webhook sinks so that both render a row the same way.
@@ -488,6 +494,8 @@ pub(crate) fn write_json_rows<F: JsonFormat>(batch: &RecordBatch, buf: Vec<u8>) 
     let batch = timestamps_as_text(batch)?;
     let mut writer = datafusion::arrow::json::WriterBuilder::new()
         .with_explicit_nulls(true)
+        .with_timestamp_format(NESTED_TIMESTAMP_FORMAT.into())
+        .with_encoder_factory(Arc::new(UnionAsJson))
         .build::<_, F>(buf);
     writer.write(&batch)?;
     writer.finish()?;
@@ -524,6 +532,130 @@ fn timestamps_as_text(batch: &RecordBatch) -> Result<RecordBatch> {
     }
     let schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
     Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// How a timestamp inside a nested value is written: as
+/// [`format_timestamps`] writes a timestamp column (fractions only when
+/// there are some).
+const NESTED_TIMESTAMP_FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.f";
+
+/// Replaces every nested column (struct, list, map, union) by the JSON text
+/// of its values, for the formats whose cells are text (CSV, table). Other
+/// columns are shared, not copied.
+fn nested_as_text(batch: &RecordBatch) -> Result<RecordBatch> {
+    let nested = |t: &DataType| {
+        matches!(
+            t,
+            DataType::Struct(_)
+                | DataType::List(_)
+                | DataType::LargeList(_)
+                | DataType::FixedSizeList(..)
+                | DataType::Map(..)
+                | DataType::Union(..)
+        )
+    };
+    let schema = batch.schema();
+    if !schema.fields().iter().any(|f| nested(f.data_type())) {
+        return Ok(batch.clone());
+    }
+    let options = EncoderOptions::default()
+        .with_explicit_nulls(true)
+        .with_timestamp_format(NESTED_TIMESTAMP_FORMAT.into())
+        .with_encoder_factory(Arc::new(UnionAsJson));
+    let mut fields = Vec::with_capacity(schema.fields().len());
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for (field, column) in schema.fields().iter().zip(batch.columns()) {
+        if !nested(field.data_type()) {
+            fields.push(field.clone());
+            columns.push(column.clone());
+            continue;
+        }
+        let mut encoder = make_encoder(field, column.as_ref(), &options)?;
+        let mut out = StringBuilder::with_capacity(column.len(), column.len() * 16);
+        let mut text = Vec::new();
+        for i in 0..column.len() {
+            if encoder.is_null(i) {
+                out.append_null();
+                continue;
+            }
+            text.clear();
+            encoder.encode(i, &mut text);
+            out.append_value(String::from_utf8_lossy(&text));
+        }
+        fields.push(Arc::new(
+            Field::new(field.name(), DataType::Utf8, field.is_nullable())
+                .with_metadata(field.metadata().clone()),
+        ));
+        columns.push(Arc::new(out.finish()) as ArrayRef);
+    }
+    let schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// Writes a union value (such as the JSON values of `json_get` and `->`) as
+/// the value of its variant; a text variant marked as JSON
+/// (datafusion-functions-json's arrays and objects) as that JSON itself.
+#[derive(Debug)]
+struct UnionAsJson;
+
+impl EncoderFactory for UnionAsJson {
+    fn make_default_encoder<'a>(
+        &self,
+        _field: &'a FieldRef,
+        array: &'a dyn Array,
+        options: &'a EncoderOptions,
+    ) -> std::result::Result<Option<NullableEncoder<'a>>, ArrowError> {
+        let DataType::Union(fields, _) = array.data_type() else {
+            return Ok(None);
+        };
+        let union = array.as_union();
+        let mut variants = Vec::with_capacity(fields.len());
+        for (type_id, field) in fields.iter() {
+            let child = union.child(type_id);
+            let json_text = field.metadata().get("is_json").is_some_and(|v| v == "true");
+            let encoder = match (json_text, field.data_type()) {
+                (_, DataType::Null) => None,
+                (true, DataType::Utf8) => None,
+                _ => Some(make_encoder(field, child.as_ref(), options)?),
+            };
+            variants.push((type_id, json_text, child, encoder));
+        }
+        let encoder = UnionEncoder { union, variants };
+        Ok(Some(NullableEncoder::new(
+            Box::new(encoder),
+            array.logical_nulls(),
+        )))
+    }
+}
+
+/// A union variant: its type id, whether it is JSON text, its values and
+/// their encoder (none for NULL and JSON text).
+type Variant<'a> = (i8, bool, &'a ArrayRef, Option<NullableEncoder<'a>>);
+
+struct UnionEncoder<'a> {
+    union: &'a datafusion::arrow::array::UnionArray,
+    variants: Vec<Variant<'a>>,
+}
+
+impl Encoder for UnionEncoder<'_> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let type_id = self.union.type_id(idx);
+        let offset = self.union.value_offset(idx);
+        let Some((_, json_text, child, encoder)) =
+            self.variants.iter_mut().find(|v| v.0 == type_id)
+        else {
+            out.extend_from_slice(b"null");
+            return;
+        };
+        match encoder {
+            _ if child.is_null(offset) => out.extend_from_slice(b"null"),
+            Some(encoder) => encoder.encode(offset, out),
+            None if *json_text => {
+                out.extend_from_slice(child.as_string::<i32>().value(offset).as_bytes())
+            }
+            None => out.extend_from_slice(b"null"),
+        }
+    }
 }
 
 /// Formats a timestamp column of any unit as text.
@@ -697,6 +829,56 @@ mod tests {
         for line in text.lines() {
             serde_json::from_str::<serde_json::Value>(line).unwrap();
         }
+    }
+
+    /// Rows with a labels map and a struct holding a timestamp and a list.
+    fn nested_sample() -> RecordBatch {
+        use datafusion::arrow::array::{ListArray, StructArray};
+        use datafusion::arrow::datatypes::Int64Type;
+        let mut labels = crate::types::LabelsBuilder::default();
+        labels.append([("job", "node"), ("instance", "a")]);
+        labels.append([]);
+        let labels = labels.finish();
+        let at = TimestampMillisecondArray::from(vec![Some(1_500), None]);
+        let xs =
+            ListArray::from_iter_primitive::<Int64Type, _, _>([Some(vec![Some(1), None]), None]);
+        let s = StructArray::from(vec![
+            (
+                Arc::new(Field::new("at", at.data_type().clone(), true)),
+                Arc::new(at) as ArrayRef,
+            ),
+            (
+                Arc::new(Field::new("xs", xs.data_type().clone(), true)),
+                Arc::new(xs) as ArrayRef,
+            ),
+        ]);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("labels", labels.data_type().clone(), true),
+            Field::new("s", s.data_type().clone(), true),
+        ]));
+        RecordBatch::try_new(schema, vec![Arc::new(labels), Arc::new(s)]).unwrap()
+    }
+
+    #[test]
+    fn nested_values_render_as_json() {
+        let jsonl = render(OutputFormat::Jsonl, &[nested_sample()]);
+        assert_eq!(
+            jsonl,
+            "{\"labels\":{\"job\":\"node\",\"instance\":\"a\"},\"s\":{\"at\":\"1970-01-01T00:00:01.500\",\"xs\":[1,null]}}\n\
+             {\"labels\":{},\"s\":{\"at\":null,\"xs\":null}}\n"
+        );
+        let csv = render(OutputFormat::Csv, &[nested_sample()]);
+        assert_eq!(
+            csv,
+            "labels,s\n\
+             \"{\"\"job\"\":\"\"node\"\",\"\"instance\"\":\"\"a\"\"}\",\"{\"\"at\"\":\"\"1970-01-01T00:00:01.500\"\",\"\"xs\"\":[1,null]}\"\n\
+             {},\"{\"\"at\"\":null,\"\"xs\"\":null}\"\n"
+        );
+        let table = render(OutputFormat::Table, &[nested_sample()]);
+        assert!(
+            table.contains("| {\"job\":\"node\",\"instance\":\"a\"} |"),
+            "{table}"
+        );
     }
 
     #[test]

@@ -57,6 +57,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 
+mod nested;
 mod parallel;
 
 /// Size of the read buffer for files and stdin.
@@ -458,6 +459,9 @@ enum Kind {
     Float,
     Int,
     Bool,
+    /// A struct, list or map (see the `nested` module), held as its JSON
+    /// text.
+    Nested,
 }
 
 impl Kind {
@@ -468,6 +472,7 @@ impl Kind {
             DataType::Float64 => Some(Kind::Float),
             DataType::Int64 => Some(Kind::Int),
             DataType::Boolean => Some(Kind::Bool),
+            _ if nested::is_nested(data_type) => Some(Kind::Nested),
             _ => None,
         }
     }
@@ -479,6 +484,7 @@ impl Kind {
             Kind::Float => "DOUBLE",
             Kind::Int => "BIGINT",
             Kind::Bool => "BOOLEAN",
+            Kind::Nested => "a nested value",
         }
     }
 }
@@ -501,11 +507,14 @@ enum ColBuilder {
     Float(Float64Builder),
     Int(Int64Builder),
     Bool(BooleanBuilder),
+    Nested(nested::NestedBuilder),
 }
 
 /// Accumulates rows into Arrow builders for one schema.
 struct Batcher {
     schema: SchemaRef,
+    /// The unit of numeric timestamps inside nested values.
+    unit: TsUnit,
     kinds: Vec<Kind>,
     nullable: Vec<bool>,
     event_time: Option<usize>,
@@ -521,10 +530,11 @@ impl Batcher {
             let kind = Kind::of(field.data_type()).ok_or_else(|| {
                 Error::Connector(format!(
                     "stream {}: column {} has type {}, which sources cannot read \
-                     (supported: TIMESTAMP, TEXT, DOUBLE, BIGINT, BOOLEAN)",
+                     (supported: TIMESTAMP, TEXT, DOUBLE, BIGINT, BOOLEAN, and STRUCT, \
+                     ARRAY and MAP<TEXT, ...> of them)",
                     config.stream,
                     field.name(),
-                    field.data_type()
+                    crate::types::sql_name(field.data_type())
                 ))
             })?;
             kinds.push(kind);
@@ -532,6 +542,7 @@ impl Batcher {
         let capacity = config.batch_size.clamp(1, 1 << 16);
         let mut batcher = Batcher {
             schema: config.schema.clone(),
+            unit: config.decode.ts_unit,
             nullable: config
                 .schema
                 .fields()
@@ -552,7 +563,8 @@ impl Batcher {
         let cap = self.capacity;
         self.kinds
             .iter()
-            .map(|k| match k {
+            .zip(self.schema.fields())
+            .map(|(k, field)| match k {
                 Kind::Timestamp => {
                     ColBuilder::Timestamp(TimestampMillisecondBuilder::with_capacity(cap))
                 }
@@ -560,6 +572,11 @@ impl Batcher {
                 Kind::Float => ColBuilder::Float(Float64Builder::with_capacity(cap)),
                 Kind::Int => ColBuilder::Int(Int64Builder::with_capacity(cap)),
                 Kind::Bool => ColBuilder::Bool(BooleanBuilder::with_capacity(cap)),
+                Kind::Nested => ColBuilder::Nested(nested::NestedBuilder::new(
+                    field.data_type(),
+                    self.unit,
+                    cap,
+                )),
             })
             .collect()
     }
@@ -592,11 +609,13 @@ impl Batcher {
                 (ColBuilder::Text(b), Val::Text(start, end)) => {
                     b.append_value(std::str::from_utf8(&text[start..end]).unwrap_or_default())
                 }
+                (ColBuilder::Nested(b), Val::Text(start, end)) => b.append_text(&text[start..end]),
                 (ColBuilder::Timestamp(b), _) => b.append_null(),
                 (ColBuilder::Int(b), _) => b.append_null(),
                 (ColBuilder::Float(b), _) => b.append_null(),
                 (ColBuilder::Bool(b), _) => b.append_null(),
                 (ColBuilder::Text(b), _) => b.append_null(),
+                (ColBuilder::Nested(b), _) => b.append_null(),
             }
         }
         self.len += 1;
@@ -612,8 +631,8 @@ impl Batcher {
             .builders
             .iter_mut()
             .zip(fields.iter())
-            .map(|(b, field)| -> ArrayRef {
-                match b {
+            .map(|(b, field)| -> Result<ArrayRef> {
+                Ok(match b {
                     ColBuilder::Timestamp(b) => {
                         let tz = match field.data_type() {
                             DataType::Timestamp(_, tz) => tz.clone(),
@@ -625,9 +644,10 @@ impl Batcher {
                     ColBuilder::Float(b) => Arc::new(b.finish()),
                     ColBuilder::Int(b) => Arc::new(b.finish()),
                     ColBuilder::Bool(b) => Arc::new(b.finish()),
-                }
+                    ColBuilder::Nested(b) => b.finish()?,
+                })
             })
-            .collect();
+            .collect::<Result<_>>()?;
         let options = RecordBatchOptions::new().with_row_count(Some(self.len));
         self.len = 0;
         let batch = RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)?;
@@ -1755,6 +1775,7 @@ fn map_header(
 /// record's text.
 fn parse_csv_field(
     kind: Kind,
+    data_type: &DataType,
     column: &str,
     bytes: &[u8],
     start: usize,
@@ -1769,6 +1790,13 @@ fn parse_csv_field(
         }
         return Ok(Val::Text(start, start + text.len()));
     }
+    if kind == Kind::Nested {
+        let present = nested::check_text(data_type, text, unit, column)?;
+        return Ok(match present {
+            true => Val::Text(start, start + text.len()),
+            false => Val::Null,
+        });
+    }
     let value = text.trim_ascii();
     if value.is_empty() {
         return Ok(Val::Null);
@@ -1778,7 +1806,7 @@ fn parse_csv_field(
         Kind::Float => value.parse::<f64>().ok().map(Val::Float),
         Kind::Int => value.parse::<i64>().ok().map(Val::Int),
         Kind::Bool => parse_bool(value).map(Val::Bool),
-        Kind::Text => unreachable!("handled above"),
+        Kind::Text | Kind::Nested => unreachable!("handled above"),
     };
     parsed.ok_or_else(|| {
         format!(
@@ -1839,7 +1867,15 @@ impl CsvColumns<'_> {
             };
             let bytes = fields.get(index);
             let start = fields.range(index).start;
-            vals[i] = parse_csv_field(kind, self.schema.field(i).name(), bytes, start, self.unit)?;
+            let field = self.schema.field(i);
+            vals[i] = parse_csv_field(
+                kind,
+                field.data_type(),
+                field.name(),
+                bytes,
+                start,
+                self.unit,
+            )?;
             if self.event_time == Some(i) {
                 epoch_time = std::str::from_utf8(bytes).is_ok_and(is_epoch_number);
             }
@@ -2273,10 +2309,29 @@ fn slow_json_row(
         }
         vals[i] = match found {
             None => Val::Null,
+            Some(v) if kind == Kind::Nested => {
+                nested_json(field.data_type(), name, v, unit, arena)?
+            }
             Some(v) => json_value(kind, name, v, unit, arena)?,
         };
     }
     Ok(epoch_time)
+}
+
+/// Checks a nested column's value and keeps its JSON text in `arena`.
+fn nested_json(
+    data_type: &DataType,
+    column: &str,
+    value: &Value,
+    unit: TsUnit,
+    arena: &mut String,
+) -> std::result::Result<Val, String> {
+    if nested::typed(data_type, value, unit, column)?.is_null() {
+        return Ok(Val::Null);
+    }
+    let start = arena.len();
+    arena.push_str(&value.to_string());
+    Ok(Val::Text(start, arena.len()))
 }
 
 /// The serde visitors of [`fast_json_row`]. Every value is judged by

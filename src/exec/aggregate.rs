@@ -36,9 +36,16 @@ pub(super) struct AggregateInputs {
 impl AggregateInputs {
     /// Evaluates every aggregate's arguments and filter over `batch`.
     pub fn evaluate(aggregates: &[AggregateSpec], batch: &RecordBatch) -> Result<Self> {
+        // An ordered aggregate (`last_value(x ORDER BY ts)`) reads its
+        // ordering columns after its arguments, as DataFusion's own
+        // aggregate operator passes them.
         let args = aggregates
             .iter()
-            .map(|a| evaluate_all(&a.function.expressions(), batch))
+            .map(|a| {
+                let mut exprs = a.function.expressions();
+                exprs.extend(a.function.order_bys().iter().map(|o| o.expr.clone()));
+                evaluate_all(&exprs, batch)
+            })
             .collect::<Result<_>>()?;
         let filters = aggregates
             .iter()

@@ -23,6 +23,7 @@ mod project;
 mod session;
 pub mod shed;
 mod template;
+mod unnest;
 mod watermark;
 mod window_aggregate;
 mod window_assign;
@@ -46,6 +47,7 @@ pub use project::ProjectOp;
 pub use session::{SessionAggregateOp, SessionAggregateSpec, SessionAssignOp};
 pub use shed::{ShedConfig, ShedLedger, ShedOp, ShedOutput, ShedPolicy, ShedSettings, ShedWindows};
 pub use template::MessageTemplate;
+pub use unnest::UnnestOp;
 pub use watermark::WatermarkOp;
 pub use window_aggregate::{
     GroupSlot, WindowAggregateOp, WindowAggregateSpec, WindowGrid, WindowInput,

@@ -2,12 +2,21 @@
 //! vigil's semantics differ and additions for robust statistics,
 //! registered with the SQL planner.
 //!
+//! The JSON functions of `datafusion-functions-json` (`json_get`,
+//! `json_get_str`, `json_contains`, ... and the `->`, `->>`, `?` operators)
+//! read a TEXT column that holds JSON.
+//!
+//! `counter_increase(ts, value)` and `counter_irate(ts, value)` read a
+//! counter as Prometheus does, resets included (what `vigil import-rules`
+//! translates `rate`, `increase` and `irate` to).
+//!
 //! Window functions for peer comparisons score or cluster every row of a
 //! partition against all its rows: `robust_z(x)` and
 //! `dbscan(eps, min_pts, x1, ...)`, called as
 //! `f(...) OVER (PARTITION BY window_end)`; [`check_dbscan_args`] checks a
 //! `dbscan` call's literals when the query is planned.
 
+mod counter;
 mod dbscan;
 mod ewma;
 mod mad;
@@ -35,12 +44,16 @@ pub fn register(state: &mut SessionState) -> Result<()> {
         ))))?;
     }
     state.register_udaf(Arc::new(AggregateUDF::from(mad::Mad::default())))?;
+    for kind in [counter::CounterKind::Increase, counter::CounterKind::Irate] {
+        state.register_udaf(Arc::new(AggregateUDF::from(counter::Counter::new(kind))))?;
+    }
     state.register_udaf(Arc::new(AggregateUDF::from(ewma::Ewma::default())))?;
     state.register_udaf(Arc::new(AggregateUDF::from(
         sketch::ApproxPercentile::default(),
     )))?;
     state.register_udwf(Arc::new(WindowUDF::from(robust_z::RobustZ::default())))?;
     state.register_udwf(Arc::new(WindowUDF::from(dbscan::Dbscan::default())))?;
+    datafusion_functions_json::register_all(state)?;
     Ok(())
 }
 

@@ -5,17 +5,16 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::logical_expr::{LogicalPlan, TableSource};
-use datafusion::sql::sqlparser::ast::DataType as SqlType;
 
 use crate::connectors::{SinkConfig, SourceConfig, catalogue, registry};
 use crate::error::{Error, Result};
 use crate::sql::{CreateSink, CreateStream};
+use crate::types;
 
-/// The Arrow type of every event-time and window column.
-pub const TIME_TYPE: DataType = DataType::Timestamp(TimeUnit::Millisecond, None);
+pub use crate::types::TIME_TYPE;
 
 /// A declared stream: its schema, event time and where its rows come from.
 #[derive(Debug, Clone)]
@@ -362,10 +361,10 @@ pub fn stream_def(
                 create.name, column.name
             )));
         }
-        let data_type = arrow_type(&column.data_type).ok_or_else(|| {
+        let data_type = types::arrow_type(&column.data_type).map_err(|reason| {
             Error::Plan(format!(
-                "stream '{}': column '{}' has unsupported type {} (use TIMESTAMP, TEXT, DOUBLE, BIGINT or BOOLEAN)",
-                create.name, column.name, column.data_type
+                "stream '{}': column '{}': {reason}",
+                create.name, column.name
             ))
         })?;
         fields.push(Field::new(&column.name, data_type, true));
@@ -429,20 +428,6 @@ fn event_time_column(create: &CreateStream, schema: &Schema) -> Result<Option<us
         )));
     }
     Ok(Some(index))
-}
-
-/// Maps a declared SQL type onto the Arrow type vigil stores it as.
-pub fn arrow_type(sql: &SqlType) -> Option<DataType> {
-    let name = sql.to_string().to_ascii_uppercase();
-    let base = name.split('(').next().unwrap_or("").trim();
-    Some(match base {
-        "TIMESTAMP" | "DATETIME" => TIME_TYPE,
-        "TEXT" | "VARCHAR" | "STRING" | "CHAR" | "CHARACTER VARYING" => DataType::Utf8,
-        "DOUBLE" | "DOUBLE PRECISION" | "FLOAT" | "FLOAT8" | "REAL" | "FLOAT4" => DataType::Float64,
-        "BIGINT" | "INT" | "INTEGER" | "SMALLINT" | "INT8" | "INT4" => DataType::Int64,
-        "BOOLEAN" | "BOOL" => DataType::Boolean,
-        _ => return None,
-    })
 }
 
 /// A stream as DataFusion's SQL planner sees it: a schema, and the

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, StringArray};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use super::catalog::StreamDef;
@@ -83,14 +83,7 @@ pub const QUERY_COLUMNS: [&str; 6] = [
 
 /// A column type as SQL names it in `CREATE STREAM`.
 pub fn sql_type(data_type: &DataType) -> String {
-    match data_type {
-        DataType::Timestamp(TimeUnit::Millisecond, None) => "TIMESTAMP".into(),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "TEXT".into(),
-        DataType::Float64 => "DOUBLE".into(),
-        DataType::Int64 => "BIGINT".into(),
-        DataType::Boolean => "BOOLEAN".into(),
-        other => other.to_string(),
-    }
+    crate::types::sql_name(data_type)
 }
 
 /// `ts TIMESTAMP, host TEXT, ...`.

@@ -32,12 +32,14 @@ use datafusion::physical_expr::aggregate::{AggregateExprBuilder, LoweredAggregat
 use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 
 use crate::error::{Error, Result};
+use datafusion::physical_plan::unnest::ListUnnest;
+
 use crate::exec::{
     AggregateSpec, AlertOp, ChangelogAggregateOp, ChangelogAggregateSpec, FilterOp, GroupSlot,
     InvariantOp, LateRows, LimitOp, MarkOp, MergeOperator, Operator, OverFunction, OverOp,
     OverSpec, ProjectOp, QueryStats, SessionAggregateOp, SessionAggregateSpec, SessionAssignOp,
-    ShedConfig, WatermarkOp, WindowAggregateOp, WindowAggregateSpec, WindowAssignOp, WindowGrid,
-    WindowInput, WindowJoin, WindowJoinSpec,
+    ShedConfig, UnnestOp, WatermarkOp, WindowAggregateOp, WindowAggregateSpec, WindowAssignOp,
+    WindowGrid, WindowInput, WindowJoin, WindowJoinSpec,
 };
 use crate::plan::{
     AlertNode, EmitNode, EmitPolicy, InvariantNode, StreamDef, StreamSource, WatermarkNode, Window,
@@ -533,6 +535,7 @@ impl Builder {
             LogicalPlan::Join(join) => self.join(join),
             LogicalPlan::Union(union) => self.union(union),
             LogicalPlan::Window(window) => self.over(window),
+            LogicalPlan::Unnest(unnest) => self.unnest(unnest),
             LogicalPlan::Distinct(_) => Err(unbounded(
                 "unbounded aggregate",
                 "DISTINCT over a stream never completes; group by a window instead",
@@ -546,6 +549,40 @@ impl Builder {
                 other.display()
             ))),
         }
+    }
+
+    /// `UNNEST`: stateless, one row per list element. Where window columns
+    /// or shed fractions ride along, only an unnest that keeps every
+    /// column in its place (lists, no structs) is taken.
+    fn unnest(&mut self, unnest: &datafusion::logical_expr::Unnest) -> Result<Built> {
+        let mut built = self.build(&unnest.input)?;
+        let input = unnest.input.schema();
+        let in_place = unnest.struct_type_columns.is_empty()
+            && unnest.schema.fields().len() == input.fields().len();
+        if built.shed_fraction || (built.window.is_some() && !in_place) {
+            return Err(Error::Plan(
+                "UNNEST here is not supported: unnest a list column in a stateless query, \
+                 or in a subquery before the window and aggregate"
+                    .into(),
+            ));
+        }
+        let lists = unnest
+            .list_type_columns
+            .iter()
+            .map(|(index, list)| ListUnnest {
+                index_in_input_schema: *index,
+                depth: list.depth,
+            })
+            .collect();
+        let op = UnnestOp::new(
+            Arc::new(input.as_arrow().clone()),
+            lists,
+            unnest.struct_type_columns.clone(),
+            Arc::new(unnest.schema.as_arrow().clone()),
+            unnest.options.clone(),
+        );
+        built.ops.push((Box::new(op), Placement::Fused));
+        Ok(built)
     }
 
     fn scan(&mut self, scan: &datafusion::logical_expr::TableScan) -> Result<Built> {

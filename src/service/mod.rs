@@ -751,23 +751,8 @@ fn columns(schema: &SchemaRef) -> Vec<(String, String)> {
     schema
         .fields()
         .iter()
-        .map(|f| (f.name().clone(), sql_type(f.data_type())))
+        .map(|f| (f.name().clone(), crate::types::sql_name(f.data_type())))
         .collect()
-}
-
-/// The SQL name of an Arrow type as vigil declares columns, else Arrow's.
-fn sql_type(ty: &DataType) -> String {
-    match ty {
-        DataType::Timestamp(..) => "TIMESTAMP".into(),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "TEXT".into(),
-        DataType::Float64 => "DOUBLE".into(),
-        DataType::Float32 => "REAL".into(),
-        DataType::Int64 => "BIGINT".into(),
-        DataType::Int32 => "INT".into(),
-        DataType::UInt64 => "BIGINT UNSIGNED".into(),
-        DataType::Boolean => "BOOLEAN".into(),
-        other => other.to_string(),
-    }
 }
 
 /// Rows of an alert batch whose `state` is `firing`.

@@ -180,6 +180,14 @@ impl ScriptParser<'_> {
         if self.parser.parse_keyword(Keyword::BY) {
             loop {
                 by.push(self.parse_name()?);
+                let next = self.parser.peek_token();
+                if matches!(next.token, Token::LBracket | Token::Period) {
+                    return Err(self.error_at(
+                        "ALERT BY names columns of the query: select the field with an alias \
+                         (labels['instance'] AS instance) and write ALERT BY instance",
+                        next.span.start,
+                    ));
+                }
                 if !self.parser.consume_token(&Token::Comma) {
                     break;
                 }

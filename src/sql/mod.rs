@@ -7,6 +7,7 @@
 //! column of the offending token and renders it with a caret.
 
 mod alert;
+mod column_type;
 mod error;
 mod invariant;
 pub mod limits;
@@ -682,7 +683,7 @@ impl<'a> ScriptParser<'a> {
                 watermark = Some(self.parse_watermark()?);
             } else {
                 let ident = self.parser.parse_identifier().map_err(|e| self.wrap(e))?;
-                let data_type = self.parser.parse_data_type().map_err(|e| self.wrap(e))?;
+                let data_type = self.parse_column_type()?;
                 columns.push(ColumnDef {
                     name: normalize_ident(&ident),
                     data_type,
