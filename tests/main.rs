@@ -11,6 +11,7 @@ mod examples;
 mod follow;
 mod grammar_examples;
 mod import_rules;
+mod ingest;
 mod library;
 mod limits;
 mod overload;

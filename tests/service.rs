@@ -195,11 +195,11 @@ pub(crate) fn statements(server: &Server, sql: &str) -> Answer {
 }
 
 /// One Server-Sent Event: its name (empty for none) and data.
-type SseEvent = (String, String);
+pub(crate) type SseEvent = (String, String);
 
 /// Opens an event stream; its events arrive on the receiver, which
 /// disconnects when the stream ends.
-fn follow(server: &Server, path: &str) -> Receiver<SseEvent> {
+pub(crate) fn follow(server: &Server, path: &str) -> Receiver<SseEvent> {
     read_events(subscribe(server, path))
 }
 
@@ -243,7 +243,7 @@ fn read_events(response: ureq::http::Response<ureq::Body>) -> Receiver<SseEvent>
 
 /// The next event on `events` whose data is JSON matching `want`, skipping
 /// others.
-fn next_matching(
+pub(crate) fn next_matching(
     events: &Receiver<SseEvent>,
     what: &str,
     want: impl Fn(&str, &Value) -> bool,

@@ -224,6 +224,9 @@ pub static SOURCES: &[&dyn SourceConnector] = &[
     &super::host::HostSource,
     &super::demo::DemoSource,
     &super::prometheus::PrometheusSource,
+    &super::remote_write::RemoteWriteSource,
+    &super::otlp::OtlpSource,
+    &super::influx::InfluxSource,
 ];
 
 /// Every sink connector, in the order the reference lists them.
@@ -231,6 +234,7 @@ pub static SINKS: &[&dyn SinkConnector] = &[
     &super::file::FileSink,
     &super::file::StdoutSink,
     &super::webhook::WebhookSinkConnector,
+    &super::remote_write::RemoteWriteSink,
     &super::alertmanager::AlertmanagerSinkConnector,
 ];
 

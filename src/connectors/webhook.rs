@@ -125,36 +125,48 @@ const OPTIONS: &[OptionSpec] = &[
         accepted: "an http:// or https:// URL such as 'http://127.0.0.1:9093/hook'",
         doc: "the endpoint (required)",
     },
-    OptionSpec {
-        name: "retries",
-        ty: OptionType::Count,
-        default: Some("5"),
-        accepted: "an integer from 0 to 100",
-        doc: "attempts after the first for a batch that failed transiently",
-    },
-    OptionSpec {
-        name: "backoff",
-        ty: OptionType::Duration,
-        default: Some("200 milliseconds"),
-        accepted: "a duration from 1 millisecond to 30 seconds such as '200 milliseconds'",
-        doc: "wait before the first retry; it doubles with each further one",
-    },
-    OptionSpec {
-        name: "timeout",
-        ty: OptionType::Duration,
-        default: Some("10 seconds"),
-        accepted: "a duration from 1 millisecond to 24 hours such as '5 seconds'",
-        doc: "longest one request may take",
-    },
+    RETRIES,
+    BACKOFF,
+    TIMEOUT,
     APPEND_ONLY,
-    OptionSpec {
-        name: HEADER_PREFIX,
-        ty: OptionType::Prefix,
-        default: None,
-        accepted: "a header value (printable ASCII text, no line breaks)",
-        doc: "an extra request header; `_` in the name becomes `-`",
-    },
+    HEADERS,
 ];
+
+/// `retries`, shared with the other sinks that deliver over HTTP.
+pub(super) const RETRIES: OptionSpec = OptionSpec {
+    name: "retries",
+    ty: OptionType::Count,
+    default: Some("5"),
+    accepted: "an integer from 0 to 100",
+    doc: "attempts after the first for a batch that failed transiently",
+};
+
+/// `backoff`, likewise.
+pub(super) const BACKOFF: OptionSpec = OptionSpec {
+    name: "backoff",
+    ty: OptionType::Duration,
+    default: Some("200 milliseconds"),
+    accepted: "a duration from 1 millisecond to 30 seconds such as '200 milliseconds'",
+    doc: "wait before the first retry; it doubles with each further one",
+};
+
+/// `timeout`, likewise.
+pub(super) const TIMEOUT: OptionSpec = OptionSpec {
+    name: "timeout",
+    ty: OptionType::Duration,
+    default: Some("10 seconds"),
+    accepted: "a duration from 1 millisecond to 24 hours such as '5 seconds'",
+    doc: "longest one request may take",
+};
+
+/// `header_<name>`, likewise.
+pub(super) const HEADERS: OptionSpec = OptionSpec {
+    name: HEADER_PREFIX,
+    ty: OptionType::Prefix,
+    default: None,
+    accepted: "a header value (printable ASCII text, no line breaks)",
+    doc: "an extra request header; `_` in the name becomes `-`",
+};
 
 /// Headers the HTTP client sets itself from the body and the URL; one set by
 /// hand would contradict them.
@@ -196,38 +208,50 @@ impl SinkConnector for WebhookSinkConnector {
         OPTIONS
     }
     fn configure(&self, name: &str, opts: &Options<'_>, _: &Path) -> Result<SinkConfig> {
-        let Some(url) = opts.url("url")? else {
-            return Err(Error::Plan(format!(
-                "sink {name}: connector 'webhook' needs a 'url' option"
-            )));
-        };
-        let retries = match opts.count("retries")? {
-            None => DEFAULT_RETRIES,
-            Some(n) if n <= u64::from(MAX_RETRIES) => n as u32,
-            Some(_) => return Err(opts.bad_value("retries", opts.get("retries").unwrap_or(""))),
-        };
-        let duration = |key: &str, default: Duration, max: Duration| match opts.duration(key)? {
-            None => Ok(default),
-            Some(d) if d <= max => Ok(d),
-            Some(_) => Err(opts.bad_value(key, opts.get(key).unwrap_or(""))),
-        };
-        let backoff = duration("backoff", DEFAULT_BACKOFF, MAX_BACKOFF)?;
-        let timeout = duration("timeout", DEFAULT_TIMEOUT, MAX_TIMEOUT)?;
-        let headers = headers(name, opts)?;
+        let config = delivery_config(name, "webhook", opts)?;
         Ok(SinkConfig {
             name: name.to_string(),
-            target: SinkTarget::Connector(Opener(Arc::new(WebhookConfig {
-                url,
-                retries,
-                backoff,
-                timeout,
-                headers,
-            }))),
+            target: SinkTarget::Connector(Opener(Arc::new(config))),
             // The payload is always JSON; the format only matters to other sinks.
             format: OutputFormat::Jsonl,
             append_only: opts.flag("append_only")?,
         })
     }
+}
+
+/// The delivery options `url`, [`RETRIES`], [`BACKOFF`], [`TIMEOUT`] and
+/// [`HEADERS`] of a sink of `connector`, for the sinks that deliver over
+/// HTTP as this one does.
+pub(super) fn delivery_config(
+    name: &str,
+    connector: &str,
+    opts: &Options<'_>,
+) -> Result<WebhookConfig> {
+    let Some(url) = opts.url("url")? else {
+        return Err(Error::Plan(format!(
+            "sink {name}: connector '{connector}' needs a 'url' option"
+        )));
+    };
+    let retries = match opts.count("retries")? {
+        None => DEFAULT_RETRIES,
+        Some(n) if n <= u64::from(MAX_RETRIES) => n as u32,
+        Some(_) => return Err(opts.bad_value("retries", opts.get("retries").unwrap_or(""))),
+    };
+    let duration = |key: &str, default: Duration, max: Duration| match opts.duration(key)? {
+        None => Ok(default),
+        Some(d) if d <= max => Ok(d),
+        Some(_) => Err(opts.bad_value(key, opts.get(key).unwrap_or(""))),
+    };
+    let backoff = duration("backoff", DEFAULT_BACKOFF, MAX_BACKOFF)?;
+    let timeout = duration("timeout", DEFAULT_TIMEOUT, MAX_TIMEOUT)?;
+    let headers = headers(name, opts)?;
+    Ok(WebhookConfig {
+        url,
+        retries,
+        backoff,
+        timeout,
+        headers,
+    })
 }
 
 /// The `header_<name>` options as (lower-case name, value).
@@ -684,10 +708,16 @@ impl<T: Send + 'static> DeliveryThread<T> {
     }
 }
 
+/// Renders a batch as a request body; `None` sends nothing for it.
+pub(super) type Render = Box<dyn FnMut(&RecordBatch) -> Result<Option<Vec<u8>>> + Send>;
+
 /// A sink that POSTs each batch as a JSON array; see the [module
 /// docs](self).
 pub struct WebhookSink {
     name: String,
+    /// The body of a batch: a JSON array, unless opened with
+    /// [`WebhookSink::open_rendering`].
+    render: Render,
     delivery: DeliveryThread<Batch>,
     /// Non-empty batches written (restored by a restore), numbering them
     /// for their idempotency keys.
@@ -699,8 +729,22 @@ impl WebhookSink {
     /// without [`finish`](Sink::finish) (the run failed), the thread still
     /// works through what was queued but nobody waits for it.
     pub fn open(name: &str, config: &WebhookConfig) -> Result<WebhookSink> {
+        let json = |batch: &RecordBatch| write_json_rows::<JsonArray>(batch, Vec::new()).map(Some);
+        WebhookSink::open_rendering(name, config, Box::new(json))
+    }
+
+    /// Like [`WebhookSink::open`], with the bodies rendered by `render`
+    /// (its content type among `config.headers`): the same delivery,
+    /// retries and idempotency keys for another payload (the
+    /// `remote_write` sink's).
+    pub(super) fn open_rendering(
+        name: &str,
+        config: &WebhookConfig,
+        render: Render,
+    ) -> Result<WebhookSink> {
         Ok(WebhookSink {
             name: name.to_string(),
+            render,
             delivery: DeliveryThread::start(name, config, AsWritten)?,
             batches: 0,
         })
@@ -719,7 +763,9 @@ impl Sink for WebhookSink {
             return Ok(());
         }
         self.delivery.queue()?;
-        let body = write_json_rows::<JsonArray>(batch, Vec::new())?;
+        let Some(body) = (self.render)(batch)? else {
+            return Ok(());
+        };
         let key = idempotency_key(&self.name, self.batches + 1, batch, &body)?;
         let batch = Batch {
             body,

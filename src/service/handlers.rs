@@ -79,8 +79,8 @@ fn body_or_error(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError>
 }
 
 /// Lets a request through if no token is set or it carries
-/// `Authorization: Bearer <token>`; the comparison takes the same time
-/// wherever the tokens differ.
+/// `Authorization: Bearer <token>` (or `Token <token>`); the comparison
+/// takes the same time wherever the tokens differ.
 pub(super) async fn require_token(
     State(state): State<AppState>,
     request: Request,
@@ -92,7 +92,10 @@ pub(super) async fn require_token(
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            // `Token` is InfluxDB's scheme, which Telegraf sends.
+            .filter(|(scheme, _)| {
+                scheme.eq_ignore_ascii_case("bearer") || scheme.eq_ignore_ascii_case("token")
+            })
             .map(|(_, t)| t.trim());
         let ok = given.is_some_and(|g| bool::from(g.as_bytes().ct_eq(token.as_bytes())));
         if !ok {

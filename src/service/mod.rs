@@ -3,6 +3,8 @@
 //! Clients post SQL (`POST /statements`), push rows into push streams
 //! (`POST /streams/{name}/rows`), follow a query's results or every alert as
 //! Server-Sent Events, list and stop queries, and scrape Prometheus metrics.
+//! Monitoring senders push in their own protocols (`ingest.rs`): Prometheus
+//! remote write, OTLP/HTTP metrics and InfluxDB line protocol.
 //! Every request and response body is JSON (metrics and SSE aside); errors
 //! are `{"error": "..."}` with a 4xx status, and a failed request leaves the
 //! running queries alone.
@@ -36,6 +38,7 @@
 
 mod feed;
 mod handlers;
+mod ingest;
 mod metrics;
 
 use std::collections::HashMap;
@@ -197,6 +200,10 @@ pub fn router(state: AppState) -> Router {
         .route("/queries/{id}/results", get(handlers::follow_results))
         .route("/alerts", get(handlers::follow_alerts))
         .route("/streams/{name}/rows", post(handlers::push_rows))
+        .route("/api/v1/write", post(ingest::remote_write))
+        .route("/v1/metrics", post(ingest::otlp_metrics))
+        .route("/api/v2/write", post(ingest::influx_v2))
+        .route("/write", post(ingest::influx_v1))
         .route("/metrics", get(handlers::metrics))
         .route("/savepoints", post(handlers::savepoint))
         .route_layer(axum::middleware::from_fn_with_state(
