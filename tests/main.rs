@@ -26,6 +26,7 @@ mod shed;
 mod stack;
 mod statement_gen;
 mod webhook;
+mod with_prometheus;
 
 // The benchmark harness's data generator, tested here so that `cargo test`
 // runs its tests without building the harness.
