@@ -864,19 +864,19 @@ mod tests {
         let jsonl = render(OutputFormat::Jsonl, &[nested_sample()]);
         assert_eq!(
             jsonl,
-            "{\"labels\":{\"job\":\"node\",\"instance\":\"a\"},\"s\":{\"at\":\"1970-01-01T00:00:01.500\",\"xs\":[1,null]}}\n\
+            "{\"labels\":{\"instance\":\"a\",\"job\":\"node\"},\"s\":{\"at\":\"1970-01-01T00:00:01.500\",\"xs\":[1,null]}}\n\
              {\"labels\":{},\"s\":{\"at\":null,\"xs\":null}}\n"
         );
         let csv = render(OutputFormat::Csv, &[nested_sample()]);
         assert_eq!(
             csv,
             "labels,s\n\
-             \"{\"\"job\"\":\"\"node\"\",\"\"instance\"\":\"\"a\"\"}\",\"{\"\"at\"\":\"\"1970-01-01T00:00:01.500\"\",\"\"xs\"\":[1,null]}\"\n\
+             \"{\"\"instance\"\":\"\"a\"\",\"\"job\"\":\"\"node\"\"}\",\"{\"\"at\"\":\"\"1970-01-01T00:00:01.500\"\",\"\"xs\"\":[1,null]}\"\n\
              {},\"{\"\"at\"\":null,\"\"xs\"\":null}\"\n"
         );
         let table = render(OutputFormat::Table, &[nested_sample()]);
         assert!(
-            table.contains("| {\"job\":\"node\",\"instance\":\"a\"} |"),
+            table.contains("| {\"instance\":\"a\",\"job\":\"node\"} |"),
             "{table}"
         );
     }
