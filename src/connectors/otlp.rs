@@ -249,6 +249,16 @@ struct Row<'a> {
     value: f64,
 }
 
+/// What the rows a histogram or summary point flattens into share.
+struct Flattened {
+    time: u64,
+    start: u64,
+    kind: &'static str,
+    temporality: Option<&'static str>,
+    /// `le` for buckets, `quantile` for quantiles.
+    label: &'static str,
+}
+
 /// The flag of a point that carries no value (OTLP's staleness marker).
 const NO_RECORDED_VALUE: u32 = 1;
 
@@ -411,26 +421,14 @@ impl Rows {
             series.push((format!("{name}_sum"), sum, None));
         }
         series.push((format!("{name}_count"), p.count as f64, None));
-        for (row_name, value, le) in series {
-            let mut attrs = attributes.clone();
-            if let Some(le) = le {
-                attrs.retain(|(k, _)| k != "le");
-                attrs.push(("le".to_string(), le));
-            }
-            self.push(
-                at,
-                &Row {
-                    time: p.time_unix_nano,
-                    start: p.start_time_unix_nano,
-                    name: &row_name,
-                    kind: "histogram",
-                    temporality,
-                    monotonic: None,
-                    attributes: &attrs,
-                    value,
-                },
-            );
-        }
+        let rows = Flattened {
+            time: p.time_unix_nano,
+            start: p.start_time_unix_nano,
+            kind: "histogram",
+            temporality,
+            label: "le",
+        };
+        self.push_flattened(at, &rows, &attributes, series);
     }
 
     fn summary(&mut self, at: &Context<'_>, point: u64, p: &SummaryDataPoint) {
@@ -446,20 +444,41 @@ impl Rows {
             .collect();
         series.push((format!("{name}_sum"), p.sum, None));
         series.push((format!("{name}_count"), p.count as f64, None));
-        for (row_name, value, quantile) in series {
-            let mut attrs = attributes.clone();
-            if let Some(q) = quantile {
-                attrs.retain(|(k, _)| k != "quantile");
-                attrs.push(("quantile".to_string(), q));
+        let rows = Flattened {
+            time: p.time_unix_nano,
+            start: p.start_time_unix_nano,
+            kind: "summary",
+            temporality: None,
+            label: "quantile",
+        };
+        self.push_flattened(at, &rows, &attributes, series);
+    }
+
+    /// Pushes the rows one histogram or summary point flattens into, as
+    /// Prometheus names them: `series` holds each row's name, value and,
+    /// for buckets and quantiles, the value of `rows.label`, which
+    /// replaces an attribute of that name.
+    fn push_flattened(
+        &mut self,
+        at: &Context<'_>,
+        rows: &Flattened,
+        attributes: &[(String, String)],
+        series: Vec<(String, f64, Option<String>)>,
+    ) {
+        for (row_name, value, bound) in series {
+            let mut attrs = attributes.to_vec();
+            if let Some(bound) = bound {
+                attrs.retain(|(k, _)| k != rows.label);
+                attrs.push((rows.label.to_string(), bound));
             }
             self.push(
                 at,
                 &Row {
-                    time: p.time_unix_nano,
-                    start: p.start_time_unix_nano,
+                    time: rows.time,
+                    start: rows.start,
                     name: &row_name,
-                    kind: "summary",
-                    temporality: None,
+                    kind: rows.kind,
+                    temporality: rows.temporality,
                     monotonic: None,
                     attributes: &attrs,
                     value,
