@@ -60,15 +60,7 @@ fn queries(server: &Server) -> Value {
 }
 
 fn rows_received(server: &Server) -> u64 {
-    let answer = ureq::get(&server.url("/queries"))
-        .header("Authorization", &format!("Bearer {TOKEN}"))
-        .call()
-        .expect("vigil answers")
-        .body_mut()
-        .read_to_string()
-        .expect("a body");
-    let queries: Value = serde_json::from_str(&answer).expect("JSON");
-    queries["queries"]
+    queries(server)["queries"]
         .as_array()
         .into_iter()
         .flatten()

@@ -68,14 +68,20 @@ type Answer = Result<Response, ApiError>;
 /// The body, or the error for one that is too large or unreadable.
 fn body_or_error(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|rejection| {
-        let status = rejection.status();
-        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "the request body is larger than the service takes (--max-body)".to_string()
-        } else {
-            rejection.body_text()
-        };
+        let (status, message) = rejected_body(&rejection);
         ApiError::new(status, message)
     })
+}
+
+/// The status and message for a body that is too large or unreadable.
+pub(super) fn rejected_body(rejection: &BytesRejection) -> (StatusCode, String) {
+    let status = rejection.status();
+    let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+        "the request body is larger than the service takes (--max-body)".to_string()
+    } else {
+        rejection.body_text()
+    };
+    (status, message)
 }
 
 /// Lets a request through if no token is set or it carries

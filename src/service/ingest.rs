@@ -104,12 +104,7 @@ fn answer(status: StatusCode, body: Value) -> Response {
 /// The body, or the refusal of one too large or unreadable.
 fn body_of(body: Result<Bytes, BytesRejection>) -> Result<Bytes, Refusal> {
     body.map_err(|rejection| {
-        let status = rejection.status();
-        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "the request body is larger than the service takes (--max-body)".to_string()
-        } else {
-            rejection.body_text()
-        };
+        let (status, message) = super::handlers::rejected_body(&rejection);
         Refusal::new(status, message)
     })
 }
