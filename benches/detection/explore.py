@@ -17,9 +17,10 @@ one that windowed SQL can express:
     python3 benches/detection/explore.py smd     # broad grid over SMD (~2-3 min)
     python3 benches/detection/explore.py smd2    # refined SMD grid (~40 s)
 
-Results are scored as score.py scores them (NAB windows / false positives; SMD
-point-adjusted and raw F1); event_time of a firing is the window_end of the window that
-completed the FOR run. No held-out split: the grids are tuned on the data they score.
+Results are scored with score.py's functions (NAB: windows detected and false positives by
+event time, not the NAB score; SMD point-adjusted and raw F1); event_time of a firing is
+the window_end of the window that completed the FOR run. It loads the tuning set only (score.py's TUNE_NAB_GROUPS and
+TUNE_SMD_MACHINES): the test set must stay unseen while rules are chosen.
 """
 
 import bisect
@@ -253,7 +254,7 @@ def fmt_p(rule, p):
 
 
 def nab_grid():
-    series = score.load_nab(DATA)
+    series = score.load_nab(DATA, set(score.TUNE_NAB_GROUPS))
     total = sum(len(s.windows) for s in series)
     results = []
     cache = {}
@@ -294,7 +295,7 @@ def nab_grid():
 # SMD
 
 def smd_prepare(W):
-    machines = score.load_smd(DATA)
+    machines = score.load_smd(DATA, set(score.TUNE_SMD_MACHINES))
     out = []
     for m in machines:
         per_metric = {}
@@ -356,7 +357,7 @@ def smd_eval(prepared, rule, p, min_metrics=1, combine="any"):
 def smd_grid():
     """Per-metric robust z (cached per W, k) and learned ranges; combine per machine."""
     t0 = time.time()
-    machines = score.load_smd(DATA)
+    machines = score.load_smd(DATA, set(score.TUNE_SMD_MACHINES))
     print("# SMD loaded in %.0f s" % (time.time() - t0))
     rows = []
 
@@ -460,7 +461,7 @@ def smd_grid():
 
 
 def nab_refined():
-    series = score.load_nab(DATA)
+    series = score.load_nab(DATA, set(score.TUNE_NAB_GROUPS))
     total = sum(len(s.windows) for s in series)
     cache={}
     def Wn(w):
@@ -498,7 +499,7 @@ def nab_refined():
 
 
 def smd_refined():
-    machines = score.load_smd(DATA)
+    machines = score.load_smd(DATA, set(score.TUNE_SMD_MACHINES))
     def prep(W, k):
         zs=[]
         for m in machines:
