@@ -1317,32 +1317,37 @@ def nab_blocks(args, series):
     return out
 
 
+NAB_INTRO = (
+    "NAB's own score (standard, reward-low-FP and reward-low-FN profiles; 0 = detect nothing, "
+    "100 = every window on its first row). An alert is a detection on the first row at or "
+    "after its event_time, so a query's anomaly score is 1 on its detection rows and 0 "
+    "elsewhere, scored at threshold 1 (binary: there is no threshold to sweep). The first "
+    "%d %% of each series (at most %d rows) is not scored. windowedGaussian is scored as NAB "
+    "does (per-row scores, one threshold per profile swept over all 58 series; its counts are "
+    "those of the standard threshold). False-positive alerts: alerts on scored rows outside "
+    "every window; alerts: all firing events."
+    % (round(nab.PROBATION_FRACTION * 100), nab.PROBATION_MAX_ROWS))
+
+
 def score_nab_all(args, data_dir, workdir, cache_dir, queries):
     """The NAB section: (heading, intro, table, per-series details or None)."""
     t0 = time.time()
     series = load_nab(data_dir)
     profiles = nab_profiles(data_dir)
-    published = nab_published(data_dir)
     blocks = nab_blocks(args, series)
-    wanted = {n for _, names in blocks for n in names}
+    wanted = [s for s in series if s.name in {n for _, names in blocks for n in names}]
     layouts = {s.name: nab.layout(s.ts, s.windows, s.name) for s in series}
     log("score.py: NAB: %d series scored, %d rows, %d windows (loaded in %.1f s)" % (
-        len(wanted), sum(len(s.ts) for s in series if s.name in wanted),
-        sum(len(s.windows) for s in series if s.name in wanted), time.time() - t0))
-    inputs = []
-    if queries:
-        for s in series:
-            if s.name in wanted:
-                p = os.path.join(workdir, "nab_%s.csv" % s.name)
-                write_nab_input(s, p)
-                inputs.append((s.name, p))
+        len(wanted), sum(len(s.ts) for s in wanted), sum(len(s.windows) for s in wanted),
+        time.time() - t0))
     rules = []  # (row name, {series: NabScore})
     if not args.no_baseline:
         t1 = time.time()
-        per = {s.name: score_nab_rows(layouts[s.name], baseline_nab(s, data_dir, cache_dir),
-                                      profiles) for s in series if s.name in wanted}
+        rules.append(("baseline: per-sample trailing-day robust z > 3.5",
+                      {s.name: score_nab_rows(layouts[s.name],
+                                              baseline_nab(s, data_dir, cache_dir), profiles)
+                       for s in wanted}))
         log("score.py: NAB baseline in %.1f s" % (time.time() - t1))
-        rules.append(("baseline: per-sample trailing-day robust z > 3.5", per))
     t1 = time.time()
     wg, rounded = windowed_gaussian_check(series, layouts, profiles, data_dir, cache_dir)
     thresholds = {p: wg["published"][p][1] for p in nab.PROFILES}
@@ -1350,57 +1355,67 @@ def score_nab_all(args, data_dir, workdir, cache_dir, queries):
                   "%d)" % len(series),
                   windowed_gaussian_per_series(series, layouts, profiles, thresholds, rounded)))
     log("score.py: NAB windowedGaussian in %.1f s" % (time.time() - t1))
+    rules += nab_query_rules(args, queries, wanted, layouts, profiles, workdir)
+    heading = "## NAB (%d series, %d labelled windows)" % (
+        len(wanted), sum(len(s.windows) for s in wanted))
+    rows = nab_table_rows(blocks, rules, layouts, profiles, len(series) == 58,
+                          nab_published(data_dir))
+    table = md_table([heading[3:]] + NAB_HEADER[1:], rows)
+    details = nab_details(rules, wanted, layouts) if args.verbose else None
+    return heading, NAB_INTRO, table, details
+
+
+def nab_query_rules(args, queries, series, layouts, profiles, workdir):
+    """Run the queries over the series: [(row name, {series: NabScore})]."""
+    inputs = []
+    if queries:
+        for s in series:
+            p = os.path.join(workdir, "nab_%s.csv" % s.name)
+            write_nab_input(s, p)
+            inputs.append((s.name, p))
     results = run_all(args, queries, inputs, workdir)
+    rules = []
     for q, _ in queries:
         per = {}
         for s in series:
-            if s.name not in wanted:
-                continue
             times = [e[0] for e in firing_events(results, q, s.name) if e[2] == "firing"]
             per[s.name] = score_nab_rows(layouts[s.name], nab.detection_rows(s.ts, times),
                                          profiles, alerts=len(times))
         rules.append((query_title(q), per))
+    return rules
+
+
+def nab_table_rows(blocks, rules, layouts, profiles, full_corpus, published):
+    """The rows of the NAB table: per block its title row and one row per rule; the block
+    of the whole corpus also gets the published scoreboard's rows."""
     rows = []
-    everything = sorted(s.name for s in series)
     for title, names in blocks:
         rows.append(block_title(title))
         for name, per in rules:
             rows.append(nab_block_row(name, per, names, layouts, profiles))
-        if sorted(names) == everything and len(everything) == 58:
+        if full_corpus and len(names) == len(layouts):
             for d in nab.PUBLISHED_SHOWN:
                 if d in published:
                     rows.append(["%s (published, all 58)" % d] +
                                 ["%.2f" % published[d][p] for p in nab.PROFILES] +
                                 ["", "", ""])
-    heading = "## NAB (%d series, %d labelled windows)" % (
-        len(wanted), sum(len(s.windows) for s in series if s.name in wanted))
-    intro = ("NAB's own score (standard, reward-low-FP and reward-low-FN profiles; 0 = detect "
-             "nothing, 100 = every window on its first row). An alert is a detection on the "
-             "first row at or after its event_time, so a query's anomaly score is 1 on its "
-             "detection rows and 0 elsewhere, scored at threshold 1 (binary: there is no "
-             "threshold to sweep). The first %d %% of each series (at most "
-             "%d rows) is not scored. windowedGaussian is scored as NAB does (per-row scores, "
-             "one threshold per profile swept over all 58 series; its counts are those of "
-             "the standard threshold). False-positive alerts: alerts on scored rows outside "
-             "every window; alerts: all firing events." % (
-                 round(nab.PROBATION_FRACTION * 100), nab.PROBATION_MAX_ROWS))
-    table = md_table([heading[3:]] + NAB_HEADER[1:], rows)
-    details = None
-    if args.verbose:
-        parts = []
-        for name, per in rules:
-            rows = []
-            for s in series:
-                if s.name in per:
-                    r = per[s.name]
-                    rows.append([s.relpath, "%.3f" % r.raw["standard"],
-                                 "%d / %d" % (r.detected, layouts[s.name].windows),
-                                 count(r.fp_alerts), count(r.alerts)])
-            parts.append("### NAB per series: %s\n\n%s\n" % (
-                name, md_table(["series", "raw score (standard)", "windows detected",
-                                "false-positive alerts", "alerts"], rows)))
-        details = "\n".join(parts)
-    return heading, intro, table, details
+    return rows
+
+
+def nab_details(rules, series, layouts):
+    """--verbose: one table per rule, one row per series."""
+    parts = []
+    for name, per in rules:
+        rows = []
+        for s in series:
+            r = per[s.name]
+            rows.append([s.relpath, "%.3f" % r.raw["standard"],
+                         "%d / %d" % (r.detected, layouts[s.name].windows),
+                         count(r.fp_alerts), count(r.alerts)])
+        parts.append("### NAB per series: %s\n\n%s\n" % (
+            name, md_table(["series", "raw score (standard)", "windows detected",
+                            "false-positive alerts", "alerts"], rows)))
+    return "\n".join(parts)
 
 
 def natural_key(name):
@@ -1441,51 +1456,16 @@ def score_smd_all(args, data_dir, workdir, cache_dir, queries):
     blocks = smd_blocks(args, smd_present(data_dir))
     wanted = {n for _, names in blocks for n in names}
     machines = sorted(load_smd(data_dir, wanted), key=lambda m: natural_key(m.name))
-    by_name = {m.name: m for m in machines}
     log("score.py: SMD: %d machines, %d rows, %d anomalous (loaded in %.1f s)" % (
         len(machines), sum(len(m.ts) for m in machines),
         sum(sum(m.labels) for m in machines), time.time() - t0))
-    inputs = []
-    if queries:
-        t1 = time.time()
-        for m in machines:
-            p = os.path.join(workdir, "smd_%s.csv" % m.name)
-            write_smd_input(m, p)
-            inputs.append((m.name, p))
-        log("score.py: SMD inputs written in %.1f s" % (time.time() - t1))
-    rules = []
+    rules = []  # (row name, {machine: SmdScore})
     if not args.no_baseline:
         t1 = time.time()
-        per = {}
-        for m in machines:
-            alerts = baseline_smd(m, cache_dir)
-            pred = [0] * len(m.ts)
-            n = 0
-            for metric in SMD_METRICS:
-                for i in alerts[metric]:
-                    pred[i] = 1
-                n += len(alerts[metric])
-            per[m.name] = score_smd_machine(m, pred, n, args.pa_k)
+        rules.append(("baseline: any metric's trailing-day robust z > 3.5",
+                      {m.name: smd_baseline_score(m, cache_dir, args.pa_k) for m in machines}))
         log("score.py: SMD baseline in %.1f s" % (time.time() - t1))
-        rules.append(("baseline: any metric's trailing-day robust z > 3.5", per))
-    results = run_all(args, queries, inputs, workdir)
-    for q, _ in queries:
-        per = {}
-        for m in machines:
-            evs = firing_events(results, q, m.name)
-            pred = rows_in_intervals(m.ts, [(t, k, st) for t, k, st, _ in evs])
-            per[m.name] = score_smd_machine(m, pred, sum(1 for e in evs if e[2] == "firing"),
-                                            args.pa_k)
-        rules.append((query_title(q), per))
-    rows = []
-    for (what, note), names in blocks:
-        n_rows = sum(len(by_name[n].ts) for n in names)
-        n_seg = sum(len(segments(by_name[n].labels)) for n in names)
-        rows.append(block_title("%s: %s (%s), %s rows, %d anomaly segments%s" % (
-            what, plural(len(names), "machine"), short_machines(names), count(n_rows), n_seg,
-            note)))
-        for name, per in rules:
-            rows.append(smd_block_row(name, per, names))
+    rules += smd_query_rules(args, queries, machines, workdir)
     heading = "## SMD (%s, %s rows, %d labelled anomaly segments)" % (
         plural(len(machines), "machine"), count(sum(len(m.ts) for m in machines)),
         sum(len(segments(m.labels)) for m in machines))
@@ -1495,20 +1475,73 @@ def score_smd_all(args, data_dir, workdir, cache_dir, queries):
              "counts as predicted when any of its rows is); raw: no adjustment; PA%%%d: a "
              "segment counts as predicted only when at least %d %% of its rows are (Kim et "
              "al., AAAI 2022). Alerts: firing events." % (args.pa_k, args.pa_k))
-    table = md_table([heading[3:]] + smd_header(args.pa_k)[1:], rows)
-    details = None
-    if args.verbose:
-        parts = []
-        for name, per in rules:
-            rows = []
-            for m in machines:
-                row = smd_block_row(m.name, per, [m.name])
-                row.insert(1, len(segments(m.labels)))
-                rows.append(row)
-            parts.append("### SMD per machine: %s\n\n%s\n" % (
-                name, md_table(["machine", "segments"] + smd_header(args.pa_k)[1:], rows)))
-        details = "\n".join(parts)
+    table = md_table([heading[3:]] + smd_header(args.pa_k)[1:],
+                     smd_table_rows(blocks, rules, {m.name: m for m in machines}))
+    details = smd_details(rules, machines, args.pa_k) if args.verbose else None
     return heading, intro, table, details
+
+
+def smd_baseline_score(m, cache_dir, pa_k):
+    """The baseline on one machine: a row is predicted when any metric alerts on it."""
+    alerts = baseline_smd(m, cache_dir)
+    pred = [0] * len(m.ts)
+    n = 0
+    for metric in SMD_METRICS:
+        for i in alerts[metric]:
+            pred[i] = 1
+        n += len(alerts[metric])
+    return score_smd_machine(m, pred, n, pa_k)
+
+
+def smd_query_rules(args, queries, machines, workdir):
+    """Run the queries over the machines: [(row name, {machine: SmdScore})]."""
+    inputs = []
+    if queries:
+        t1 = time.time()
+        for m in machines:
+            p = os.path.join(workdir, "smd_%s.csv" % m.name)
+            write_smd_input(m, p)
+            inputs.append((m.name, p))
+        log("score.py: SMD inputs written in %.1f s" % (time.time() - t1))
+    results = run_all(args, queries, inputs, workdir)
+    rules = []
+    for q, _ in queries:
+        per = {}
+        for m in machines:
+            evs = firing_events(results, q, m.name)
+            pred = rows_in_intervals(m.ts, [(t, k, st) for t, k, st, _ in evs])
+            per[m.name] = score_smd_machine(m, pred, sum(1 for e in evs if e[2] == "firing"),
+                                            args.pa_k)
+        rules.append((query_title(q), per))
+    return rules
+
+
+def smd_table_rows(blocks, rules, by_name):
+    """The rows of the SMD table: per block its title row and one row per rule."""
+    rows = []
+    for (what, note), names in blocks:
+        n_rows = sum(len(by_name[n].ts) for n in names)
+        n_seg = sum(len(segments(by_name[n].labels)) for n in names)
+        rows.append(block_title("%s: %s (%s), %s rows, %d anomaly segments%s" % (
+            what, plural(len(names), "machine"), short_machines(names), count(n_rows), n_seg,
+            note)))
+        for name, per in rules:
+            rows.append(smd_block_row(name, per, names))
+    return rows
+
+
+def smd_details(rules, machines, pa_k):
+    """--verbose: one table per rule, one row per machine."""
+    parts = []
+    for name, per in rules:
+        rows = []
+        for m in machines:
+            row = smd_block_row(m.name, per, [m.name])
+            row.insert(1, len(segments(m.labels)))
+            rows.append(row)
+        parts.append("### SMD per machine: %s\n\n%s\n" % (
+            name, md_table(["machine", "segments"] + smd_header(pa_k)[1:], rows)))
+    return "\n".join(parts)
 
 
 if __name__ == "__main__":
