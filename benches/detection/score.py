@@ -2,10 +2,14 @@
 """Detection-quality scorer for vigil alert queries.
 
 Runs vigil alert query files over real labelled metric series (NAB and SMD, from the
-shared data directory) and scores the alerts they emit against the labels, beside a
-naive baseline computed here in Python. See benches/detection/README.md.
+shared data directory) and scores the alerts they emit against the labels, on the tuning
+set and on the test set, beside a naive baseline computed here in Python and (NAB) NAB's
+published scoreboard. NAB is scored with NAB's own method (nab.py). See
+benches/detection/README.md.
 
     cargo build --release && python3 benches/detection/score.py [options]
+    python3 benches/detection/score.py --write-readme
+    python3 benches/detection/score.py --nab-check
     python3 benches/detection/score.py --self-test
 
 Python 3 standard library only.
