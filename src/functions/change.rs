@@ -5,8 +5,8 @@
 //! deviation when the MAD is 0. NULL when that is 0 too or the reference
 //! has fewer than 2 values. Meant for a key's history of windows:
 //! `change_score(v, 6) OVER (PARTITION BY host ORDER BY window_end ROWS
-//! BETWEEN 294 PRECEDING AND CURRENT ROW)` scores a level shift of the
-//! last 6 windows against the 289 before them.
+//! BETWEEN 293 PRECEDING AND CURRENT ROW)` scores a level shift of the
+//! last 6 windows against the 288 before them.
 
 use std::sync::Arc;
 

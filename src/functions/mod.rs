@@ -10,6 +10,30 @@
 //! counter as Prometheus does, resets included (what `vigil import-rules`
 //! translates `rate`, `increase` and `irate` to).
 //!
+//! Aggregates for a key's history of windows, meant for
+//! `f(...) OVER (PARTITION BY key ORDER BY window_end ROWS BETWEEN m
+//! PRECEDING AND CURRENT ROW)` over a stream of window results:
+//!
+//! - `ewma(x, alpha)`: the exponentially weighted moving average.
+//! - `cadence(ts)`: the sampling step in seconds, the median gap between
+//!   consecutive distinct timestamps (NULL below two). Order-independent,
+//!   so it is also a plain aggregate of any window, `HOP` included.
+//! - `change_score(x, n)`: the median of the last `n` non-NULL values
+//!   against the median of the ones before them (the reference), over
+//!   `1.4826 * MAD(reference)`, or the reference's population standard
+//!   deviation when the MAD is 0; NULL when there is no spread or the
+//!   reference has fewer than 2 values.
+//! - `seasonal_z(x, period)`: the current (last) value against the median
+//!   of the same phase in earlier periods (`v[m-1-k*period]`, NULLs keep
+//!   their place), over `1.4826 * MAD(d) / sqrt(2)` of the seasonal
+//!   differences `d_i = v[i] - v[i-period]` before the current row
+//!   (`stddev_pop(d) / sqrt(2)` when the MAD is 0).
+//!
+//! `ewma`, `change_score` and `seasonal_z` depend on row order: they cannot
+//! merge partial states (a `HOP`'s panes), only restore one; their literal
+//! (`alpha`, `n`, `period`) is checked when the query is planned
+//! ([`check_window_call`]).
+//!
 //! Window functions for peer comparisons score or cluster every row of a
 //! partition against all its rows: `robust_z(x)` and
 //! `dbscan(eps, min_pts, x1, ...)`, called as
