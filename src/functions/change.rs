@@ -20,7 +20,6 @@ use datafusion::logical_expr::utils::format_state_name;
 use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, Expr, Signature, Volatility};
 use datafusion::physical_expr::expressions::Literal;
 
-use super::mad::{mad, median};
 use crate::error::{Error, Result as VigilResult};
 
 /// The factor that makes a MAD estimate the standard deviation of normal
@@ -124,28 +123,54 @@ impl Accumulator for ChangeAccumulator {
 pub fn change_score(values: &[f64], recent: usize) -> Option<f64> {
     let split = values.len().checked_sub(recent)?;
     let (reference, recent) = values.split_at(split);
-    if reference.len() < 2 {
-        return None;
-    }
-    let scale = spread(reference)?;
-    Some((median(recent.to_vec())? - median(reference.to_vec())?) / scale)
+    let (center, scale) = median_and_spread(reference)?;
+    let scale = scale?;
+    Some((median_in_place(&mut recent.to_vec())? - center) / scale)
 }
 
-/// `1.4826 * MAD(values)`, or their population standard deviation when the
-/// MAD is 0; `None` when that is 0 too or there are fewer than 2 values.
-pub(super) fn spread(values: &[f64]) -> Option<f64> {
+/// The median of `values` (`None` when there are none) and their spread:
+/// `1.4826 * MAD`, or the population standard deviation when the MAD is 0;
+/// the spread is `None` when that is 0 too or there are fewer than 2
+/// values.
+pub(super) fn median_and_spread(values: &[f64]) -> Option<(f64, Option<f64>)> {
+    let mut buffer = values.to_vec();
+    let center = median_in_place(&mut buffer)?;
     if values.len() < 2 {
-        return None;
+        return Some((center, None));
     }
-    let robust = MAD_TO_SIGMA * mad(values)?;
+    for value in buffer.iter_mut() {
+        *value = (*value - center).abs();
+    }
+    let robust = MAD_TO_SIGMA * median_in_place(&mut buffer)?;
     if robust != 0.0 {
-        return Some(robust);
+        return Some((center, Some(robust)));
     }
     let n = values.len() as f64;
     let mean = values.iter().sum::<f64>() / n;
     let variance = values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
     let deviation = variance.sqrt();
-    (deviation != 0.0).then_some(deviation)
+    Some((center, (deviation != 0.0).then_some(deviation)))
+}
+
+/// The median of `values`, as [`super::mad::median`] gives it (an even
+/// count's is the mean of the two middle values), found by selection
+/// rather than a sort; `values` is reordered.
+pub(super) fn median_in_place(values: &mut [f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let (len, mid) = (values.len(), values.len() / 2);
+    let (below, middle, _) = values.select_nth_unstable_by(mid, f64::total_cmp);
+    let middle = *middle;
+    if len % 2 == 1 {
+        return Some(middle);
+    }
+    let lower = below
+        .iter()
+        .copied()
+        .max_by(f64::total_cmp)
+        .expect("an even count has a lower half");
+    Some((lower + middle) / 2.0)
 }
 
 /// The argument types of `name(x, count)`: `x` any number, as DOUBLE;
@@ -279,6 +304,39 @@ mod tests {
         match (actual, expected) {
             (Some(a), Some(e)) => (a - e).abs() < 1e-12 * e.abs().max(1.0),
             (a, e) => a == e,
+        }
+    }
+
+    /// Selection gives `median` and `mad`'s values to the bit, over
+    /// values with repeats, both zeros and far-apart magnitudes.
+    #[test]
+    fn selection_matches_the_sorting_median_and_mad() {
+        let mut x: u64 = 3;
+        let values: Vec<f64> = (0..300)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let r = x >> 33;
+                match r % 6 {
+                    0 => -0.0,
+                    1 => 0.0,
+                    2 => (r % 4) as f64,
+                    3 => (r % 1000) as f64 * 1e12,
+                    _ => (r % 100_000) as f64 / 7.0 - 5000.0,
+                }
+            })
+            .collect();
+        for len in 0..values.len() {
+            let frame = &values[..len];
+            let bits = |v: Option<f64>| v.map(f64::to_bits);
+            let expected = super::super::mad::median(frame.to_vec());
+            assert_eq!(bits(median_in_place(&mut frame.to_vec())), bits(expected));
+            let spread = median_and_spread(frame).and_then(|(_, s)| s);
+            let mad = super::super::mad::mad(frame).map(|m| 1.4826 * m);
+            if len >= 2 && mad != Some(0.0) {
+                assert_eq!(bits(spread), bits(mad), "{len}");
+            }
         }
     }
 

@@ -24,10 +24,9 @@ use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, Expr, Signature, Volatility};
 
 use super::change::{
-    check_count_arg, coerce_value_and_count, count_argument, only_state, spread, values_field,
-    values_state,
+    check_count_arg, coerce_value_and_count, count_argument, median_and_spread, median_in_place,
+    only_state, values_field, values_state,
 };
-use super::mad::median;
 use crate::error::Result as VigilResult;
 
 /// The `seasonal_z` aggregate. Its value depends on row order, so it
@@ -123,7 +122,7 @@ pub fn seasonal_z(values: &[Option<f64>], period: usize) -> Option<f64> {
     }
     let (&current, earlier) = values.split_last()?;
     let current = current?;
-    let same_phase: Vec<f64> = earlier
+    let mut same_phase: Vec<f64> = earlier
         .iter()
         .rev()
         .skip(period - 1)
@@ -131,13 +130,13 @@ pub fn seasonal_z(values: &[Option<f64>], period: usize) -> Option<f64> {
         .flatten()
         .copied()
         .collect();
-    let baseline = median(same_phase)?;
+    let baseline = median_in_place(&mut same_phase)?;
     let differences: Vec<f64> = earlier
         .iter()
         .zip(earlier.iter().skip(period))
         .filter_map(|(before, now)| Some((*now)? - (*before)?))
         .collect();
-    let scale = spread(&differences)? / std::f64::consts::SQRT_2;
+    let scale = median_and_spread(&differences)?.1? / std::f64::consts::SQRT_2;
     Some((current - baseline) / scale)
 }
 
