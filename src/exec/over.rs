@@ -781,7 +781,8 @@ impl OverOp {
             };
             let partition = restored.entry(key).or_default();
             partition.history.push_back(entry);
-            if let (Some(_), Some(value)) = (statistic, kept.float(entry, 0)) {
+            // Only an order statistic's argument is a DOUBLE to read.
+            if let Some(value) = statistic.and_then(|_| kept.float(entry, 0)) {
                 partition.ordered.insert(value);
             }
         }
@@ -1108,6 +1109,57 @@ mod tests {
             }
         }
         assert_eq!(Ordered::default().mad(), None);
+    }
+
+    /// A sliding frame over a column that is not DOUBLE (timestamps, for
+    /// `min(window_end)` or `cadence(window_end)`) restores from its
+    /// history without reading it as one.
+    #[test]
+    fn a_sliding_frame_over_timestamps_restores() {
+        use datafusion::arrow::array::TimestampMillisecondArray;
+        use datafusion::arrow::datatypes::TimeUnit;
+        let time = DataType::Timestamp(TimeUnit::Millisecond, None);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("host", DataType::Utf8, true),
+            Field::new("t", time.clone(), true),
+        ]));
+        let function = AggregateExprBuilder::new(min_udaf(), vec![col("t", &schema).unwrap()])
+            .schema(schema.clone())
+            .alias("f")
+            .build()
+            .unwrap();
+        let spec = OverSpec {
+            partition_by: vec![col("host", &schema).unwrap()],
+            function: OverFunction::Aggregate {
+                function: Arc::new(function),
+                preceding: Some(1),
+            },
+            data_type: time.clone(),
+        };
+        let mut fields = schema.fields().to_vec();
+        fields.push(Arc::new(Field::new("o", time, true)));
+        let out_schema = Arc::new(Schema::new(fields));
+        let op = || OverOp::new(vec![spec.clone()], out_schema.clone()).unwrap();
+        let batches: Vec<RecordBatch> = [10, 20, 30]
+            .iter()
+            .map(|t| {
+                RecordBatch::try_new(
+                    schema.clone(),
+                    vec![
+                        Arc::new(StringArray::from(vec!["a"])),
+                        Arc::new(TimestampMillisecondArray::from(vec![*t])),
+                    ],
+                )
+                .unwrap()
+            })
+            .collect();
+        let mut first = op();
+        feed(&mut first, &batches[..2]);
+        let state = first.snapshot().unwrap().expect("a state");
+        let mut restored = op();
+        restored.restore(state).unwrap();
+        let lines = feed(&mut restored, &batches[2..]);
+        assert_eq!(lines, ["a,1970-01-01T00:00:00.030,1970-01-01T00:00:00.020"]);
     }
 
     /// Histories point into kept batches; with a new key in every batch

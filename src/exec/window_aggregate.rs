@@ -892,7 +892,7 @@ mod tests {
     use super::*;
 
     /// Aggregates whose state merges into an empty accumulator exactly.
-    const EXACT: [(&str, Option<f64>, bool); 11] = [
+    const EXACT: [(&str, Option<f64>, bool); 14] = [
         ("count", None, false),
         ("count", None, true),
         ("sum", None, false),
@@ -904,6 +904,9 @@ mod tests {
         ("approx_percentile", Some(0.9), false),
         ("mad", None, false),
         ("ewma", Some(0.3), false),
+        ("cadence", None, false),
+        ("change_score", Some(5.0), false),
+        ("seasonal_z", Some(7.0), false),
     ];
 
     /// DataFusion aggregates whose merge recomputes the state: the
@@ -916,7 +919,7 @@ mod tests {
         ("approx_percentile_cont", Some(0.99), false),
     ];
 
-    /// The aggregates `calls` over `v` of `schema`.
+    /// The aggregates `calls` over `v` of `schema` (`cadence` over `t`).
     fn aggregates(schema: &SchemaRef, calls: &[(&str, Option<f64>, bool)]) -> Vec<AggregateSpec> {
         let mut state = SessionStateBuilder::new().with_default_features().build();
         crate::functions::register(&mut state).unwrap();
@@ -925,7 +928,8 @@ mod tests {
             .enumerate()
             .map(|(i, (name, p, distinct))| {
                 let udaf = state.aggregate_functions()[*name].clone();
-                let mut args = vec![col("v", schema).unwrap()];
+                let arg = if *name == "cadence" { "t" } else { "v" };
+                let mut args = vec![col(arg, schema).unwrap()];
                 args.extend(p.map(lit));
                 let mut builder = AggregateExprBuilder::new(udaf, args)
                     .schema(schema.clone())
@@ -941,8 +945,9 @@ mod tests {
             .collect()
     }
 
-    /// Rows of (k, v): three keys, one of them NULL, values spread over
-    /// many magnitudes, a few NULL; the same rows every run.
+    /// Rows of (k, v, t): three keys, one of them NULL, values spread over
+    /// many magnitudes, a few NULL, timestamps repeating, a few NULL; the
+    /// same rows every run.
     fn batch(schema: &SchemaRef, seed: u64, rows: usize) -> RecordBatch {
         let mut x = seed;
         let mut next = || {
@@ -953,27 +958,37 @@ mod tests {
         };
         let mut keys = Vec::new();
         let mut values = Vec::new();
+        let mut times = Vec::new();
         for _ in 0..rows {
             let r = next();
             keys.push([Some("a"), Some("b"), None][(r % 3) as usize]);
             let v = (r % 100_000) as f64 / 7.0 - 3000.0;
             values.push((r % 97 != 0).then_some(v * (1.0 + (r % 5) as f64)));
+            times.push((r % 89 != 0).then_some((r % 20_000) as i64 * 250));
         }
         RecordBatch::try_new(
             schema.clone(),
             vec![
                 Arc::new(StringArray::from(keys)),
                 Arc::new(Float64Array::from(values)),
+                Arc::new(TimestampMillisecondArray::from(times)),
             ],
         )
         .unwrap()
     }
 
-    fn update(groups: &mut Groups, batch: &RecordBatch) {
-        let args: Vec<Vec<ArrayRef>> = groups
-            .accumulators
+    fn update(groups: &mut Groups, specs: &[AggregateSpec], batch: &RecordBatch) {
+        let args: Vec<Vec<ArrayRef>> = specs
             .iter()
-            .map(|_| vec![batch.column(1).clone()])
+            .map(|spec| {
+                let arg = &spec.function.expressions()[0];
+                vec![
+                    arg.evaluate(batch)
+                        .unwrap()
+                        .into_array(batch.num_rows())
+                        .unwrap(),
+                ]
+            })
             .collect();
         let filters = vec![None; args.len()];
         let keys = [batch.column(0).clone()];
@@ -992,6 +1007,11 @@ mod tests {
         let schema = Arc::new(Schema::new(vec![
             Field::new("k", DataType::Utf8, true),
             Field::new("v", DataType::Float64, true),
+            Field::new(
+                "t",
+                DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, None),
+                true,
+            ),
         ]));
         let key_schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Utf8, true)]));
         let specs = aggregates(&schema, calls);
@@ -1001,10 +1021,10 @@ mod tests {
         };
         let (first, second) = (batch(&schema, 1, 5000), batch(&schema, 2, 3000));
         let mut straight = groups();
-        update(&mut straight, &first);
-        update(&mut straight, &second);
+        update(&mut straight, &specs, &first);
+        update(&mut straight, &specs, &second);
         let mut snapshotted = groups();
-        update(&mut snapshotted, &first);
+        update(&mut snapshotted, &specs, &first);
         let frozen = snapshotted.snapshot(groups()).unwrap();
         // A second snapshot holds the same state, though a DISTINCT set
         // may list its values in another order.
@@ -1014,7 +1034,7 @@ mod tests {
         let mut restored_again = groups();
         restored_again.merge(&again).unwrap();
         for groups in [&mut snapshotted, &mut restored, &mut restored_again] {
-            update(groups, &second);
+            update(groups, &specs, &second);
         }
         let (keys, values, rows) = straight.evaluate().unwrap();
         assert_eq!(rows, 3);

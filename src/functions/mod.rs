@@ -10,22 +10,51 @@
 //! counter as Prometheus does, resets included (what `vigil import-rules`
 //! translates `rate`, `increase` and `irate` to).
 //!
+//! Aggregates for a key's history of windows, meant for
+//! `f(...) OVER (PARTITION BY key ORDER BY window_end ROWS BETWEEN m
+//! PRECEDING AND CURRENT ROW)` over a stream of window results:
+//!
+//! - `ewma(x, alpha)`: the exponentially weighted moving average.
+//! - `cadence(ts)`: the sampling step in seconds, the median gap between
+//!   consecutive distinct timestamps (NULL below two). Order-independent,
+//!   so it is also a plain aggregate of any window, `HOP` included.
+//! - `change_score(x, n)`: the median of the last `n` non-NULL values
+//!   against the median of the ones before them (the reference), over
+//!   `1.4826 * MAD(reference)`, or the reference's population standard
+//!   deviation when the MAD is 0; NULL when there is no spread or the
+//!   reference has fewer than 2 values.
+//! - `seasonal_z(x, period)`: the current (last) value against the median
+//!   of the same phase in earlier periods (`v[m-1-k*period]`, NULLs keep
+//!   their place), over `1.4826 * MAD(d) / sqrt(2)` of the seasonal
+//!   differences `d_i = v[i] - v[i-period]` before the current row
+//!   (`stddev_pop(d) / sqrt(2)` when the MAD is 0).
+//!
+//! `ewma`, `change_score` and `seasonal_z` depend on row order: they cannot
+//! merge partial states (a `HOP`'s panes), only restore one; their literal
+//! (`alpha`, `n`, `period`) is checked when the query is planned
+//! ([`check_window_call`]).
+//!
 //! Window functions for peer comparisons score or cluster every row of a
 //! partition against all its rows: `robust_z(x)` and
 //! `dbscan(eps, min_pts, x1, ...)`, called as
 //! `f(...) OVER (PARTITION BY window_end)`; [`check_dbscan_args`] checks a
 //! `dbscan` call's literals when the query is planned.
 
+mod cadence;
+mod change;
 mod counter;
 mod dbscan;
 mod ewma;
 mod mad;
 mod median;
 mod robust_z;
+mod seasonal;
 mod sketch;
 
+pub use change::check_change_score_args;
 pub use dbscan::check_dbscan_args;
 pub use ewma::check_ewma_args;
+pub use seasonal::check_seasonal_z_args;
 
 use std::sync::Arc;
 
@@ -48,6 +77,9 @@ pub fn register(state: &mut SessionState) -> Result<()> {
         state.register_udaf(Arc::new(AggregateUDF::from(counter::Counter::new(kind))))?;
     }
     state.register_udaf(Arc::new(AggregateUDF::from(ewma::Ewma::default())))?;
+    state.register_udaf(Arc::new(AggregateUDF::from(cadence::Cadence::default())))?;
+    state.register_udaf(Arc::new(AggregateUDF::from(change::ChangeScore::default())))?;
+    state.register_udaf(Arc::new(AggregateUDF::from(seasonal::SeasonalZ::default())))?;
     state.register_udaf(Arc::new(AggregateUDF::from(
         sketch::ApproxPercentile::default(),
     )))?;
@@ -59,7 +91,7 @@ pub fn register(state: &mut SessionState) -> Result<()> {
 
 /// Checks, when a query is planned, the constant arguments of a window
 /// function call that vigil can check early (`dbscan`'s eps and min_pts,
-/// `ewma`'s alpha).
+/// `ewma`'s alpha, `change_score`'s n, `seasonal_z`'s period).
 pub fn check_window_call(expr: &datafusion::logical_expr::Expr) -> Result<()> {
     use datafusion::logical_expr::{Expr, WindowFunctionDefinition};
     let Expr::WindowFunction(call) = expr.clone().unalias() else {
@@ -72,6 +104,12 @@ pub fn check_window_call(expr: &datafusion::logical_expr::Expr) -> Result<()> {
         WindowFunctionDefinition::AggregateUDF(udaf) if udaf.name() == "ewma" => {
             check_ewma_args(&call.params.args)
         }
+        WindowFunctionDefinition::AggregateUDF(udaf) if udaf.name() == "change_score" => {
+            check_change_score_args(&call.params.args)
+        }
+        WindowFunctionDefinition::AggregateUDF(udaf) if udaf.name() == "seasonal_z" => {
+            check_seasonal_z_args(&call.params.args)
+        }
         _ => Ok(()),
     }
 }
@@ -80,7 +118,9 @@ pub fn check_window_call(expr: &datafusion::logical_expr::Expr) -> Result<()> {
 mod tests {
     use std::collections::BTreeMap;
 
-    use datafusion::arrow::array::{Array, AsArray, Float64Array, RecordBatch, StringArray};
+    use datafusion::arrow::array::{
+        Array, AsArray, Float64Array, RecordBatch, StringArray, TimestampMillisecondArray,
+    };
     use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema};
     use datafusion::datasource::MemTable;
     use datafusion::execution::SessionStateBuilder;
@@ -256,6 +296,154 @@ mod tests {
             message.contains("robust_z needs a numeric argument"),
             "{message}"
         );
+    }
+
+    /// A table `s(ts, g, v)`: `a` at 0, 10, 20, 40, 50, 60, 70 s with
+    /// values 1, 2, 3, 4, 100, 9, 11 (listed out of order), `b` one row.
+    fn history_session() -> SessionContext {
+        let mut state = SessionStateBuilder::new().with_default_features().build();
+        register(&mut state).unwrap();
+        let ctx = SessionContext::new_with_state(state);
+        let rows = [
+            (60, "a", Some(9.0)),
+            (0, "a", Some(1.0)),
+            (20, "a", Some(3.0)),
+            (10, "a", Some(2.0)),
+            (5, "b", None),
+            (70, "a", Some(11.0)),
+            (40, "a", Some(4.0)),
+            (50, "a", Some(100.0)),
+        ];
+        let schema = Arc::new(Schema::new(vec![
+            Field::new(
+                "ts",
+                DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, None),
+                false,
+            ),
+            Field::new("g", DataType::Utf8, false),
+            Field::new("v", DataType::Float64, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(TimestampMillisecondArray::from_iter_values(
+                    rows.iter().map(|r| r.0 * 1000),
+                )),
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
+                Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.2))),
+            ],
+        )
+        .unwrap();
+        let table = MemTable::try_new(schema, vec![vec![batch]]).unwrap();
+        ctx.register_table("s", Arc::new(table)).unwrap();
+        ctx
+    }
+
+    /// The DOUBLE columns after the first of `sql`'s rows, in its order.
+    async fn doubles(ctx: &SessionContext, sql: &str) -> Vec<Vec<Option<f64>>> {
+        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        let mut rows = Vec::new();
+        for batch in batches {
+            for i in 0..batch.num_rows() {
+                let row = (1..batch.num_columns())
+                    .map(|c| {
+                        let column = batch.column(c).as_primitive::<Float64Type>();
+                        column.is_valid(i).then(|| column.value(i))
+                    })
+                    .collect();
+                rows.push(row);
+            }
+        }
+        rows
+    }
+
+    fn assert_close(actual: Option<f64>, expected: Option<f64>, what: &str) {
+        assert!(
+            match (actual, expected) {
+                (Some(a), Some(e)) => (a - e).abs() < 1e-12 * e.abs().max(1.0),
+                (a, e) => a == e,
+            },
+            "{what}: {actual:?}, expected {expected:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn history_functions_run_through_datafusion_sql() {
+        let ctx = history_session();
+        // a: sorted gaps 10, 10, 20, 10, 10, 10 -> 10 s; b: one timestamp.
+        let rows = doubles(&ctx, "SELECT g, cadence(ts) FROM s GROUP BY g ORDER BY g").await;
+        assert_eq!(rows, vec![vec![Some(10.0)], vec![None]]);
+
+        // Over a's history in time order, as a growing frame (DataFusion's
+        // window operator slides a frame only with retract_batch).
+        let rows = doubles(
+            &ctx,
+            "SELECT ts, change_score(v, 1) OVER w, change_score(CAST(v AS INT), 2) OVER w, \
+                    seasonal_z(v, 2) OVER w, cadence(ts) OVER w \
+             FROM s WHERE g = 'a' \
+             WINDOW w AS (ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) \
+             ORDER BY ts",
+        )
+        .await;
+        assert_eq!(rows.len(), 7);
+        // Row 3: 3 against 1, 2 (median 1.5, MAD 0.5).
+        assert_close(rows[2][0], Some(1.5 / (1.4826 * 0.5)), "change_score row 3");
+        for row in &rows[..2] {
+            assert_eq!(row[0], None);
+        }
+        let last = &rows[6];
+        // 11 against 1, 2, 3, 4, 100, 9: median 3.5, MAD 2.
+        assert_close(last[0], Some(7.5 / (1.4826 * 2.0)), "change_score(v, 1)");
+        // 9, 11 against 1, 2, 3, 4, 100: median 3, MAD 1.
+        assert_close(last[1], Some(7.0 / 1.4826), "change_score(v, 2)");
+        // 11 against v[4], v[2], v[0] = 100, 3, 1 (median 3); differences
+        // 2, 2, 97, 5: median 3.5, MAD 1.5.
+        let scale = 1.4826 * 1.5 / 2f64.sqrt();
+        assert_close(last[2], Some(8.0 / scale), "seasonal_z");
+        assert_close(last[3], Some(10.0), "cadence");
+        assert_eq!(rows[0][3], None);
+    }
+
+    #[tokio::test]
+    async fn bad_history_function_arguments_fail_with_clear_errors() {
+        let ctx = history_session();
+        let error = async |sql: &str| match ctx.sql(sql).await {
+            Ok(frame) => frame.collect().await.unwrap_err().to_string(),
+            Err(e) => e.to_string(),
+        };
+        for (sql, expected) in [
+            (
+                "SELECT cadence(v) FROM s",
+                "cadence needs a TIMESTAMP argument",
+            ),
+            (
+                "SELECT cadence(ts, ts) FROM s",
+                "cadence takes one argument",
+            ),
+            (
+                "SELECT change_score(g, 1) FROM s",
+                "change_score(x, n) needs a numeric x",
+            ),
+            (
+                "SELECT change_score(v, g) FROM s",
+                "change_score(x, n) needs an integer n",
+            ),
+            (
+                "SELECT change_score(v, 0) FROM s",
+                "change_score: n must be a positive integer literal",
+            ),
+            (
+                "SELECT seasonal_z(v, 2.5) FROM s",
+                "seasonal_z: period must be a positive integer literal",
+            ),
+            (
+                "SELECT seasonal_z(v) FROM s",
+                "seasonal_z takes two arguments",
+            ),
+        ] {
+            let message = error(sql).await;
+            assert!(message.contains(expected), "{sql}: {message}");
+        }
     }
 
     #[test]

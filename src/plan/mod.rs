@@ -238,7 +238,13 @@ fn plan_error(err: DataFusionError) -> Error {
 /// what is wrong with their query.
 fn one_line(text: &str) -> String {
     const NO_MATCH: &str = "No function matches the given name and argument types";
-    let line = if let Some(start) = text.find(NO_MATCH) {
+    // A function with its own coercion (vigil's) says what is wrong itself.
+    const OWN_COERCION: &str = "user-defined coercion failed with: ";
+    let line = if let Some(start) = text.find(OWN_COERCION) {
+        let rest = &text[start + OWN_COERCION.len()..];
+        let end = rest.find(NO_MATCH).unwrap_or(rest.len());
+        rest[..end].trim().trim_end_matches('.')
+    } else if let Some(start) = text.find(NO_MATCH) {
         let rest = &text[start..];
         rest.find("You might")
             .map_or(rest, |end| &rest[..end])
@@ -356,6 +362,11 @@ mod tests {
         assert_eq!(
             one_line(no_match),
             "No function matches the given name and argument types 'sum(Utf8)'."
+        );
+        let own = "Error during planning: Execution error: Function 'cadence' user-defined coercion failed with: Error during planning: cadence needs a TIMESTAMP argument, got Float64. No function matches the given name and argument types 'cadence(Float64)'. You might need to add explicit type casts.\n\tCandidate functions:\n\tcadence(UserDefined)";
+        assert_eq!(
+            one_line(own),
+            "cadence needs a TIMESTAMP argument, got Float64"
         );
         let chain = "Optimizer rule 'simplify_expressions' failed\ncaused by\nArrow error: Cast error: Cannot cast string 'abc' to value of Float64 type";
         assert_eq!(
