@@ -19,10 +19,10 @@
 //!   consecutive distinct timestamps (NULL below two). Order-independent,
 //!   so it is also a plain aggregate of any window, `HOP` included.
 //! - `change_score(x, n)`: the median of the last `n` non-NULL values
-//!   against the median of the ones before them (the reference), over
-//!   `1.4826 * MAD(reference)`, or the reference's population standard
-//!   deviation when the MAD is 0; NULL when there is no spread or the
-//!   reference has fewer than 2 values.
+//!   against the median of the ones before them (the reference), over the
+//!   larger of `1.4826 * MAD(reference)` and the reference's population
+//!   standard deviation; NULL when there is no spread or the reference has
+//!   fewer than 2 values.
 //! - `seasonal_z(x, period)`: the current (last) value against the median
 //!   of the same phase in earlier periods (`v[m-1-k*period]`, NULLs keep
 //!   their place), over `1.4826 * MAD(d) / sqrt(2)` of the seasonal
@@ -392,10 +392,17 @@ mod tests {
             assert_eq!(row[0], None);
         }
         let last = &rows[6];
-        // 11 against 1, 2, 3, 4, 100, 9: median 3.5, MAD 2.
-        assert_close(last[0], Some(7.5 / (1.4826 * 2.0)), "change_score(v, 1)");
-        // 9, 11 against 1, 2, 3, 4, 100: median 3, MAD 1.
-        assert_close(last[1], Some(7.0 / 1.4826), "change_score(v, 2)");
+        // 11 against 1, 2, 3, 4, 100, 9: median 3.5, MAD 2, but the
+        // standard deviation, the scale's floor, is larger.
+        let sd = |xs: &[f64]| {
+            let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+            (xs.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / xs.len() as f64).sqrt()
+        };
+        let scale = sd(&[1.0, 2.0, 3.0, 4.0, 100.0, 9.0]);
+        assert_close(last[0], Some(7.5 / scale), "change_score(v, 1)");
+        // 9, 11 against 1, 2, 3, 4, 100: median 3, and the sd again.
+        let scale = sd(&[1.0, 2.0, 3.0, 4.0, 100.0]);
+        assert_close(last[1], Some(7.0 / scale), "change_score(v, 2)");
         // 11 against v[4], v[2], v[0] = 100, 3, 1 (median 3); differences
         // 2, 2, 97, 5: median 3.5, MAD 1.5.
         let scale = 1.4826 * 1.5 / 2f64.sqrt();

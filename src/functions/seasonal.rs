@@ -24,8 +24,8 @@ use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, Expr, Signature, Volatility};
 
 use super::change::{
-    check_count_arg, coerce_value_and_count, count_argument, median_and_spread, median_in_place,
-    only_state, values_field, values_state,
+    check_count_arg, coerce_value_and_count, count_argument, median_and_robust_spread,
+    median_in_place, only_state, standard_deviation, values_field, values_state,
 };
 use crate::error::Result as VigilResult;
 
@@ -136,8 +136,19 @@ pub fn seasonal_z(values: &[Option<f64>], period: usize) -> Option<f64> {
         .zip(earlier.iter().skip(period))
         .filter_map(|(before, now)| Some((*now)? - (*before)?))
         .collect();
-    let scale = median_and_spread(&differences)?.1? / std::f64::consts::SQRT_2;
-    Some((current - baseline) / scale)
+    if differences.len() < 2 {
+        return None;
+    }
+    let (_, robust) = median_and_robust_spread(&differences)?;
+    let spread = if robust != 0.0 {
+        robust
+    } else {
+        standard_deviation(&differences)
+    };
+    if spread == 0.0 {
+        return None;
+    }
+    Some((current - baseline) / (spread / std::f64::consts::SQRT_2))
 }
 
 /// Checks, at plan time, a `seasonal_z` call's `period`.
