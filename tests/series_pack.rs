@@ -410,3 +410,22 @@ fn machine_metrics_rules_raise_the_replayed_alerts_on_an_smd_slice() {
     );
     assert_changes("machine_metrics_episode.sql", &episode, EPISODE_CHANGES);
 }
+
+/// The detection scorer's own checks (NAB's score on hand-made files, the windowedGaussian
+/// detector, point adjustment and PA%K, the README block): they need no shared data, so
+/// every CI run keeps the scorer behind the README's figures honest.
+#[test]
+fn the_detection_scorer_passes_its_self_test() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/detection/score.py");
+    let output = Command::new("python3")
+        .arg(&script)
+        .arg("--self-test")
+        .output()
+        .expect("run python3 (the scorer needs Python 3)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("self-test: all passed"),
+        "score.py --self-test failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
