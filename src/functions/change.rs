@@ -13,114 +13,24 @@
 //! BETWEEN 293 PRECEDING AND CURRENT ROW)` scores a level shift of the
 //! last 6 windows against the 288 before them.
 
-use std::sync::Arc;
+use datafusion::logical_expr::Expr;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, Float64Array, ListArray};
-use datafusion::arrow::buffer::OffsetBuffer;
-use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Float64Type};
-use datafusion::common::{ScalarValue, exec_err, plan_err};
-use datafusion::error::Result;
-use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
-use datafusion::logical_expr::utils::format_state_name;
-use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, Expr, Signature, Volatility};
-use datafusion::physical_expr::expressions::Literal;
-
-use crate::error::{Error, Result as VigilResult};
+use super::frame::{FrameScore, check_count_arg};
+use crate::error::Result as VigilResult;
 
 /// The factor that makes a MAD estimate the standard deviation of normal
 /// data.
 const MAD_TO_SIGMA: f64 = 1.4826;
 
-/// The `change_score` aggregate. Its value depends on row order, so it
-/// cannot merge partial states: it works where rows come in order (`OVER
-/// (... ORDER BY window_end)`, a tumbling window's own rows), not across a
-/// `HOP`'s panes.
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub struct ChangeScore {
-    signature: Signature,
+/// The `change_score` aggregate.
+pub fn udaf() -> FrameScore {
+    FrameScore::new("change_score", "n", score_frame)
 }
 
-impl Default for ChangeScore {
-    fn default() -> Self {
-        Self {
-            signature: Signature::user_defined(Volatility::Immutable),
-        }
-    }
-}
-
-impl AggregateUDFImpl for ChangeScore {
-    fn name(&self) -> &str {
-        "change_score"
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    /// `n` keeps its type, so its literal reaches the accumulator as
-    /// written, without a cast to fold.
-    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        coerce_value_and_count(self.name(), "n", arg_types)
-    }
-
-    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Float64)
-    }
-
-    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
-        Ok(vec![values_field(args.name)])
-    }
-
-    fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        let recent = count_argument(&args, self.name(), "n")?;
-        Ok(Box::new(ChangeAccumulator {
-            recent,
-            values: Vec::new(),
-        }))
-    }
-}
-
-/// The non-NULL values so far, in row order.
-#[derive(Debug)]
-struct ChangeAccumulator {
-    recent: usize,
-    values: Vec<f64>,
-}
-
-impl Accumulator for ChangeAccumulator {
-    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
-        let array = values[0].as_primitive::<Float64Type>();
-        self.values.extend(array.iter().flatten());
-        Ok(())
-    }
-
-    fn evaluate(&mut self) -> Result<ScalarValue> {
-        Ok(ScalarValue::Float64(change_score(
-            &self.values,
-            self.recent,
-        )))
-    }
-
-    fn size(&self) -> usize {
-        std::mem::size_of_val(self) + self.values.capacity() * std::mem::size_of::<f64>()
-    }
-
-    fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        let values = Float64Array::from(self.values.clone());
-        Ok(vec![values_state(values)])
-    }
-
-    /// Takes the one partial state there is into an accumulator that has
-    /// none: how a checkpointed window gets its state back. Merging two is
-    /// refused, as their order is lost.
-    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
-        let Some(list) = only_state(states, self.values.is_empty(), "change_score")? else {
-            return Ok(());
-        };
-        self.values
-            .extend(list.as_primitive::<Float64Type>().iter().flatten());
-        Ok(())
-    }
+/// `change_score` of a frame, its NULLs skipped.
+fn score_frame(frame: &[Option<f64>], recent: usize) -> Option<f64> {
+    let values: Vec<f64> = frame.iter().flatten().copied().collect();
+    change_score(&values, recent)
 }
 
 /// `change_score` of `values` (non-NULL, in row order) with the last
@@ -181,122 +91,6 @@ pub(super) fn median_in_place(values: &mut [f64]) -> Option<f64> {
     Some((lower + middle) / 2.0)
 }
 
-/// The argument types of `name(x, count)`: `x` any number, as DOUBLE;
-/// `count` any number, kept as it is (its literal is checked when planned
-/// and when the accumulator is made).
-pub(super) fn coerce_value_and_count(
-    name: &str,
-    count: &str,
-    arg_types: &[DataType],
-) -> Result<Vec<DataType>> {
-    match arg_types {
-        [x, c] if (x.is_numeric() || x.is_null()) && c.is_numeric() => {
-            Ok(vec![DataType::Float64, c.clone()])
-        }
-        [x, _] if !(x.is_numeric() || x.is_null()) => {
-            plan_err!("{name}(x, {count}) needs a numeric x, got {x}")
-        }
-        [_, c] => plan_err!("{name}(x, {count}) needs an integer {count}, got {c}"),
-        _ => plan_err!(
-            "{name} takes two arguments (x, {count}), got {}",
-            arg_types.len()
-        ),
-    }
-}
-
-/// The state field of an accumulator that keeps its values in row order:
-/// one list of DOUBLEs.
-pub(super) fn values_field(name: &str) -> FieldRef {
-    let item = Field::new_list_field(DataType::Float64, true);
-    Arc::new(Field::new(
-        format_state_name(name, "values"),
-        DataType::List(Arc::new(item)),
-        true,
-    ))
-}
-
-/// `values` as the one-row list of a [`values_field`].
-pub(super) fn values_state(values: Float64Array) -> ScalarValue {
-    let values: ArrayRef = Arc::new(values);
-    ScalarValue::List(Arc::new(ListArray::new(
-        Arc::new(Field::new_list_field(DataType::Float64, true)),
-        OffsetBuffer::from_lengths([values.len()]),
-        values,
-        None,
-    )))
-}
-
-/// The one non-empty list among the states of a [`values_field`], if there
-/// is one and the accumulator (`empty` or not) can take it; an error when
-/// two partial states would have to be put in an order.
-pub(super) fn only_state(states: &[ArrayRef], empty: bool, name: &str) -> Result<Option<ArrayRef>> {
-    let mut lists = states[0]
-        .as_list::<i32>()
-        .iter()
-        .flatten()
-        .filter(|list| !list.is_empty());
-    match (empty, lists.next(), lists.next()) {
-        (_, None, _) => Ok(None),
-        (true, Some(list), None) => Ok(Some(list)),
-        _ => exec_err!(
-            "{name} depends on row order and cannot merge partial results (HOP windows); use it over a key's history: OVER (PARTITION BY key ORDER BY window_end)"
-        ),
-    }
-}
-
-/// The positive integer that `value` holds, if it does.
-fn positive_integer(value: &ScalarValue) -> Option<usize> {
-    match value.cast_to(&DataType::Float64).ok()? {
-        // `as` saturates: a count beyond any frame is as good as usize::MAX.
-        ScalarValue::Float64(Some(v)) if v >= 1.0 && v.fract() == 0.0 => Some(v as usize),
-        _ => None,
-    }
-}
-
-/// The count literal of an aggregate call (`n`, `period`), its second
-/// argument, when the accumulator is made.
-pub(super) fn count_argument(args: &AccumulatorArgs, name: &str, count: &str) -> Result<usize> {
-    if args.is_distinct {
-        return exec_err!("{name} does not take DISTINCT: it depends on every row, in order");
-    }
-    let value = args
-        .exprs
-        .get(1)
-        .and_then(|e| e.as_ref().downcast_ref::<Literal>())
-        .and_then(|l| positive_integer(l.value()));
-    match value {
-        Some(value) => Ok(value),
-        None => exec_err!("{name}: {count} must be a positive integer literal"),
-    }
-}
-
-/// Checks, at plan time, that the second argument of `name(x, count)` is a
-/// positive integer literal.
-pub(super) fn check_count_arg(args: &[Expr], name: &str, count: &str) -> VigilResult<()> {
-    let bad = |got: &str| {
-        Error::Plan(format!(
-            "{name}: {count} must be a positive integer literal, got {got}"
-        ))
-    };
-    let value = match args.get(1) {
-        Some(Expr::Literal(value, _)) => value.clone(),
-        Some(Expr::Cast(cast)) => match cast.expr.as_ref() {
-            Expr::Literal(value, _) => value.clone(),
-            other => return Err(bad(&other.to_string())),
-        },
-        Some(other) => return Err(bad(&other.to_string())),
-        None => {
-            return Err(Error::Plan(format!(
-                "{name} takes two arguments (x, {count})"
-            )));
-        }
-    };
-    match positive_integer(&value) {
-        Some(_) => Ok(()),
-        None => Err(bad(&value.to_string())),
-    }
-}
-
 /// Checks, at plan time, a `change_score` call's `n`.
 pub fn check_change_score_args(args: &[Expr]) -> VigilResult<()> {
     check_count_arg(args, "change_score", "n")
@@ -304,8 +98,13 @@ pub fn check_change_score_args(args: &[Expr]) -> VigilResult<()> {
 
 #[cfg(test)]
 mod tests {
-    use datafusion::logical_expr::{col, lit};
+    use std::sync::Arc;
 
+    use datafusion::arrow::array::{ArrayRef, Float64Array};
+    use datafusion::common::ScalarValue;
+    use datafusion::logical_expr::{Accumulator, col, lit};
+
+    use super::super::frame::FrameAccumulator;
     use super::*;
 
     fn close(actual: Option<f64>, expected: Option<f64>) -> bool {
@@ -407,10 +206,7 @@ mod tests {
 
     #[test]
     fn nulls_are_skipped_in_row_order() {
-        let mut acc = ChangeAccumulator {
-            recent: 1,
-            values: Vec::new(),
-        };
+        let mut acc = FrameAccumulator::new("change_score", score_frame, 1);
         let batch: ArrayRef = Arc::new(Float64Array::from(vec![
             Some(1.0),
             None,
@@ -433,10 +229,7 @@ mod tests {
 
     #[test]
     fn one_state_restores_and_two_are_refused() {
-        let fresh = || ChangeAccumulator {
-            recent: 2,
-            values: Vec::new(),
-        };
+        let fresh = || FrameAccumulator::new("change_score", score_frame, 2);
         let mut acc = fresh();
         acc.update_batch(&[Arc::new(Float64Array::from(vec![1.0, 4.0, 2.0]))])
             .unwrap();

@@ -45,6 +45,7 @@ mod change;
 mod counter;
 mod dbscan;
 mod ewma;
+mod frame;
 mod mad;
 mod median;
 mod robust_z;
@@ -78,8 +79,8 @@ pub fn register(state: &mut SessionState) -> Result<()> {
     }
     state.register_udaf(Arc::new(AggregateUDF::from(ewma::Ewma::default())))?;
     state.register_udaf(Arc::new(AggregateUDF::from(cadence::Cadence::default())))?;
-    state.register_udaf(Arc::new(AggregateUDF::from(change::ChangeScore::default())))?;
-    state.register_udaf(Arc::new(AggregateUDF::from(seasonal::SeasonalZ::default())))?;
+    state.register_udaf(Arc::new(AggregateUDF::from(change::udaf())))?;
+    state.register_udaf(Arc::new(AggregateUDF::from(seasonal::udaf())))?;
     state.register_udaf(Arc::new(AggregateUDF::from(
         sketch::ApproxPercentile::default(),
     )))?;

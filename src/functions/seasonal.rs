@@ -16,103 +16,15 @@
 //! BETWEEN 2016 PRECEDING AND CURRENT ROW)` compares a window with the same
 //! time of day over the last week.
 
-use datafusion::arrow::array::{ArrayRef, AsArray, Float64Array};
-use datafusion::arrow::datatypes::{DataType, FieldRef, Float64Type};
-use datafusion::common::ScalarValue;
-use datafusion::error::Result;
-use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
-use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, Expr, Signature, Volatility};
+use datafusion::logical_expr::Expr;
 
-use super::change::{
-    check_count_arg, coerce_value_and_count, count_argument, median_and_robust_spread,
-    median_in_place, only_state, standard_deviation, values_field, values_state,
-};
+use super::change::{median_and_robust_spread, median_in_place, standard_deviation};
+use super::frame::{FrameScore, check_count_arg};
 use crate::error::Result as VigilResult;
 
-/// The `seasonal_z` aggregate. Its value depends on row order, so it
-/// cannot merge partial states: it works where rows come in order (`OVER
-/// (... ORDER BY window_end)`), not across a `HOP`'s panes.
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub struct SeasonalZ {
-    signature: Signature,
-}
-
-impl Default for SeasonalZ {
-    fn default() -> Self {
-        Self {
-            signature: Signature::user_defined(Volatility::Immutable),
-        }
-    }
-}
-
-impl AggregateUDFImpl for SeasonalZ {
-    fn name(&self) -> &str {
-        "seasonal_z"
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        coerce_value_and_count(self.name(), "period", arg_types)
-    }
-
-    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Float64)
-    }
-
-    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
-        Ok(vec![values_field(args.name)])
-    }
-
-    fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        let period = count_argument(&args, self.name(), "period")?;
-        Ok(Box::new(SeasonalAccumulator {
-            period,
-            values: Vec::new(),
-        }))
-    }
-}
-
-/// Every row's value so far, NULLs included, in row order.
-#[derive(Debug)]
-struct SeasonalAccumulator {
-    period: usize,
-    values: Vec<Option<f64>>,
-}
-
-impl Accumulator for SeasonalAccumulator {
-    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
-        let array = values[0].as_primitive::<Float64Type>();
-        self.values.extend(array.iter());
-        Ok(())
-    }
-
-    fn evaluate(&mut self) -> Result<ScalarValue> {
-        Ok(ScalarValue::Float64(seasonal_z(&self.values, self.period)))
-    }
-
-    fn size(&self) -> usize {
-        std::mem::size_of_val(self) + self.values.capacity() * std::mem::size_of::<Option<f64>>()
-    }
-
-    fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        let values = Float64Array::from(self.values.clone());
-        Ok(vec![values_state(values)])
-    }
-
-    /// Takes the one partial state there is into an accumulator that has
-    /// none (a checkpoint restored); merging two is refused, as their
-    /// order is lost.
-    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
-        let Some(list) = only_state(states, self.values.is_empty(), "seasonal_z")? else {
-            return Ok(());
-        };
-        self.values
-            .extend(list.as_primitive::<Float64Type>().iter());
-        Ok(())
-    }
+/// The `seasonal_z` aggregate.
+pub fn udaf() -> FrameScore {
+    FrameScore::new("seasonal_z", "period", seasonal_z)
 }
 
 /// `seasonal_z` of the frame `values` (NULLs in place) with `period`.
@@ -160,8 +72,11 @@ pub fn check_seasonal_z_args(args: &[Expr]) -> VigilResult<()> {
 mod tests {
     use std::sync::Arc;
 
-    use datafusion::logical_expr::lit;
+    use datafusion::arrow::array::{ArrayRef, Float64Array};
+    use datafusion::common::ScalarValue;
+    use datafusion::logical_expr::{Accumulator, lit};
 
+    use super::super::frame::FrameAccumulator;
     use super::*;
 
     fn close(actual: Option<f64>, expected: Option<f64>) -> bool {
@@ -244,10 +159,7 @@ mod tests {
 
     #[test]
     fn one_state_restores_and_two_are_refused() {
-        let fresh = || SeasonalAccumulator {
-            period: 2,
-            values: Vec::new(),
-        };
+        let fresh = || FrameAccumulator::new("seasonal_z", seasonal_z, 2);
         let mut acc = fresh();
         acc.update_batch(&[Arc::new(Float64Array::from(vec![None, Some(4.0)]))])
             .unwrap();
