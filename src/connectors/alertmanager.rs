@@ -1178,15 +1178,6 @@ mod tests {
 
     fn receiver() -> (String, Seen, tokio::runtime::Runtime) {
         use axum::extract::State;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
         let seen: Seen = Arc::default();
         let app = axum::Router::new()
             .route(
@@ -1198,8 +1189,8 @@ mod tests {
                 }),
             )
             .with_state(seen.clone());
-        runtime.spawn(async move { axum::serve(listener, app).await });
-        (url, seen, runtime)
+        let (addrs, runtime) = crate::connectors::test_server::serve(vec![app]);
+        (format!("http://{}", addrs[0]), seen, runtime)
     }
 
     fn config(url: &str, resend: Duration) -> AlertmanagerConfig {

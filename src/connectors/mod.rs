@@ -24,6 +24,8 @@ pub mod registry;
 pub mod remote_write;
 pub mod sink;
 pub mod source;
+#[cfg(test)]
+mod test_server;
 pub mod timestamp;
 pub mod webhook;
 

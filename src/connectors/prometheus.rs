@@ -759,8 +759,6 @@ fn build_batch(
 
 #[cfg(test)]
 mod tests {
-    use std::net::SocketAddr;
-
     use axum::Router;
     use axum::http::StatusCode;
     use axum::routing::get;
@@ -768,6 +766,7 @@ mod tests {
     use datafusion::arrow::datatypes::{Field, Float64Type, Schema, TimestampMillisecondType};
 
     use super::super::catalogue::full_schema;
+    use super::super::test_server::serve;
     use super::super::{Format, Replay, SourceLocation};
     use super::*;
 
@@ -1058,25 +1057,6 @@ untyped_value 7e-3
             let e = parse_targets(bad).unwrap_err();
             assert!(e.contains(why), "{bad}: {e}");
         }
-    }
-
-    /// Serves each app on a free port of 127.0.0.1 until the runtime
-    /// drops.
-    fn serve(apps: Vec<Router>) -> (Vec<SocketAddr>, tokio::runtime::Runtime) {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut addrs = Vec::new();
-        for app in apps {
-            let listener = runtime
-                .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-                .unwrap();
-            addrs.push(listener.local_addr().unwrap());
-            runtime.spawn(async move { axum::serve(listener, app).await });
-        }
-        (addrs, runtime)
     }
 
     fn free_port() -> u16 {

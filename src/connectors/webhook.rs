@@ -1258,15 +1258,6 @@ mod tests {
     fn receiver() -> (String, Seen, tokio::runtime::Runtime) {
         use axum::extract::State;
         use axum::http::HeaderMap;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let url = format!("http://{}/hook", listener.local_addr().unwrap());
         let received: Seen = Arc::default();
         let app = axum::Router::new()
             .route(
@@ -1282,8 +1273,8 @@ mod tests {
                 ),
             )
             .with_state(received.clone());
-        runtime.spawn(async move { axum::serve(listener, app).await });
-        (url, received, runtime)
+        let (addrs, runtime) = crate::connectors::test_server::serve(vec![app]);
+        (format!("http://{}/hook", addrs[0]), received, runtime)
     }
 
     #[test]
