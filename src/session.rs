@@ -1059,4 +1059,20 @@ impl Sink for AlertTee {
     fn finish(&mut self) -> Result<()> {
         self.inner.finish()
     }
+
+    fn checkpoint(&mut self) -> Result<Option<crate::connectors::SinkCommit>> {
+        self.inner.checkpoint()
+    }
+
+    fn restore(&mut self, commit: &crate::connectors::SinkCommit) -> Result<()> {
+        self.inner.restore(commit)
+    }
+
+    fn committed(&mut self) -> Result<()> {
+        self.inner.committed()
+    }
+
+    fn needs_checkpoints(&self) -> Option<String> {
+        self.inner.needs_checkpoints()
+    }
 }

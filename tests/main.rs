@@ -12,6 +12,7 @@ mod follow;
 mod grammar_examples;
 mod import_rules;
 mod ingest;
+mod kafka;
 mod library;
 mod limits;
 mod overload;

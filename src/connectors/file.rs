@@ -46,7 +46,7 @@ const FILE_OPTIONS: &[OptionSpec] = &[
 ];
 
 /// The options of every text source (`file`, `stdin`, `push`).
-const TEXT_OPTIONS: &[OptionSpec] = &[
+pub(super) const TEXT_OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         name: "format",
         ty: OptionType::Choice(FORMATS),
@@ -239,7 +239,7 @@ fn connector_of(location: &SourceLocation) -> &'static str {
 }
 
 /// The decoding options of a text source.
-fn decoding(opts: &Options<'_>, format: Format) -> Result<Decoding> {
+pub(super) fn decoding(opts: &Options<'_>, format: Format) -> Result<Decoding> {
     let defaults = Decoding::default();
     let multiline = opts.flag("multiline")?;
     if multiline && format != Format::Csv {

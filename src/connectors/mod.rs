@@ -17,6 +17,7 @@ pub mod file_commit;
 mod guard;
 pub mod host;
 pub mod influx;
+pub mod kafka;
 pub mod options;
 pub mod otlp;
 pub mod prometheus;
@@ -40,7 +41,9 @@ pub use registry::{Opener, Reader};
 pub use sink::{
     Destination, Sink, SinkCommit, make_labelled_sink, make_sink, make_sink_to, open_sink,
 };
-pub use source::{read_bytes, read_source, read_source_from};
+pub use source::{
+    MessageOrigin, dead_letter_line, read_bytes, read_messages, read_source, read_source_from,
+};
 pub use timestamp::TsUnit;
 
 /// Where a source reads from.

@@ -468,7 +468,7 @@ mod tests {
         assert!(e.contains("'colour'") && e.contains("batch_size"), "{e}");
         let e = err(source(&[("path", "a.csv"), ("format", "xml")]));
         assert!(e.contains("'format'") && e.contains("csv, jsonl"), "{e}");
-        let e = err(source(&[("connector", "kafka"), ("path", "a.csv")]));
+        let e = err(source(&[("connector", "mqtt"), ("path", "a.csv")]));
         assert!(
             e.contains("'connector'") && e.contains("file, stdin, push, host, demo"),
             "{e}"

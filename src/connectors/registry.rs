@@ -227,6 +227,7 @@ pub static SOURCES: &[&dyn SourceConnector] = &[
     &super::remote_write::RemoteWriteSource,
     &super::otlp::OtlpSource,
     &super::influx::InfluxSource,
+    &super::kafka::KafkaSourceConnector,
 ];
 
 /// Every sink connector, in the order the reference lists them.
@@ -236,6 +237,7 @@ pub static SINKS: &[&dyn SinkConnector] = &[
     &super::webhook::WebhookSinkConnector,
     &super::remote_write::RemoteWriteSink,
     &super::alertmanager::AlertmanagerSinkConnector,
+    &super::kafka::KafkaSinkConnector,
 ];
 
 /// The source connector named `name` (any case, spaces around ignored).

@@ -76,6 +76,21 @@ pub trait Sink: Send {
     fn restore(&mut self, _commit: &SinkCommit) -> Result<()> {
         Ok(())
     }
+
+    /// The checkpoint that the last [`Sink::checkpoint`] call was for has
+    /// been written: a sink that holds results back until a checkpoint
+    /// covers them (Kafka transactions) publishes them now. The default
+    /// does nothing.
+    fn committed(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Why this sink cannot work without checkpoints, if it cannot: a
+    /// query writing to it without them fails at its start with this
+    /// text. `None`, the default, for every sink that can.
+    fn needs_checkpoints(&self) -> Option<String> {
+        None
+    }
 }
 
 /// What a checkpoint records of a sink: opaque to everyone but the sink.
@@ -500,6 +515,39 @@ pub(crate) fn write_json_rows<F: JsonFormat>(batch: &RecordBatch, buf: Vec<u8>) 
     writer.write(&batch)?;
     writer.finish()?;
     Ok(writer.into_inner())
+}
+
+/// Every row of `batch` rendered on its own, as `format` writes rows
+/// (JSON objects or CSV records without a header, no trailing newline):
+/// the values of one message per row.
+pub fn render_rows(format: OutputFormat, batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
+    match format {
+        OutputFormat::Csv => {
+            let batch = nested_as_text(&timestamps_as_text(batch)?)?;
+            (0..batch.num_rows())
+                .map(|i| {
+                    let mut writer = datafusion::arrow::csv::WriterBuilder::new()
+                        .with_header(false)
+                        .build(Vec::new());
+                    writer.write(&batch.slice(i, 1))?;
+                    let mut row = writer.into_inner();
+                    while matches!(row.last(), Some(b'\n' | b'\r')) {
+                        row.pop();
+                    }
+                    Ok(row)
+                })
+                .collect()
+        }
+        _ => {
+            // A JSON object never holds a raw newline: one line a row.
+            let lines = write_json_rows::<LineDelimited>(batch, Vec::new())?;
+            Ok(lines
+                .split(|&b| b == b'\n')
+                .filter(|l| !l.is_empty())
+                .map(<[u8]>::to_vec)
+                .collect())
+        }
+    }
 }
 
 /// Replaces every timestamp column by its text form, so all formats print

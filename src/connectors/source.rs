@@ -280,6 +280,48 @@ pub fn read_bytes(
     )
 }
 
+/// The message a line of [`read_messages`]' input was made from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageOrigin {
+    /// Where it is, for bad rows and the dead-letter file: `partition 2
+    /// offset 17`.
+    pub at: String,
+    /// The number a bad row's [`BadRow::line`] gets (a message's offset).
+    pub line: u64,
+    /// The message as it came, for the dead-letter file.
+    pub raw: Vec<u8>,
+}
+
+/// Decodes like [`read_bytes`] input that a message source (Kafka) made
+/// of its messages, one line each (after a CSV header line): a bad row is
+/// recorded and dead-lettered as the message `origin` says line `n` (1-based)
+/// was, with the message's own bytes.
+pub fn read_messages(
+    config: &SourceConfig,
+    format: Format,
+    bytes: &[u8],
+    stats: &SourceStats,
+    origin: &dyn Fn(u64) -> MessageOrigin,
+    emit: &mut dyn FnMut(RecordBatch) -> bool,
+) -> Result<()> {
+    let mut driver = Driver::new(config, stats, emit)?;
+    driver.threads = 1;
+    driver.origin = Some(origin);
+    // Messages are live data decoded a poll at a time, like pushed rows:
+    // judged against the wall clock, and no unit warning per poll.
+    driver.guard = match (config.event_time, config.decode.max_future_ms) {
+        (Some(_), Some(max_ahead)) => Some(FutureGuard::new(max_ahead, true)),
+        _ => None,
+    };
+    driver.unit_check = None;
+    read_format(
+        format,
+        Input::new(bytes, "<messages>", false),
+        &mut driver,
+        None,
+    )
+}
+
 /// Decodes `input`; `header` is the CSV header when a resumed read starts
 /// past it.
 fn read_format<R: Read>(
@@ -911,6 +953,22 @@ impl Pacer {
     }
 }
 
+/// A dead-letter file's line: `<where>\t<reason>\t<raw row>`, newlines
+/// in the raw row written as `\n`.
+pub fn dead_letter_line(at: &dyn std::fmt::Display, reason: &str, raw: &[u8]) -> Vec<u8> {
+    let mut text = Vec::with_capacity(raw.len() + reason.len() + 24);
+    write!(text, "{at}\t{reason}\t").expect("writing to a Vec cannot fail");
+    for &b in raw {
+        match b {
+            b'\n' => text.extend_from_slice(b"\\n"),
+            b'\r' => text.extend_from_slice(b"\\r"),
+            _ => text.push(b),
+        }
+    }
+    text.push(b'\n');
+    text
+}
+
 /// The dead-letter file, opened (for appending) on the first bad row.
 struct DeadLetter {
     path: PathBuf,
@@ -918,7 +976,7 @@ struct DeadLetter {
 }
 
 impl DeadLetter {
-    fn write(&mut self, line: u64, reason: &str, raw: &[u8]) -> Result<()> {
+    fn write(&mut self, at: &dyn std::fmt::Display, reason: &str, raw: &[u8]) -> Result<()> {
         if self.out.is_none() {
             let file = OpenOptions::new()
                 .create(true)
@@ -935,16 +993,7 @@ impl DeadLetter {
         let Some(out) = self.out.as_mut() else {
             return Ok(());
         };
-        let mut text = Vec::with_capacity(raw.len() + reason.len() + 24);
-        write!(text, "{line}\t{reason}\t").expect("writing to a Vec cannot fail");
-        for &b in raw {
-            match b {
-                b'\n' => text.extend_from_slice(b"\\n"),
-                b'\r' => text.extend_from_slice(b"\\r"),
-                _ => text.push(b),
-            }
-        }
-        text.push(b'\n');
+        let text = dead_letter_line(at, reason, raw);
         out.write_all(&text).map_err(|e| self.io_error(e))
     }
 
@@ -1049,6 +1098,9 @@ struct Driver<'a> {
     threads: usize,
     /// Bytes of input per chunk for those threads.
     chunk_size: usize,
+    /// For input made of messages (see [`read_messages`]): the message
+    /// each line is, which bad rows name instead of the line.
+    origin: Option<&'a dyn Fn(u64) -> MessageOrigin>,
 }
 
 impl<'a> Driver<'a> {
@@ -1095,6 +1147,7 @@ impl<'a> Driver<'a> {
             mark: Mark::default(),
             threads: config.decode_threads.max(1),
             chunk_size: parallel::chunk_size(),
+            origin: None,
         })
     }
 
@@ -1230,8 +1283,19 @@ impl<'a> Driver<'a> {
 
     /// Records a malformed row.
     fn bad(&mut self, line: u64, reason: String, raw: &[u8]) -> Result<()> {
+        if let Some(origin) = self.origin {
+            let message = origin(line);
+            if let Some(dead) = &mut self.dead_letter {
+                dead.write(&message.at, &reason, &message.raw)?;
+            }
+            self.stats.record_bad(BadRow {
+                line: message.line,
+                reason: format!("{}: {reason}", message.at),
+            });
+            return Ok(());
+        }
         if let Some(dead) = &mut self.dead_letter {
-            dead.write(line, &reason, raw)?;
+            dead.write(&line, &reason, raw)?;
         }
         self.stats.record_bad(BadRow { line, reason });
         Ok(())

@@ -468,8 +468,9 @@ impl QueryCheckpoints {
     /// Barrier `id` reached the sink, which committed at `commit`: writes
     /// the checkpoint and forgets older ones still in flight (they can no
     /// longer complete). A checkpoint that cannot be written is reported
-    /// and counted, and the query carries on.
-    pub fn complete(&self, id: u64, commit: Option<SinkCommit>) {
+    /// and counted, and the query carries on. Returns whether it was
+    /// written.
+    pub fn complete(&self, id: u64, commit: Option<SinkCommit>) -> bool {
         let partial = {
             let mut pending = lock(&self.partial);
             let partial = pending.remove(&id).unwrap_or_default();
@@ -478,7 +479,7 @@ impl QueryCheckpoints {
         };
         let stats = &self.coordinator.stats;
         let savepoint = self.coordinator.savepoint_root(id).is_some();
-        match self.write(id, partial, commit) {
+        let written = match self.write(id, partial, commit) {
             Ok(info) => {
                 if !savepoint {
                     self.kept(id);
@@ -491,6 +492,7 @@ impl QueryCheckpoints {
                 stats
                     .last_completed_ms
                     .store(chrono::Utc::now().timestamp_millis(), Ordering::Relaxed);
+                true
             }
             Err(e) => {
                 stats.failed.fetch_add(1, Ordering::Relaxed);
@@ -498,9 +500,11 @@ impl QueryCheckpoints {
                     "vigil: warning: checkpoint {id} of query {} was not written: {e}",
                     self.name
                 );
+                false
             }
-        }
+        };
         self.coordinator.count_completion(id);
+        written
     }
 
     fn write(

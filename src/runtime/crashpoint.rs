@@ -14,6 +14,8 @@
 //!   manifest not yet;
 //! - `before-manifest`: a sink committed a checkpoint, the query's manifest
 //!   is not written yet;
+//! - `after-manifest`: a query's manifest is written, its sink is not yet
+//!   told (a Kafka sink has not committed the checkpoint's transaction);
 //! - `sink-flush`: a file sink wrote a checkpoint's rows and is about to
 //!   sync them.
 

@@ -498,6 +498,11 @@ fn run_sink(
     checkpoints: Option<Arc<QueryCheckpoints>>,
     time_column: Option<usize>,
 ) -> Result<()> {
+    if checkpoints.is_none()
+        && let Some(why) = sink.needs_checkpoints()
+    {
+        return Err(Error::Plan(why));
+    }
     while let Some(message) = input.blocking_recv() {
         match message {
             Message::Batch(batch) | Message::Changes(batch, _) => {
@@ -513,7 +518,10 @@ fn run_sink(
                 if let Some(checkpoints) = &checkpoints {
                     let commit = sink.checkpoint()?;
                     crashpoint::hit("before-manifest");
-                    checkpoints.complete(id, commit);
+                    if checkpoints.complete(id, commit) {
+                        crashpoint::hit("after-manifest");
+                        sink.committed()?;
+                    }
                 }
             }
             Message::Watermark(w) if w != END_OF_INPUT => {

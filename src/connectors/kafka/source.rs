@@ -1,0 +1,898 @@
+//! `CREATE STREAM ... WITH (connector = 'kafka', ...)`: every partition of
+//! a topic, decoded into the stream's rows.
+//!
+//! # Offsets
+//!
+//! The offsets read so far are the source's [`SourcePosition`]
+//! (`extra.offsets`: partition -> next offset), so vigil's checkpoints are
+//! the source of truth: a restored query seeks every partition to the
+//! offset its checkpoint holds, whatever Kafka has. Without a checkpoint,
+//! `start` says where to begin: `committed` (the group's committed offsets,
+//! else the earliest), `earliest` or `latest`. Offsets are also committed
+//! to Kafka under `group` every few seconds, only so that the usual tools
+//! show the lag.
+//!
+//! # Messages and rows
+//!
+//! One message is one row. `format = 'json'` takes a JSON object per
+//! message, `csv` one CSV record (the declared columns in order, no
+//! header), `raw` the payload as the stream's one text column. Columns
+//! named `_key`, `_partition`, `_offset`, `_timestamp` and `_headers` (a
+//! JSON object as text) are filled from the message itself, and with
+//! `ts_from = 'kafka'` so is the event-time column, from the message
+//! timestamp. A message that does not decode is a bad row: counted, named
+//! by partition and offset, and copied to `dead_letter` as it came.
+//!
+//! # Brokers that cannot be reached
+//!
+//! librdkafka retries with back-off; its errors become warnings (see
+//! [`Reporter`]) and the source waits, so a broker that comes back is read
+//! from where the source stood.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::record_batch::RecordBatch;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use serde_json::{Value, json};
+
+use super::super::file::{TEXT_OPTIONS, decoding};
+use super::super::options::{DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, Options};
+use super::super::registry::{
+    OptionSpec, OptionType, Reader, SourceConnector, SourceRead, StreamDecl,
+};
+use super::super::timestamp::format_timestamp_ms;
+use super::super::{
+    Format, MessageOrigin, Replay, SourceConfig, SourceLocation, SourcePosition, SourceStats,
+    dead_letter_line, read_messages,
+};
+use super::{BOOTSTRAP, CALL_TIMEOUT, Endpoint, PROPERTIES, Reporter, TOPIC, kafka_error};
+use crate::error::{Error, Result};
+
+/// How long one poll waits for a message; also the longest the source goes
+/// without an empty batch while it waits.
+const POLL: Duration = Duration::from_millis(100);
+
+/// How often offsets are committed to Kafka for monitoring.
+const COMMIT_EVERY: Duration = Duration::from_secs(5);
+
+/// The longest wait between two tries to read a topic's partitions.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+const OPTIONS: &[OptionSpec] = &[
+    BOOTSTRAP,
+    TOPIC,
+    OptionSpec {
+        name: "format",
+        ty: OptionType::Choice(&["json", "jsonl", "csv", "raw"]),
+        default: Some("json"),
+        accepted: "json, csv, raw",
+        doc: "a message is a JSON object, a CSV record, or the text of the one column",
+    },
+    OptionSpec {
+        name: "group",
+        ty: OptionType::Text,
+        default: Some("vigil-<stream>"),
+        accepted: "a consumer group name",
+        doc: "the consumer group offsets are committed under (for monitoring lag)",
+    },
+    OptionSpec {
+        name: "start",
+        ty: OptionType::Choice(&["committed", "earliest", "latest"]),
+        default: Some("committed"),
+        accepted: "committed, earliest, latest",
+        doc: "where to begin without a checkpoint (committed falls back to earliest)",
+    },
+    OptionSpec {
+        name: "stop_at",
+        ty: OptionType::Choice(&["never", "latest"]),
+        default: Some("never"),
+        accepted: "never, latest",
+        doc: "`latest` ends the stream at the offsets the topic had when it started",
+    },
+    OptionSpec {
+        name: "ts_from",
+        ty: OptionType::Choice(&["column", "kafka"]),
+        default: Some("column"),
+        accepted: "column, kafka",
+        doc: "the event time: decoded from its column, or the message timestamp",
+    },
+    TEXT_OPTIONS[3],
+    TEXT_OPTIONS[4],
+    TEXT_OPTIONS[7],
+    TEXT_OPTIONS[8],
+    PROPERTIES,
+];
+
+/// The columns a message fills itself, with the types they may have.
+const META: &[(&str, &[DataType])] = &[
+    ("_key", &[DataType::Utf8]),
+    ("_partition", &[DataType::Int64, DataType::Int32]),
+    ("_offset", &[DataType::Int64]),
+    (
+        "_timestamp",
+        &[DataType::Timestamp(
+            datafusion::arrow::datatypes::TimeUnit::Millisecond,
+            None,
+        )],
+    ),
+    ("_headers", &[DataType::Utf8]),
+];
+
+/// `connector = 'kafka'` in `CREATE STREAM`.
+pub struct KafkaSourceConnector;
+
+impl SourceConnector for KafkaSourceConnector {
+    fn name(&self) -> &'static str {
+        "kafka"
+    }
+    fn summary(&self) -> &'static str {
+        "every partition of a Kafka topic (JSON, CSV or raw messages); offsets live in checkpoints"
+    }
+    fn options(&self) -> &'static [OptionSpec] {
+        OPTIONS
+    }
+    fn configure(&self, decl: &StreamDecl<'_>, opts: &Options<'_>) -> Result<SourceConfig> {
+        let format = match opts.choice("format")? {
+            Some("csv") => MessageFormat::Csv,
+            Some("raw") => MessageFormat::Raw,
+            _ => MessageFormat::Json,
+        };
+        let kafka = KafkaSource {
+            endpoint: Endpoint::from_options(opts)?,
+            group: opts
+                .text("group")
+                .map_or_else(|| format!("vigil-{}", decl.stream), str::to_string),
+            start: match opts.choice("start")? {
+                Some("earliest") => Start::Earliest,
+                Some("latest") => Start::Latest,
+                _ => Start::Committed,
+            },
+            stop_at_latest: opts.choice("stop_at")? == Some("latest"),
+            columns: MessageColumns::of(decl, format, opts.choice("ts_from")? == Some("kafka"))?,
+        };
+        let text_format = match format {
+            MessageFormat::Csv => Format::Csv,
+            _ => Format::Jsonl,
+        };
+        let batch_size = match opts.count("batch_size")? {
+            None => DEFAULT_BATCH_SIZE,
+            Some(n) if (1..=MAX_BATCH_SIZE as u64).contains(&n) => n as usize,
+            Some(_) => {
+                return Err(opts.bad_value("batch_size", opts.get("batch_size").unwrap_or("")));
+            }
+        };
+        Ok(SourceConfig {
+            stream: decl.stream.to_string(),
+            schema: decl.schema.clone(),
+            connector: "kafka",
+            location: SourceLocation::Connector(Reader(Arc::new(kafka))),
+            format: text_format,
+            replay: Replay::Fast,
+            event_time: decl.event_time,
+            batch_size,
+            dead_letter: opts.path("dead_letter", decl.base_dir)?,
+            follow: false,
+            decode_threads: 1,
+            decode: decoding(opts, text_format)?,
+        })
+    }
+}
+
+/// How a message's payload encodes a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageFormat {
+    /// A JSON object, fields matched to columns by name.
+    Json,
+    /// One CSV record: the stream's payload columns, in declared order.
+    Csv,
+    /// The payload as the text of the stream's one payload column.
+    Raw,
+}
+
+/// Where a stream begins without a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// The group's committed offsets; the earliest where it has none.
+    Committed,
+    /// The earliest offset each partition still has.
+    Earliest,
+    /// Only messages produced from now on.
+    Latest,
+}
+
+/// Which columns come from the payload and which from the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageColumns {
+    /// How payloads are decoded.
+    pub format: MessageFormat,
+    /// The columns the payload holds, in declared order.
+    pub payload: Vec<String>,
+    /// The metadata columns declared (`_key`, ...).
+    pub meta: Vec<String>,
+    /// With `ts_from = 'kafka'`: the event-time column, filled from the
+    /// message timestamp.
+    pub time_from_message: Option<String>,
+}
+
+impl MessageColumns {
+    fn of(decl: &StreamDecl<'_>, format: MessageFormat, ts_from_kafka: bool) -> Result<Self> {
+        let time_from_message = match (ts_from_kafka, decl.event_time) {
+            (false, _) => None,
+            (true, Some(i)) => Some(decl.schema.field(i).name().clone()),
+            (true, None) => {
+                return Err(Error::Plan(format!(
+                    "stream {}: ts_from = 'kafka' needs an event-time column (WATERMARK FOR ...)",
+                    decl.stream
+                )));
+            }
+        };
+        let mut payload = Vec::new();
+        let mut meta = Vec::new();
+        for field in decl.schema.fields() {
+            let name = field.name();
+            if let Some((_, types)) = META.iter().find(|(m, _)| m == name) {
+                if !types.contains(field.data_type()) {
+                    return Err(Error::Plan(format!(
+                        "stream {}: column {name} is filled from the Kafka message and must be {}",
+                        decl.stream,
+                        meta_type(name)
+                    )));
+                }
+                meta.push(name.clone());
+            } else if Some(name) != time_from_message.as_ref() {
+                payload.push(name.clone());
+            }
+        }
+        if format == MessageFormat::Raw {
+            let text = payload.len() == 1
+                && decl
+                    .schema
+                    .field_with_name(&payload[0])
+                    .is_ok_and(|f| f.data_type() == &DataType::Utf8);
+            if !text {
+                return Err(Error::Plan(format!(
+                    "stream {}: format = 'raw' needs exactly one TEXT column besides the ones the message fills (_key, _partition, _offset, _timestamp, _headers{}); it has {}",
+                    decl.stream,
+                    if time_from_message.is_some() {
+                        ", the event time"
+                    } else {
+                        ""
+                    },
+                    if payload.is_empty() {
+                        "none".to_string()
+                    } else {
+                        payload.join(", ")
+                    }
+                )));
+            }
+        }
+        Ok(MessageColumns {
+            format,
+            payload,
+            meta,
+            time_from_message,
+        })
+    }
+}
+
+fn meta_type(name: &str) -> &'static str {
+    match name {
+        "_partition" | "_offset" => "BIGINT",
+        "_timestamp" => "TIMESTAMP",
+        _ => "TEXT",
+    }
+}
+
+/// A configured `kafka` stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaSource {
+    /// Brokers, topic, librdkafka settings.
+    pub endpoint: Endpoint,
+    /// The group offsets are committed under.
+    pub group: String,
+    /// Where to begin without a checkpoint.
+    pub start: Start,
+    /// End at the offsets the topic had when reading began.
+    pub stop_at_latest: bool,
+    /// How messages become rows.
+    pub columns: MessageColumns,
+}
+
+impl SourceRead for KafkaSource {
+    fn describe(&self) -> String {
+        format!(
+            "kafka topic {} at {}",
+            self.endpoint.topic, self.endpoint.bootstrap
+        )
+    }
+    fn explain(&self) -> String {
+        format!("kafka, topic {}, group {}", self.endpoint.topic, self.group)
+    }
+    fn live_because(&self) -> &'static str {
+        "connector 'kafka' reads a topic that has no end (unless stop_at = 'latest')"
+    }
+    fn read(
+        &self,
+        config: &SourceConfig,
+        stats: &SourceStats,
+        start: Option<&SourcePosition>,
+        emit: &mut dyn FnMut(RecordBatch) -> bool,
+    ) -> Result<()> {
+        Reading::open(self, config, stats, start)?.run(emit)
+    }
+}
+
+/// One reading of a topic.
+struct Reading<'a> {
+    source: &'a KafkaSource,
+    config: &'a SourceConfig,
+    stats: &'a SourceStats,
+    consumer: BaseConsumer<Reporter>,
+    progress: Progress,
+    /// With `stop_at = 'latest'`: per partition, the offset to stop at.
+    end: Option<BTreeMap<i32, i64>>,
+    last_commit: Instant,
+}
+
+/// What a reading has done: its position.
+#[derive(Debug, Default)]
+struct Progress {
+    /// Per partition, the offset of the next message to read; partitions
+    /// not in it yet start where `start` says.
+    offsets: BTreeMap<i32, i64>,
+    rows: u64,
+    bad_rows: u64,
+}
+
+/// What decoding a poll's messages needs.
+#[derive(Clone, Copy)]
+struct Decoder<'a> {
+    columns: &'a MessageColumns,
+    config: &'a SourceConfig,
+    stats: &'a SourceStats,
+}
+
+impl<'a> Reading<'a> {
+    fn open(
+        source: &'a KafkaSource,
+        config: &'a SourceConfig,
+        stats: &'a SourceStats,
+        start: Option<&SourcePosition>,
+    ) -> Result<Self> {
+        let reporter = Reporter::new(format!("stream {}", config.stream));
+        let reset = match source.start {
+            Start::Latest => "latest",
+            _ => "earliest",
+        };
+        let consumer: BaseConsumer<Reporter> = source
+            .endpoint
+            .client_config(&[
+                ("group.id", &source.group),
+                ("enable.auto.commit", "false"),
+                ("enable.auto.offset.store", "false"),
+                ("auto.offset.reset", reset),
+                ("isolation.level", "read_committed"),
+            ])
+            .create_with_context(reporter)
+            .map_err(|e| kafka_error(&format!("stream {}", config.stream), e))?;
+        let progress = match start {
+            Some(position) => {
+                stats.rows.store(position.rows, Ordering::Relaxed);
+                stats.bad_rows.store(position.bad_rows, Ordering::Relaxed);
+                Progress {
+                    offsets: offsets_of(&config.stream, position)?,
+                    rows: position.rows,
+                    bad_rows: position.bad_rows,
+                }
+            }
+            None => Progress::default(),
+        };
+        Ok(Reading {
+            source,
+            config,
+            stats,
+            consumer,
+            progress,
+            end: None,
+            last_commit: Instant::now(),
+        })
+    }
+
+    fn run(mut self, emit: &mut dyn FnMut(RecordBatch) -> bool) -> Result<()> {
+        let Some(partitions) = self.partitions(emit) else {
+            return Ok(());
+        };
+        self.assign(&partitions)?;
+        if self.source.stop_at_latest {
+            self.end = Some(self.high_watermarks(&partitions)?);
+        }
+        loop {
+            if self.stats.stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let messages = poll_batch(&self.consumer, self.config.batch_size);
+            let decoder = Decoder {
+                columns: &self.source.columns,
+                config: self.config,
+                stats: self.stats,
+            };
+            let batch = self.progress.decode(decoder, &messages)?;
+            drop(messages);
+            self.store_position();
+            if !emit(batch) {
+                return Ok(());
+            }
+            self.commit_for_monitoring(false);
+            if self.at_end() {
+                self.commit_for_monitoring(true);
+                return Ok(());
+            }
+        }
+    }
+
+    /// The topic's partitions, retried with back-off until the brokers
+    /// answer (empty batches go out meanwhile); `None` when asked to stop.
+    fn partitions(&self, emit: &mut dyn FnMut(RecordBatch) -> bool) -> Option<Vec<i32>> {
+        let topic = &self.source.endpoint.topic;
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match self.consumer.fetch_metadata(Some(topic), CALL_TIMEOUT) {
+                Ok(metadata) => {
+                    let found = metadata.topics().iter().find(|t| t.name() == topic);
+                    match found.map(|t| (t.error(), t.partitions())) {
+                        Some((None, partitions)) if !partitions.is_empty() => {
+                            return Some(partitions.iter().map(|p| p.id()).collect());
+                        }
+                        Some((Some(e), _)) => self.warn(&format!(
+                            "topic {topic}: {}; retrying",
+                            rdkafka::error::RDKafkaErrorCode::from(e)
+                        )),
+                        _ => self.warn(&format!("topic {topic} has no partitions; retrying")),
+                    }
+                }
+                Err(e) => self.warn(&format!(
+                    "cannot read the partitions of {topic}: {e}; retrying"
+                )),
+            }
+            let until = Instant::now() + backoff;
+            while Instant::now() < until {
+                if self.stats.stop.load(Ordering::Relaxed) || !self.idle(emit) {
+                    return None;
+                }
+                std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())));
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    fn warn(&self, message: &str) {
+        self.consumer.context().warn(message);
+    }
+
+    /// Emits an empty batch, as a waiting source does.
+    fn idle(&self, emit: &mut dyn FnMut(RecordBatch) -> bool) -> bool {
+        self.store_position();
+        emit(RecordBatch::new_empty(self.config.schema.clone()))
+    }
+
+    fn assign(&self, partitions: &[i32]) -> Result<()> {
+        let topic = &self.source.endpoint.topic;
+        let mut list = TopicPartitionList::new();
+        for &p in partitions {
+            let offset = match (self.progress.offsets.get(&p), self.source.start) {
+                (Some(&next), _) => Offset::Offset(next),
+                (None, Start::Committed) => Offset::Stored,
+                (None, Start::Earliest) => Offset::Beginning,
+                (None, Start::Latest) => Offset::End,
+            };
+            list.add_partition_offset(topic, p, offset)
+                .map_err(|e| kafka_error(topic, e))?;
+        }
+        self.consumer
+            .assign(&list)
+            .map_err(|e| kafka_error(&format!("assigning the partitions of {topic}"), e))
+    }
+
+    fn high_watermarks(&self, partitions: &[i32]) -> Result<BTreeMap<i32, i64>> {
+        let topic = &self.source.endpoint.topic;
+        partitions
+            .iter()
+            .map(|&p| {
+                let (low, high) = self
+                    .consumer
+                    .fetch_watermarks(topic, p, CALL_TIMEOUT)
+                    .map_err(|e| kafka_error(&format!("the end of {topic} partition {p}"), e))?;
+                Ok((p, low, high))
+            })
+            // An empty partition has nothing to wait for.
+            .filter(|r| !matches!(r, Ok((_, low, high)) if low >= high))
+            .map(|r| r.map(|(p, _, high)| (p, high)))
+            .collect()
+    }
+
+    fn position(&self) -> SourcePosition {
+        let offsets: serde_json::Map<String, Value> = self
+            .progress
+            .offsets
+            .iter()
+            .map(|(p, o)| (p.to_string(), json!(o)))
+            .collect();
+        SourcePosition {
+            rows: self.progress.rows,
+            bad_rows: self.progress.bad_rows,
+            extra: json!({ "offsets": offsets }),
+            ..SourcePosition::default()
+        }
+    }
+
+    fn store_position(&self) {
+        *self
+            .stats
+            .position
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(self.position());
+    }
+
+    /// Commits the offsets read to the group, for `kafka-consumer-groups`
+    /// and lag dashboards; restores never read them back while a
+    /// checkpoint exists.
+    fn commit_for_monitoring(&mut self, now: bool) {
+        if self.progress.offsets.is_empty() || (!now && self.last_commit.elapsed() < COMMIT_EVERY) {
+            return;
+        }
+        self.last_commit = Instant::now();
+        let topic = &self.source.endpoint.topic;
+        let mut list = TopicPartitionList::new();
+        for (&p, &next) in &self.progress.offsets {
+            if list
+                .add_partition_offset(topic, p, Offset::Offset(next))
+                .is_err()
+            {
+                return;
+            }
+        }
+        let mode = if now {
+            CommitMode::Sync
+        } else {
+            CommitMode::Async
+        };
+        if let Err(e) = self.consumer.commit(&list, mode) {
+            self.warn(&format!("committing offsets for monitoring: {e}"));
+        }
+    }
+
+    /// With `stop_at = 'latest'`: whether every partition reached its end.
+    fn at_end(&self) -> bool {
+        let Some(end) = &self.end else {
+            return false;
+        };
+        let Ok(position) = self.consumer.position() else {
+            return false;
+        };
+        end.iter().all(|(&p, &high)| {
+            let read = self.progress.offsets.get(&p).copied();
+            let fetched = position
+                .find_partition(&self.source.endpoint.topic, p)
+                .and_then(|e| match e.offset() {
+                    Offset::Offset(o) => Some(o),
+                    _ => None,
+                });
+            read.max(fetched).is_some_and(|o| o >= high)
+        })
+    }
+}
+
+impl Progress {
+    /// Decodes `messages` into one batch, counting and dead-lettering the
+    /// ones that do not decode; moves the offsets past them.
+    fn decode(&mut self, d: Decoder<'_>, messages: &[BorrowedMessage<'_>]) -> Result<RecordBatch> {
+        let columns = d.columns;
+        let mut text = Vec::new();
+        if columns.format == MessageFormat::Csv {
+            text.extend_from_slice(csv_header(columns).as_bytes());
+        }
+        // The messages that made a line of `text`, in order; the others
+        // were bad before decoding.
+        let mut lines = Vec::with_capacity(messages.len());
+        let origin = |m: &BorrowedMessage<'_>| MessageOrigin {
+            at: format!("partition {} offset {}", m.partition(), m.offset()),
+            line: m.offset().max(0) as u64,
+            raw: m.payload().unwrap_or_default().to_vec(),
+        };
+        for m in messages {
+            self.offsets.insert(m.partition(), m.offset() + 1);
+            match message_line(columns, m, &mut text) {
+                Ok(()) => lines.push(m),
+                Err(reason) => self.bad(d, origin(m), reason)?,
+            }
+        }
+        let scratch = SourceStats::default();
+        let mut batches = Vec::new();
+        read_messages(
+            d.config,
+            d.config.format,
+            &text,
+            &scratch,
+            &|line| {
+                let first = if columns.format == MessageFormat::Csv {
+                    2
+                } else {
+                    1
+                };
+                let index = line.saturating_sub(first) as usize;
+                lines.get(index).map_or_else(
+                    || MessageOrigin {
+                        at: format!("line {line}"),
+                        line,
+                        raw: Vec::new(),
+                    },
+                    |m| origin(m),
+                )
+            },
+            &mut |b| {
+                batches.push(b);
+                true
+            },
+        )?;
+        self.absorb(d, &scratch);
+        let batch = concat_batches(&d.config.schema, &batches)?;
+        self.rows += batch.num_rows() as u64;
+        d.stats
+            .rows
+            .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+        if let Some(i) = d.config.event_time
+            && let Some(max) = datafusion::arrow::compute::max(
+                batch
+                    .column(i)
+                    .as_any()
+                    .downcast_ref::<datafusion::arrow::array::TimestampMillisecondArray>()
+                    .expect("the event-time column is TIMESTAMP"),
+            )
+        {
+            d.stats.max_event_time.raise(max);
+        }
+        Ok(batch)
+    }
+
+    /// A message that could not even be made a line.
+    fn bad(&mut self, d: Decoder<'_>, origin: MessageOrigin, reason: String) -> Result<()> {
+        if let Some(path) = &d.config.dead_letter {
+            append_dead_letter(path, &origin, &reason)?;
+        }
+        d.stats.record_bad(crate::connectors::BadRow {
+            line: origin.line,
+            reason: format!("{}: {reason}", origin.at),
+        });
+        self.bad_rows += 1;
+        Ok(())
+    }
+
+    /// Adds the bad rows a decoding met to the stream's counters.
+    fn absorb(&mut self, d: Decoder<'_>, scratch: &SourceStats) {
+        let count = scratch.bad_rows.load(Ordering::Relaxed);
+        let samples = std::mem::take(
+            &mut *scratch
+                .bad_samples
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        let kept = samples.len() as u64;
+        for bad in samples {
+            d.stats.record_bad(bad);
+        }
+        // Bad rows beyond the decoder's kept samples are counted only.
+        d.stats
+            .bad_rows
+            .fetch_add(count.saturating_sub(kept), Ordering::Relaxed);
+        self.bad_rows += count;
+    }
+}
+
+/// Messages until a batch is full or a poll finds none.
+fn poll_batch(consumer: &BaseConsumer<Reporter>, batch_size: usize) -> Vec<BorrowedMessage<'_>> {
+    let mut messages = Vec::new();
+    let deadline = Instant::now() + POLL;
+    while messages.len() < batch_size {
+        let wait = if messages.is_empty() {
+            deadline.saturating_duration_since(Instant::now())
+        } else {
+            Duration::ZERO
+        };
+        match consumer.poll(wait) {
+            Some(Ok(m)) => messages.push(m),
+            Some(Err(e)) => {
+                consumer.context().warn(&e.to_string());
+                break;
+            }
+            None => break,
+        }
+    }
+    messages
+}
+
+/// The offsets a position holds.
+fn offsets_of(stream: &str, position: &SourcePosition) -> Result<BTreeMap<i32, i64>> {
+    let bad = || {
+        Error::Connector(format!(
+            "stream {stream}: the checkpoint's kafka position is damaged: {}",
+            position.extra
+        ))
+    };
+    let Some(offsets) = position.extra.get("offsets").and_then(Value::as_object) else {
+        return Err(bad());
+    };
+    offsets
+        .iter()
+        .map(|(p, o)| Ok((p.parse().map_err(|_| bad())?, o.as_i64().ok_or_else(bad)?)))
+        .collect()
+}
+
+/// The header line the CSV decoder reads messages under.
+fn csv_header(columns: &MessageColumns) -> String {
+    let mut names: Vec<&str> = columns.payload.iter().map(String::as_str).collect();
+    names.extend(columns.meta.iter().map(String::as_str));
+    names.extend(columns.time_from_message.as_deref());
+    let mut header = names
+        .iter()
+        .map(|n| csv_field(n))
+        .collect::<Vec<_>>()
+        .join(",");
+    header.push('\n');
+    header
+}
+
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
+}
+
+/// The metadata values a message gives its row: (column, JSON value).
+fn meta_values(columns: &MessageColumns, m: &BorrowedMessage<'_>) -> Vec<(String, Value)> {
+    let timestamp = m.timestamp().to_millis();
+    let mut values: Vec<(String, Value)> = columns
+        .meta
+        .iter()
+        .map(|name| {
+            let value = match name.as_str() {
+                "_key" => m
+                    .key()
+                    .map_or(Value::Null, |k| json!(String::from_utf8_lossy(k))),
+                "_partition" => json!(m.partition()),
+                "_offset" => json!(m.offset()),
+                "_timestamp" => timestamp.map_or(Value::Null, |t| json!(format_timestamp_ms(t))),
+                _ => json!(headers_json(m).to_string()),
+            };
+            (name.clone(), value)
+        })
+        .collect();
+    if let Some(name) = &columns.time_from_message {
+        let value = timestamp.map_or(Value::Null, |t| json!(format_timestamp_ms(t)));
+        values.push((name.clone(), value));
+    }
+    values
+}
+
+fn headers_json(m: &BorrowedMessage<'_>) -> Value {
+    let mut object = serde_json::Map::new();
+    if let Some(headers) = m.headers() {
+        for i in 0..headers.count() {
+            let h = headers.get(i);
+            let value = h
+                .value
+                .map_or(Value::Null, |v| json!(String::from_utf8_lossy(v)));
+            object.insert(h.key.to_string(), value);
+        }
+    }
+    Value::Object(object)
+}
+
+/// Appends the line the decoder reads for `m` to `text`, or says why the
+/// message cannot be one.
+fn message_line(
+    columns: &MessageColumns,
+    m: &BorrowedMessage<'_>,
+    text: &mut Vec<u8>,
+) -> std::result::Result<(), String> {
+    let Some(payload) = m.payload() else {
+        return Err("the message has no value".to_string());
+    };
+    let meta = meta_values(columns, m);
+    match columns.format {
+        MessageFormat::Json => json_line(payload, &meta, text),
+        MessageFormat::Raw => {
+            let mut object = serde_json::Map::new();
+            object.insert(
+                columns.payload[0].clone(),
+                json!(String::from_utf8_lossy(payload)),
+            );
+            object.extend(meta);
+            text.extend_from_slice(Value::Object(object).to_string().as_bytes());
+            text.push(b'\n');
+            Ok(())
+        }
+        MessageFormat::Csv => csv_line(payload, &meta, text),
+    }
+}
+
+/// The payload's JSON object with the metadata fields added at its end
+/// (they win over payload fields of the same name); newlines, which JSON
+/// allows only as whitespace, become spaces so the object is one line.
+fn json_line(
+    payload: &[u8],
+    meta: &[(String, Value)],
+    text: &mut Vec<u8>,
+) -> std::result::Result<(), String> {
+    let body = payload.trim_ascii();
+    let start = text.len();
+    text.extend(body.iter().map(|&b| match b {
+        b'\n' | b'\r' => b' ',
+        _ => b,
+    }));
+    if !meta.is_empty() && body.first() == Some(&b'{') && body.last() == Some(&b'}') {
+        text.pop();
+        let empty = body[1..body.len() - 1].trim_ascii().is_empty();
+        let mut fields = String::new();
+        for (i, (name, value)) in meta.iter().enumerate() {
+            if i > 0 || !empty {
+                fields.push(',');
+            }
+            let _ = write!(fields, "{}:{value}", json!(name));
+        }
+        fields.push('}');
+        text.extend_from_slice(fields.as_bytes());
+    }
+    if text.len() == start {
+        return Err("the message is empty".to_string());
+    }
+    text.push(b'\n');
+    Ok(())
+}
+
+/// The payload's CSV record with the metadata values after it.
+fn csv_line(
+    payload: &[u8],
+    meta: &[(String, Value)],
+    text: &mut Vec<u8>,
+) -> std::result::Result<(), String> {
+    let record = payload.strip_suffix(b"\n").unwrap_or(payload);
+    let record = record.strip_suffix(b"\r").unwrap_or(record);
+    if record.contains(&b'\n') {
+        return Err("a CSV message must be one record on one line".to_string());
+    }
+    text.extend_from_slice(record);
+    for (_, value) in meta {
+        text.push(b',');
+        let field = match value {
+            Value::Null => String::new(),
+            Value::String(s) => csv_field(s),
+            other => other.to_string(),
+        };
+        text.extend_from_slice(field.as_bytes());
+    }
+    text.push(b'\n');
+    Ok(())
+}
+
+/// Appends a message that never reached the decoder to the dead-letter
+/// file, as the decoder writes its bad rows.
+fn append_dead_letter(path: &std::path::Path, origin: &MessageOrigin, reason: &str) -> Result<()> {
+    use std::io::Write;
+    let line = dead_letter_line(&origin.at, reason, &origin.raw);
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(&line))
+        .map_err(|e| Error::io(format!("writing dead-letter file {}", path.display()), e))
+}

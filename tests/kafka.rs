@@ -1,0 +1,330 @@
+//! The `kafka` connector against a real Kafka protocol: librdkafka's mock
+//! cluster, served on a localhost port by this test process, with `vigil
+//! run` processes as its clients. Results are read back with
+//! `isolation.level = read_committed`, as a downstream consumer would.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+const HOSTS: usize = 6;
+/// Seconds of data per host, one row a second.
+const SECONDS: usize = 3000;
+const T0: i64 = 1_700_000_000_000;
+
+/// A mock cluster with topic `metrics` (3 partitions) and `out` (1).
+fn cluster() -> MockCluster<'static, rdkafka::producer::DefaultProducerContext> {
+    let cluster = MockCluster::new(1).expect("the mock cluster starts");
+    cluster.create_topic("metrics", 3, 1).unwrap();
+    cluster.create_topic("out", 1, 1).unwrap();
+    cluster
+}
+
+fn producer(bootstrap: &str) -> BaseProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap()
+}
+
+fn cpu(host: usize, second: usize) -> usize {
+    (host * 7 + second * 13) % 100
+}
+
+/// Every row as a JSON message keyed by its host, in event-time order,
+/// and three messages that do not decode.
+fn produce_metrics(bootstrap: &str) {
+    let producer = producer(bootstrap);
+    let send = |key: &str, payload: Option<&str>| loop {
+        let mut record = BaseRecord::<str, str>::to("metrics").key(key);
+        if let Some(p) = payload {
+            record = record.payload(p);
+        }
+        match producer.send(record) {
+            Ok(()) => break,
+            Err(_) => {
+                producer.poll(Duration::from_millis(20));
+            }
+        }
+    };
+    for second in 0..SECONDS {
+        for host in 0..HOSTS {
+            let ts = T0 + second as i64 * 1000;
+            let row = format!(
+                r#"{{"ts": {ts}, "host": "h{host}", "cpu": {}}}"#,
+                cpu(host, second)
+            );
+            send(&format!("h{host}"), Some(&row));
+        }
+        if second == 100 {
+            send("h0", Some("not json at all"));
+            send("h1", Some(r#"{"ts": "yesterday", "host": "h1", "cpu": 1}"#));
+            send("h2", None);
+        }
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// What the query must give: per host and minute, the rows and their cpu
+/// sum.
+fn expected() -> BTreeMap<(String, i64), (u64, u64)> {
+    let mut want = BTreeMap::new();
+    for host in 0..HOSTS {
+        for second in 0..SECONDS {
+            let minute = (T0 + second as i64 * 1000) / 60_000 * 60_000;
+            let e = want.entry((format!("h{host}"), minute)).or_insert((0, 0));
+            e.0 += 1;
+            e.1 += cpu(host, second) as u64;
+        }
+    }
+    want
+}
+
+/// Every message of `topic` a read_committed consumer sees: (key, value).
+fn read_topic(bootstrap: &str, topic: &str) -> Vec<(Option<String>, String)> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "test-reader")
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let (_, high) = consumer
+        .fetch_watermarks(topic, 0, Duration::from_secs(10))
+        .unwrap();
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(topic, 0, Offset::Beginning)
+        .unwrap();
+    consumer.assign(&list).unwrap();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => out.push((
+                m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+                String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+            )),
+            Some(Err(e)) => panic!("reading {topic}: {e}"),
+            None => {
+                let position = consumer.position().unwrap();
+                let at = position.find_partition(topic, 0).map(|e| e.offset());
+                if matches!(at, Some(Offset::Offset(o)) if o >= high) {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The results in `messages`, checked to be keyed by their host and
+/// unique.
+fn results(messages: &[(Option<String>, String)]) -> BTreeMap<(String, i64), (u64, u64)> {
+    let mut got = BTreeMap::new();
+    for (key, value) in messages {
+        let row: serde_json::Value = serde_json::from_str(value).unwrap();
+        let host = row["host"].as_str().unwrap().to_string();
+        assert_eq!(key.as_deref(), Some(host.as_str()), "{value}");
+        let start = chrono::NaiveDateTime::parse_from_str(
+            row["window_start"].as_str().unwrap(),
+            "%Y-%m-%dT%H:%M:%S",
+        )
+        .unwrap()
+        .and_utc()
+        .timestamp_millis();
+        let n = row["n"].as_u64().unwrap();
+        let total = row["total"].as_f64().unwrap() as u64;
+        let before = got.insert((host, start), (n, total));
+        assert!(before.is_none(), "a result came twice: {value}");
+    }
+    got
+}
+
+fn script(dir: &Path, bootstrap: &str, delivery: &str) {
+    let sql = format!(
+        "CREATE STREAM metrics (ts TIMESTAMP, host TEXT, cpu DOUBLE, _partition BIGINT, _offset BIGINT,
+           WATERMARK FOR ts AS ts - INTERVAL '1' HOUR)
+         WITH (connector = 'kafka', bootstrap = '{bootstrap}', topic = 'metrics',
+               stop_at = 'latest', batch_size = '200', dead_letter = 'bad.txt');
+         CREATE SINK out WITH (connector = 'kafka', bootstrap = '{bootstrap}', topic = 'out',
+               key = 'host', delivery = '{delivery}');
+         INSERT INTO out
+           SELECT window_start, host, count(*) AS n, sum(cpu) AS total
+           FROM TUMBLE(metrics, ts, INTERVAL '1' MINUTE)
+           GROUP BY window_start, window_end, host;
+         "
+    );
+    fs::write(dir.join("q.sql"), sql).unwrap();
+}
+
+fn vigil_run(dir: &Path, crash_at: Option<&str>) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
+    command
+        .current_dir(dir)
+        .args([
+            "run",
+            "q.sql",
+            "--checkpoint-dir",
+            "ck",
+            "--checkpoint-interval",
+            "100ms",
+        ])
+        .env_remove("VIGIL_CRASH_AT")
+        .stdin(Stdio::null());
+    if let Some(point) = crash_at {
+        command.env("VIGIL_CRASH_AT", point);
+    }
+    command.output().expect("vigil runs")
+}
+
+#[test]
+fn a_topic_is_read_aggregated_and_written_back_exactly_once() {
+    let cluster = cluster();
+    let bootstrap = cluster.bootstrap_servers();
+    produce_metrics(&bootstrap);
+    let dir = tempfile::tempdir().unwrap();
+    script(dir.path(), &bootstrap, "exactly_once");
+    let out = vigil_run(dir.path(), None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("rows={} bad=3", HOSTS * SECONDS)),
+        "{stderr}"
+    );
+    let got = results(&read_topic(&bootstrap, "out"));
+    assert_eq!(got, expected());
+
+    // The bad messages are in the dead-letter file as they came, with
+    // their partition and offset.
+    let dead = fs::read_to_string(dir.path().join("bad.txt")).unwrap();
+    let lines: Vec<&str> = dead.lines().collect();
+    assert_eq!(lines.len(), 3, "{dead}");
+    for line in &lines {
+        assert!(line.starts_with("partition "), "{line}");
+        assert!(line.contains(" offset "), "{line}");
+    }
+    assert!(dead.contains("\tnot json at all"), "{dead}");
+    assert!(dead.contains("the message has no value"), "{dead}");
+}
+
+#[test]
+fn a_crash_between_checkpoint_and_commit_loses_and_repeats_nothing() {
+    let cluster = cluster();
+    let bootstrap = cluster.bootstrap_servers();
+    produce_metrics(&bootstrap);
+    let dir = tempfile::tempdir().unwrap();
+    script(dir.path(), &bootstrap, "exactly_once");
+    // Killed after its third checkpoint is written, before its sink
+    // commits the transaction of that checkpoint's results.
+    let first = vigil_run(dir.path(), Some("after-manifest:3"));
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    assert_eq!(first.status.signal(), Some(9), "not killed:\n{stderr}");
+    let second = vigil_run(dir.path(), None);
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{stderr}");
+    assert!(stderr.contains("restored from checkpoint"), "{stderr}");
+    let got = results(&read_topic(&bootstrap, "out"));
+    assert_eq!(got, expected());
+}
+
+#[test]
+fn exactly_once_without_checkpoints_is_refused() {
+    let cluster = cluster();
+    let bootstrap = cluster.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    script(dir.path(), &bootstrap, "exactly_once");
+    let out = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .current_dir(dir.path())
+        .args(["run", "q.sql"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("delivery = 'exactly_once'") && stderr.contains("--checkpoint-dir"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn at_least_once_writes_every_result_without_checkpoints() {
+    let cluster = cluster();
+    let bootstrap = cluster.bootstrap_servers();
+    produce_metrics(&bootstrap);
+    let dir = tempfile::tempdir().unwrap();
+    script(dir.path(), &bootstrap, "at_least_once");
+    let out = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .current_dir(dir.path())
+        .args(["run", "q.sql"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(results(&read_topic(&bootstrap, "out")), expected());
+}
+
+#[test]
+fn an_unreachable_broker_is_reported_and_waited_for() {
+    // A port nothing listens on: the source retries and warns, and the
+    // process stays up until it is stopped.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("q.sql"),
+        format!(
+            "CREATE STREAM metrics (ts TIMESTAMP, host TEXT, cpu DOUBLE, WATERMARK FOR ts AS ts)
+             WITH (connector = 'kafka', bootstrap = '127.0.0.1:{port}', topic = 'metrics');
+             SELECT host, count(*) FROM TUMBLE(metrics, ts, INTERVAL '1' MINUTE)
+             GROUP BY window_start, window_end, host;"
+        ),
+    )
+    .unwrap();
+    let stderr_path = dir.path().join("stderr.txt");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .current_dir(dir.path())
+        .args(["run", "q.sql"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&stderr_path).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut warned = false;
+    while Instant::now() < deadline && !warned {
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "vigil ended: {}",
+            fs::read_to_string(&stderr_path).unwrap()
+        );
+        warned = fs::read_to_string(&stderr_path)
+            .unwrap()
+            .contains("stream metrics: kafka:");
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        warned,
+        "no warning: {}",
+        fs::read_to_string(&stderr_path).unwrap()
+    );
+}
