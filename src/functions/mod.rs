@@ -15,6 +15,9 @@
 //! PRECEDING AND CURRENT ROW)` over a stream of window results:
 //!
 //! - `ewma(x, alpha)`: the exponentially weighted moving average.
+//! - `cusum(x, k, h [, warmup])`: the self-starting two-sided CUSUM of
+//!   `x` against its values since the last alarm; a level shift gives one
+//!   row beyond `h`, then the new level is learnt.
 //! - `cadence(ts)`: the sampling step in seconds, the median gap between
 //!   consecutive distinct timestamps (NULL below two). Order-independent,
 //!   so it is also a plain aggregate of any window, `HOP` included.
@@ -29,9 +32,10 @@
 //!   differences `d_i = v[i] - v[i-period]` before the current row
 //!   (`stddev_pop(d) / sqrt(2)` when the MAD is 0).
 //!
-//! `ewma`, `change_score` and `seasonal_z` depend on row order: they cannot
-//! merge partial states (a `HOP`'s panes), only restore one; their literal
-//! (`alpha`, `n`, `period`) is checked when the query is planned
+//! `ewma`, `cusum`, `change_score` and `seasonal_z` depend on row order:
+//! they cannot merge partial states (a `HOP`'s panes), only restore one;
+//! their literals (`alpha`, `k` and `h`, `n`, `period`) are checked when
+//! the query is planned
 //! ([`check_window_call`]).
 //!
 //! Window functions for peer comparisons score or cluster every row of a
@@ -43,6 +47,7 @@
 mod cadence;
 mod change;
 mod counter;
+mod cusum;
 mod dbscan;
 mod ewma;
 mod frame;
@@ -53,6 +58,7 @@ mod seasonal;
 mod sketch;
 
 pub use change::check_change_score_args;
+pub use cusum::check_cusum_args;
 pub use dbscan::check_dbscan_args;
 pub use ewma::check_ewma_args;
 pub use seasonal::check_seasonal_z_args;
@@ -78,6 +84,7 @@ pub fn register(state: &mut SessionState) -> Result<()> {
         state.register_udaf(Arc::new(AggregateUDF::from(counter::Counter::new(kind))))?;
     }
     state.register_udaf(Arc::new(AggregateUDF::from(ewma::Ewma::default())))?;
+    state.register_udaf(Arc::new(AggregateUDF::from(cusum::Cusum::default())))?;
     state.register_udaf(Arc::new(AggregateUDF::from(cadence::Cadence::default())))?;
     state.register_udaf(Arc::new(AggregateUDF::from(change::udaf())))?;
     state.register_udaf(Arc::new(AggregateUDF::from(seasonal::udaf())))?;
@@ -92,7 +99,8 @@ pub fn register(state: &mut SessionState) -> Result<()> {
 
 /// Checks, when a query is planned, the constant arguments of a window
 /// function call that vigil can check early (`dbscan`'s eps and min_pts,
-/// `ewma`'s alpha, `change_score`'s n, `seasonal_z`'s period).
+/// `ewma`'s alpha, `cusum`'s k, h and warmup, `change_score`'s n,
+/// `seasonal_z`'s period).
 pub fn check_window_call(expr: &datafusion::logical_expr::Expr) -> Result<()> {
     use datafusion::logical_expr::{Expr, WindowFunctionDefinition};
     let Expr::WindowFunction(call) = expr.clone().unalias() else {
@@ -104,6 +112,9 @@ pub fn check_window_call(expr: &datafusion::logical_expr::Expr) -> Result<()> {
         }
         WindowFunctionDefinition::AggregateUDF(udaf) if udaf.name() == "ewma" => {
             check_ewma_args(&call.params.args)
+        }
+        WindowFunctionDefinition::AggregateUDF(udaf) if udaf.name() == "cusum" => {
+            check_cusum_args(&call.params.args)
         }
         WindowFunctionDefinition::AggregateUDF(udaf) if udaf.name() == "change_score" => {
             check_change_score_args(&call.params.args)
@@ -380,7 +391,8 @@ mod tests {
         let rows = doubles(
             &ctx,
             "SELECT ts, change_score(v, 1) OVER w, change_score(CAST(v AS INT), 2) OVER w, \
-                    seasonal_z(v, 2) OVER w, cadence(ts) OVER w \
+                    seasonal_z(v, 2) OVER w, cadence(ts) OVER w, \
+                    cusum(v, 0.5, 5, 2) OVER w \
              FROM s WHERE g = 'a' \
              WINDOW w AS (ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) \
              ORDER BY ts",
@@ -410,6 +422,19 @@ mod tests {
         assert_close(last[2], Some(8.0 / scale), "seasonal_z");
         assert_close(last[3], Some(10.0), "cadence");
         assert_eq!(rows[0][3], None);
+        // cusum with warmup 2: 1, 2 warm up (mean 1.5, sd 0.5); 3: z = 3,
+        // S+ = 2.5; 4: mean 2, sd sqrt(2 / 3), S+ = 2.5 + 2 / sqrt(2 / 3)
+        // - 0.5; 100: mean 2.5, sd sqrt(5 / 4), S+ passes 5, so the
+        // reference restarts at {100}; 9 warms it up; 11: mean 54.5, sd
+        // 45.5, z = -43.5 / 45.5, S- = -z - 0.5.
+        let cusum: Vec<Option<f64>> = rows.iter().map(|row| row[4]).collect();
+        let s4 = 2.0 + 2.0 / (2.0f64 / 3.0).sqrt();
+        let s100 = s4 + 97.5 / 1.25f64.sqrt() - 0.5;
+        let s11 = -(43.5 / 45.5 - 0.5);
+        let expected = [None, None, Some(2.5), Some(s4), Some(s100), None, Some(s11)];
+        for (i, (actual, expected)) in cusum.into_iter().zip(expected).enumerate() {
+            assert_close(actual, expected, &format!("cusum row {i}"));
+        }
     }
 
     #[tokio::test]
@@ -447,6 +472,18 @@ mod tests {
             (
                 "SELECT seasonal_z(v) FROM s",
                 "seasonal_z takes two arguments",
+            ),
+            (
+                "SELECT cusum(g, 0.5, 5) FROM s",
+                "cusum(x, k, h) needs a numeric x, got Utf8",
+            ),
+            (
+                "SELECT cusum(v, 0.5) FROM s",
+                "cusum takes three or four arguments (x, k, h [, warmup]), got 2",
+            ),
+            (
+                "SELECT cusum(v, 0.5, v) FROM s",
+                "cusum: h must be a number literal > 0",
             ),
         ] {
             let message = error(sql).await;
