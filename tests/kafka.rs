@@ -153,7 +153,7 @@ fn results(messages: &[(Option<String>, String)]) -> BTreeMap<(String, i64), (u6
 fn script(dir: &Path, bootstrap: &str, delivery: &str) {
     let sql = format!(
         "CREATE STREAM metrics (ts TIMESTAMP, host TEXT, cpu DOUBLE, _partition BIGINT, _offset BIGINT,
-           WATERMARK FOR ts AS ts - INTERVAL '1' HOUR)
+           WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
          WITH (connector = 'kafka', bootstrap = '{bootstrap}', topic = 'metrics',
                stop_at = 'latest', batch_size = '200', dead_letter = 'bad.txt');
          CREATE SINK out WITH (connector = 'kafka', bootstrap = '{bootstrap}', topic = 'out',
@@ -201,6 +201,9 @@ fn a_topic_is_read_aggregated_and_written_back_exactly_once() {
         stderr.contains(&format!("rows={} bad=3", HOSTS * SECONDS)),
         "{stderr}"
     );
+    // The three partitions arrive at their own pace; aligned, no row is
+    // late for a watermark 5 s behind the newest.
+    assert!(stderr.contains("late=0"), "{stderr}");
     let got = results(&read_topic(&bootstrap, "out"));
     assert_eq!(got, expected());
 
@@ -327,4 +330,68 @@ fn an_unreachable_broker_is_reported_and_waited_for() {
         "no warning: {}",
         fs::read_to_string(&stderr_path).unwrap()
     );
+}
+
+#[test]
+fn a_live_topic_fires_windows_while_a_partition_stays_empty() {
+    // Partition 2 never gets a message: once the consumer reached its end
+    // it is idle and does not hold the watermark back, so windows fire
+    // while the topic is live (no stop_at).
+    let cluster = cluster();
+    let bootstrap = cluster.bootstrap_servers();
+    let producer = producer(&bootstrap);
+    for second in 0..600i64 {
+        for p in 0..2 {
+            let row = format!(
+                r#"{{"ts": {}, "host": "h{p}", "cpu": 1}}"#,
+                T0 + second * 1000
+            );
+            producer
+                .send(
+                    BaseRecord::<str, str>::to("metrics")
+                        .partition(p)
+                        .payload(&row),
+                )
+                .unwrap();
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("q.sql"),
+        format!(
+            "CREATE STREAM metrics (ts TIMESTAMP, host TEXT, cpu DOUBLE,
+               WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+             WITH (connector = 'kafka', bootstrap = '{bootstrap}', topic = 'metrics');
+             CREATE SINK out WITH (path = 'out.csv', format = 'csv');
+             INSERT INTO out SELECT window_start, host, count(*) AS n
+             FROM TUMBLE(metrics, ts, INTERVAL '1' MINUTE)
+             GROUP BY window_start, window_end, host;"
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .current_dir(dir.path())
+        .args(["run", "q.sql"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The data runs from 22:13:20 to 22:23:19: the watermark reaches
+    // 22:23:14 and closes the windows from 22:13 to 22:22, 10 per host.
+    let out = dir.path().join("out.csv");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut rows = 0;
+    while Instant::now() < deadline && rows < 20 {
+        std::thread::sleep(Duration::from_millis(200));
+        rows = fs::read_to_string(&out).map_or(0, |t| t.lines().count().saturating_sub(1));
+    }
+    // Nothing more comes: the last window stays open.
+    std::thread::sleep(Duration::from_millis(500));
+    rows = fs::read_to_string(&out).map_or(0, |t| t.lines().count().saturating_sub(1));
+    assert!(child.try_wait().unwrap().is_none(), "vigil ended");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(rows, 20, "{}", fs::read_to_string(&out).unwrap_or_default());
 }

@@ -13,6 +13,7 @@
 //!   once through Kafka transactions tied to checkpoints (see
 //!   [`KafkaSink`]).
 
+mod align;
 pub mod sink;
 pub mod source;
 
@@ -158,6 +159,14 @@ impl Reporter {
 
 impl ClientContext for Reporter {
     fn error(&self, error: KafkaError, reason: &str) {
+        // The end of a partition is news, not an error: the source hears
+        // of it from its poll too.
+        if matches!(
+            error,
+            KafkaError::Global(rdkafka::error::RDKafkaErrorCode::PartitionEOF)
+        ) {
+            return;
+        }
         self.warn(&format!("{error}: {reason}"));
     }
 

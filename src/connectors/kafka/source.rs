@@ -23,22 +23,31 @@
 //! timestamp. A message that does not decode is a bad row: counted, named
 //! by partition and offset, and copied to `dead_letter` as it came.
 //!
+//! # Watermarks
+//!
+//! Each partition has its own watermark and the stream's is their
+//! minimum; a partition the consumer has read to its end is idle and does
+//! not hold it back (see [`align`](super::align)).
+//!
 //! # Brokers that cannot be reached
 //!
 //! librdkafka retries with back-off; its errors become warnings (see
 //! [`Reporter`]) and the source waits, so a broker that comes back is read
 //! from where the source stood.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use datafusion::arrow::array::AsArray;
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::TimestampMillisecondType;
 use datafusion::arrow::record_batch::RecordBatch;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde_json::{Value, json};
@@ -53,6 +62,7 @@ use super::super::{
     Format, MessageOrigin, Replay, SourceConfig, SourceLocation, SourcePosition, SourceStats,
     dead_letter_line, read_messages,
 };
+use super::align::Alignment;
 use super::{BOOTSTRAP, CALL_TIMEOUT, Endpoint, PROPERTIES, Reporter, TOPIC, kafka_error};
 use crate::error::{Error, Result};
 
@@ -62,6 +72,10 @@ const POLL: Duration = Duration::from_millis(100);
 
 /// How often offsets are committed to Kafka for monitoring.
 const COMMIT_EVERY: Duration = Duration::from_secs(5);
+
+/// Rows of one partition waiting for the others beyond which it is
+/// paused.
+const PAUSE_ROWS: usize = 65_536;
 
 /// The longest wait between two tries to read a topic's partitions.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -337,6 +351,10 @@ struct Reading<'a> {
     stats: &'a SourceStats,
     consumer: BaseConsumer<Reporter>,
     progress: Progress,
+    /// The rows decoded and waiting for the other partitions.
+    alignment: Alignment,
+    /// The partitions paused while their rows wait.
+    paused: BTreeSet<i32>,
     /// With `stop_at = 'latest'`: per partition, the offset to stop at.
     end: Option<BTreeMap<i32, i64>>,
     last_commit: Instant,
@@ -380,6 +398,8 @@ impl<'a> Reading<'a> {
                 ("enable.auto.offset.store", "false"),
                 ("auto.offset.reset", reset),
                 ("isolation.level", "read_committed"),
+                // Reaching a partition's end makes it idle (see `align`).
+                ("enable.partition.eof", "true"),
             ])
             .create_with_context(reporter)
             .map_err(|e| kafka_error(&format!("stream {}", config.stream), e))?;
@@ -401,6 +421,8 @@ impl<'a> Reading<'a> {
             stats,
             consumer,
             progress,
+            alignment: Alignment::new(config.schema.clone(), config.event_time, &[]),
+            paused: BTreeSet::new(),
             end: None,
             last_commit: Instant::now(),
         })
@@ -414,26 +436,82 @@ impl<'a> Reading<'a> {
         if self.source.stop_at_latest {
             self.end = Some(self.high_watermarks(&partitions)?);
         }
+        self.alignment = Alignment::new(
+            self.config.schema.clone(),
+            self.config.event_time,
+            &partitions,
+        );
         loop {
             if self.stats.stop.load(Ordering::Relaxed) {
                 return Ok(());
             }
-            let messages = poll_batch(&self.consumer, self.config.batch_size);
-            let decoder = Decoder {
-                columns: &self.source.columns,
-                config: self.config,
-                stats: self.stats,
+            let polled = poll_batch(&self.consumer, self.config.batch_size);
+            for m in &polled.messages {
+                self.alignment.heard_from(m.partition());
+            }
+            for &p in &polled.ends {
+                self.alignment.reached_end(p);
+            }
+            let decoder = self.decoder();
+            let (batch, origins) = self.progress.decode(decoder, &polled.messages)?;
+            drop(polled);
+            self.alignment.add(&batch, &origins)?;
+            let end = self.at_end();
+            let released = if end {
+                self.alignment.release_all()?
+            } else {
+                self.alignment.release()?
             };
-            let batch = self.progress.decode(decoder, &messages)?;
-            drop(messages);
+            self.progress.released(decoder, &released);
+            self.pace(&partitions);
             self.store_position();
-            if !emit(batch) {
+            if !emit(released) {
                 return Ok(());
             }
-            self.commit_for_monitoring(false);
-            if self.at_end() {
-                self.commit_for_monitoring(true);
+            self.commit_for_monitoring(end);
+            if end {
                 return Ok(());
+            }
+        }
+    }
+
+    fn decoder(&self) -> Decoder<'a> {
+        Decoder {
+            columns: &self.source.columns,
+            config: self.config,
+            stats: self.stats,
+        }
+    }
+
+    /// Pauses a partition whose rows pile up waiting for the others, and
+    /// resumes it once they have caught up, so the rows held stay bounded.
+    fn pace(&mut self, partitions: &[i32]) {
+        let topic = &self.source.endpoint.topic;
+        for &p in partitions {
+            let waiting = self.alignment.waiting(p);
+            let change = if waiting > PAUSE_ROWS && self.paused.insert(p) {
+                Some(true)
+            } else if waiting < PAUSE_ROWS / 2 && self.paused.remove(&p) {
+                Some(false)
+            } else {
+                None
+            };
+            let Some(pause) = change else { continue };
+            let mut list = TopicPartitionList::new();
+            if list
+                .add_partition(topic, p)
+                .set_offset(Offset::Invalid)
+                .is_err()
+            {
+                continue;
+            }
+            let done = if pause {
+                self.consumer.pause(&list)
+            } else {
+                self.consumer.resume(&list)
+            };
+            if let Err(e) = done {
+                self.warn(&format!("pausing or resuming partition {p}: {e}"));
             }
         }
     }
@@ -519,9 +597,11 @@ impl<'a> Reading<'a> {
     }
 
     fn position(&self) -> SourcePosition {
-        let offsets: serde_json::Map<String, Value> = self
-            .progress
-            .offsets
+        // A partition with rows still waiting is read again from its
+        // first.
+        let mut offsets = self.progress.offsets.clone();
+        offsets.extend(self.alignment.first_waiting());
+        let offsets: serde_json::Map<String, Value> = offsets
             .iter()
             .map(|(p, o)| (p.to_string(), json!(o)))
             .collect();
@@ -592,8 +672,13 @@ impl<'a> Reading<'a> {
 
 impl Progress {
     /// Decodes `messages` into one batch, counting and dead-lettering the
-    /// ones that do not decode; moves the offsets past them.
-    fn decode(&mut self, d: Decoder<'_>, messages: &[BorrowedMessage<'_>]) -> Result<RecordBatch> {
+    /// ones that do not decode, and moves the offsets past them. Returns
+    /// the batch and each of its rows' partition and offset.
+    fn decode(
+        &mut self,
+        d: Decoder<'_>,
+        messages: &[BorrowedMessage<'_>],
+    ) -> Result<(RecordBatch, Vec<(i32, i64)>)> {
         let columns = d.columns;
         let mut text = Vec::new();
         if columns.format == MessageFormat::Csv {
@@ -602,18 +687,21 @@ impl Progress {
         // The messages that made a line of `text`, in order; the others
         // were bad before decoding.
         let mut lines = Vec::with_capacity(messages.len());
-        let origin = |m: &BorrowedMessage<'_>| MessageOrigin {
-            at: format!("partition {} offset {}", m.partition(), m.offset()),
-            line: m.offset().max(0) as u64,
-            raw: m.payload().unwrap_or_default().to_vec(),
-        };
         for m in messages {
             self.offsets.insert(m.partition(), m.offset() + 1);
             match message_line(columns, m, &mut text) {
                 Ok(()) => lines.push(m),
-                Err(reason) => self.bad(d, origin(m), reason)?,
+                Err(reason) => self.bad(d, origin_of(m), reason)?,
             }
         }
+        let first_line = if columns.format == MessageFormat::Csv {
+            2
+        } else {
+            1
+        };
+        // The lines the decoder found bad, in order: the rows it gives are
+        // the other lines', in order.
+        let bad_lines = std::cell::RefCell::new(Vec::new());
         let scratch = SourceStats::default();
         let mut batches = Vec::new();
         read_messages(
@@ -622,19 +710,15 @@ impl Progress {
             &text,
             &scratch,
             &|line| {
-                let first = if columns.format == MessageFormat::Csv {
-                    2
-                } else {
-                    1
-                };
-                let index = line.saturating_sub(first) as usize;
+                let index = line.saturating_sub(first_line) as usize;
+                bad_lines.borrow_mut().push(index);
                 lines.get(index).map_or_else(
                     || MessageOrigin {
                         at: format!("line {line}"),
                         line,
                         raw: Vec::new(),
                     },
-                    |m| origin(m),
+                    |m| origin_of(m),
                 )
             },
             &mut |b| {
@@ -644,22 +728,38 @@ impl Progress {
         )?;
         self.absorb(d, &scratch);
         let batch = concat_batches(&d.config.schema, &batches)?;
+        let bad_lines = bad_lines.into_inner();
+        let origins: Vec<(i32, i64)> = lines
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !bad_lines.contains(i))
+            .map(|(_, m)| (m.partition(), m.offset()))
+            .collect();
+        if origins.len() != batch.num_rows() {
+            return Err(Error::Connector(format!(
+                "stream {}: {} messages decoded into {} rows",
+                d.config.stream,
+                origins.len(),
+                batch.num_rows()
+            )));
+        }
+        Ok((batch, origins))
+    }
+
+    /// Counts rows that go on to the queries.
+    fn released(&mut self, d: Decoder<'_>, batch: &RecordBatch) {
         self.rows += batch.num_rows() as u64;
         d.stats
             .rows
             .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
         if let Some(i) = d.config.event_time
-            && let Some(max) = datafusion::arrow::compute::max(
-                batch
-                    .column(i)
-                    .as_any()
-                    .downcast_ref::<datafusion::arrow::array::TimestampMillisecondArray>()
-                    .expect("the event-time column is TIMESTAMP"),
-            )
+            && let Some(times) = batch
+                .column(i)
+                .as_primitive_opt::<TimestampMillisecondType>()
+            && let Some(max) = datafusion::arrow::compute::max(times)
         {
             d.stats.max_event_time.raise(max);
         }
-        Ok(batch)
     }
 
     /// A message that could not even be made a line.
@@ -696,18 +796,29 @@ impl Progress {
     }
 }
 
+/// What one poll gave.
+struct Polled<'c> {
+    messages: Vec<BorrowedMessage<'c>>,
+    /// Partitions whose end the consumer reached.
+    ends: Vec<i32>,
+}
+
 /// Messages until a batch is full or a poll finds none.
-fn poll_batch(consumer: &BaseConsumer<Reporter>, batch_size: usize) -> Vec<BorrowedMessage<'_>> {
-    let mut messages = Vec::new();
+fn poll_batch(consumer: &BaseConsumer<Reporter>, batch_size: usize) -> Polled<'_> {
+    let mut polled = Polled {
+        messages: Vec::new(),
+        ends: Vec::new(),
+    };
     let deadline = Instant::now() + POLL;
-    while messages.len() < batch_size {
-        let wait = if messages.is_empty() {
+    while polled.messages.len() < batch_size {
+        let wait = if polled.messages.is_empty() {
             deadline.saturating_duration_since(Instant::now())
         } else {
             Duration::ZERO
         };
         match consumer.poll(wait) {
-            Some(Ok(m)) => messages.push(m),
+            Some(Ok(m)) => polled.messages.push(m),
+            Some(Err(KafkaError::PartitionEOF(p))) => polled.ends.push(p),
             Some(Err(e)) => {
                 consumer.context().warn(&e.to_string());
                 break;
@@ -715,7 +826,16 @@ fn poll_batch(consumer: &BaseConsumer<Reporter>, batch_size: usize) -> Vec<Borro
             None => break,
         }
     }
-    messages
+    polled
+}
+
+/// Where `m` is, for bad rows and the dead-letter file.
+fn origin_of(m: &BorrowedMessage<'_>) -> MessageOrigin {
+    MessageOrigin {
+        at: format!("partition {} offset {}", m.partition(), m.offset()),
+        line: m.offset().max(0) as u64,
+        raw: m.payload().unwrap_or_default().to_vec(),
+    }
 }
 
 /// The offsets a position holds.
@@ -895,4 +1015,123 @@ fn append_dead_letter(path: &std::path::Path, origin: &MessageOrigin, reason: &s
         .open(path)
         .and_then(|mut f| f.write_all(&line))
         .map_err(|e| Error::io(format!("writing dead-letter file {}", path.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use datafusion::arrow::datatypes::{Field, Schema, TimeUnit};
+
+    use super::*;
+
+    fn line(payload: &str, meta: &[(&str, Value)]) -> std::result::Result<String, String> {
+        let meta: Vec<(String, Value)> = meta
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        let mut text = Vec::new();
+        json_line(payload.as_bytes(), &meta, &mut text)?;
+        Ok(String::from_utf8(text).unwrap())
+    }
+
+    #[test]
+    fn metadata_fields_end_the_object_and_newlines_become_spaces() {
+        let meta = [("_partition", json!(2)), ("_key", json!("h1"))];
+        assert_eq!(
+            line("{\"cpu\": 1,\n \"host\": \"a\"}\n", &meta).unwrap(),
+            "{\"cpu\": 1,  \"host\": \"a\",\"_partition\":2,\"_key\":\"h1\"}\n"
+        );
+        assert_eq!(
+            line("{ }", &meta).unwrap(),
+            "{ \"_partition\":2,\"_key\":\"h1\"}\n"
+        );
+        // Not an object: passed on as it is, for the decoder to reject.
+        assert_eq!(line("[1, 2]", &meta).unwrap(), "[1, 2]\n");
+        assert!(line("  ", &meta).is_err());
+    }
+
+    #[test]
+    fn a_csv_message_is_one_record_with_the_metadata_after_it() {
+        let meta = vec![
+            ("_key".to_string(), json!("a,b")),
+            ("_offset".to_string(), json!(7)),
+            ("_headers".to_string(), Value::Null),
+        ];
+        let mut text = Vec::new();
+        csv_line(b"1,h1,2.5\r\n", &meta, &mut text).unwrap();
+        assert_eq!(String::from_utf8(text).unwrap(), "1,h1,2.5,\"a,b\",7,\n");
+        let err = csv_line(b"1,\"h\n1\",2.5", &meta, &mut Vec::new()).unwrap_err();
+        assert!(err.contains("one record on one line"), "{err}");
+    }
+
+    fn configure(columns: &[(&str, DataType)], options: &[(&str, &str)]) -> Result<SourceConfig> {
+        let schema = Arc::new(Schema::new(
+            columns
+                .iter()
+                .map(|(n, t)| Field::new(*n, t.clone(), true))
+                .collect::<Vec<_>>(),
+        ));
+        let event_time = columns.iter().position(|(n, _)| *n == "ts");
+        let mut opts = vec![
+            ("connector".to_string(), "kafka".to_string()),
+            ("bootstrap".to_string(), "localhost:9092".to_string()),
+            ("topic".to_string(), "t".to_string()),
+        ];
+        opts.extend(options.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        SourceConfig::from_options("s", schema, event_time, &opts, Path::new("."))
+    }
+
+    fn ts() -> DataType {
+        DataType::Timestamp(TimeUnit::Millisecond, None)
+    }
+
+    #[test]
+    fn declared_columns_are_checked_against_what_messages_give() {
+        let err = |r: Result<SourceConfig>| r.unwrap_err().to_string();
+        let e = err(configure(&[("ts", ts()), ("_offset", DataType::Utf8)], &[]));
+        assert!(e.contains("_offset") && e.contains("BIGINT"), "{e}");
+        let e = err(configure(
+            &[("line", DataType::Utf8), ("n", DataType::Int64)],
+            &[("format", "raw")],
+        ));
+        assert!(
+            e.contains("exactly one TEXT column") && e.contains("line, n"),
+            "{e}"
+        );
+        let e = err(configure(&[("v", DataType::Utf8)], &[("ts_from", "kafka")]));
+        assert!(
+            e.contains("ts_from = 'kafka' needs an event-time column"),
+            "{e}"
+        );
+        let e = err(configure(&[("v", DataType::Utf8)], &[("topic", "")]));
+        assert!(e.contains("'topic'"), "{e}");
+        let e = err(configure(&[("v", DataType::Utf8)], &[("start", "middle")]));
+        assert!(e.contains("committed, earliest, latest"), "{e}");
+
+        let c = configure(
+            &[
+                ("ts", ts()),
+                ("line", DataType::Utf8),
+                ("_key", DataType::Utf8),
+            ],
+            &[
+                ("format", "raw"),
+                ("ts_from", "kafka"),
+                ("properties.client.id", "x"),
+            ],
+        )
+        .unwrap();
+        let reader = c.location.reader().unwrap() as &dyn std::any::Any;
+        let kafka = reader.downcast_ref::<KafkaSource>().unwrap();
+        assert_eq!(kafka.columns.payload, vec!["line"]);
+        assert_eq!(kafka.columns.meta, vec!["_key"]);
+        assert_eq!(kafka.columns.time_from_message.as_deref(), Some("ts"));
+        assert_eq!(kafka.group, "vigil-s");
+        assert_eq!(
+            kafka.endpoint.properties,
+            vec![("client.id".to_string(), "x".to_string())]
+        );
+    }
 }
