@@ -832,6 +832,21 @@ impl<'a> ScriptParser<'a> {
         }
     }
 
+    /// An option's key, lower-cased: a word, a quoted name, or words
+    /// joined by dots (`properties.session.timeout.ms`).
+    fn parse_option_key(&mut self) -> Result<String> {
+        let mut key = self
+            .parser
+            .parse_identifier()
+            .map_err(|e| self.wrap(e))?
+            .value;
+        while self.parser.consume_token(&Token::Period) {
+            let part = self.parser.parse_identifier().map_err(|e| self.wrap(e))?;
+            key = format!("{key}.{}", part.value);
+        }
+        Ok(key.to_ascii_lowercase())
+    }
+
     fn parse_with_options(&mut self) -> Result<Vec<(String, String)>> {
         if !self.parser.parse_keyword(Keyword::WITH) {
             return Ok(Vec::new());
@@ -839,10 +854,10 @@ impl<'a> ScriptParser<'a> {
         self.expect(Token::LParen)?;
         let mut options = Vec::new();
         loop {
-            let key = self.parser.parse_identifier().map_err(|e| self.wrap(e))?;
+            let key = self.parse_option_key()?;
             self.expect(Token::Eq)?;
             let value = self.parse_option_value()?;
-            options.push((key.value.to_ascii_lowercase(), value));
+            options.push((key, value));
             if !self.parser.consume_token(&Token::Comma) {
                 break;
             }

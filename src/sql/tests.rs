@@ -36,6 +36,20 @@ fn create_stream_with_watermark_and_options() {
 }
 
 #[test]
+fn option_keys_may_be_dotted_or_quoted() {
+    let StatementKind::CreateSink(s) = one(
+        "CREATE SINK out WITH (connector = 'kafka', properties.Session.timeout.ms = '6000',
+           'properties.client.id' = 'x');",
+    ) else {
+        panic!("not a sink")
+    };
+    assert_eq!(s.options[1].0, "properties.session.timeout.ms");
+    assert_eq!(s.options[2].0, "properties.client.id");
+    let e = error("CREATE SINK out WITH (properties. = 'x');");
+    assert!(e.contains("line 1"), "{e}");
+}
+
+#[test]
 fn watermark_without_delay() {
     let StatementKind::CreateStream(s) = one(
         "CREATE STREAM s (\"timestamp\" TIMESTAMP, WATERMARK FOR \"timestamp\" AS \"timestamp\")",
