@@ -172,6 +172,9 @@ pub struct Engine {
     derived: Vec<Derived>,
     /// `EXPLAIN ANALYZE` plans but does not run (`vigil check`).
     plan_only: bool,
+    /// In a group (`vigil run --group`): the one Kafka partition the
+    /// streams and sinks declared from now on are for.
+    kafka_partition: Option<i32>,
 }
 
 impl Engine {
@@ -227,6 +230,15 @@ impl Engine {
         self.follow = Some(follow);
     }
 
+    /// Makes the script's Kafka streams and sinks declared from now on the
+    /// ones of one partition's pipeline in a group (`vigil run --group`):
+    /// every `kafka` stream reads only `partition`, and every `kafka` sink
+    /// writes with a transactional id of its own for it (see
+    /// [`crate::connectors::kafka::sink_for_partition`]).
+    pub fn set_kafka_partition(&mut self, partition: i32) {
+        self.kafka_partition = Some(partition);
+    }
+
     /// Makes every stream declared from now on read batches of at most
     /// `rows` rows, whatever its `batch_size` option says.
     pub fn set_batch_size(&mut self, rows: usize) {
@@ -262,7 +274,15 @@ impl Engine {
                 Ok(Outcome::Done)
             }
             StatementKind::CreateSink(create) => {
-                self.catalog.add_sink(create, base_dir)?;
+                let mut create = create.clone();
+                if let Some(partition) = self.kafka_partition {
+                    crate::connectors::kafka::sink_for_partition(
+                        &create.name,
+                        &mut create.options,
+                        partition,
+                    );
+                }
+                self.catalog.add_sink(&create, base_dir)?;
                 Ok(Outcome::Done)
             }
             StatementKind::Explain {
@@ -761,6 +781,9 @@ impl Engine {
         if let Some(follow) = self.follow.filter(|_| reads_file) {
             create.options.retain(|(k, _)| k != "follow");
             create.options.push(("follow".into(), follow.to_string()));
+        }
+        if let Some(partition) = self.kafka_partition {
+            crate::connectors::kafka::stream_for_partition(&mut create.options, partition);
         }
         let def = stream_def(&create, timing, base_dir)?;
         self.shed_config(&def, &shed)?;

@@ -1072,6 +1072,10 @@ impl Sink for AlertTee {
         self.inner.committed()
     }
 
+    fn stopped(&mut self) -> Result<()> {
+        self.inner.stopped()
+    }
+
     fn needs_checkpoints(&self) -> Option<String> {
         self.inner.needs_checkpoints()
     }

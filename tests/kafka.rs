@@ -179,12 +179,34 @@ fn vigil_run(dir: &Path, crash_at: Option<&str>) -> Output {
             "--checkpoint-interval",
             "100ms",
         ])
-        .env_remove("VIGIL_CRASH_AT")
-        .stdin(Stdio::null());
+        .env_remove("VIGIL_CRASH_AT");
     if let Some(point) = crash_at {
         command.env("VIGIL_CRASH_AT", point);
     }
-    command.output().expect("vigil runs")
+    output_within(command, Duration::from_secs(120))
+}
+
+/// Runs `command` to its end, which must come within `limit`.
+fn output_within(mut command: Command, limit: Duration) -> Output {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("vigil runs");
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "vigil did not end within {limit:?}:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
 }
 
 #[test]
@@ -241,17 +263,39 @@ fn a_crash_between_checkpoint_and_commit_loses_and_repeats_nothing() {
 }
 
 #[test]
+fn a_stream_that_starts_at_the_end_of_its_topic_ends_at_once() {
+    let cluster = cluster();
+    let bootstrap = cluster.bootstrap_servers();
+    produce_metrics(&bootstrap);
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("q.sql"),
+        format!(
+            "CREATE STREAM metrics (ts TIMESTAMP, host TEXT, cpu DOUBLE, WATERMARK FOR ts AS ts)
+             WITH (connector = 'kafka', bootstrap = '{bootstrap}', topic = 'metrics',
+                   start = 'latest', stop_at = 'latest');
+             SELECT host, count(*) FROM TUMBLE(metrics, ts, INTERVAL '1' MINUTE)
+             GROUP BY window_start, window_end, host;"
+        ),
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
+    command.current_dir(dir.path()).args(["run", "q.sql"]);
+    let out = output_within(command, Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("rows=0 bad=0"), "{stderr}");
+}
+
+#[test]
 fn exactly_once_without_checkpoints_is_refused() {
     let cluster = cluster();
     let bootstrap = cluster.bootstrap_servers();
     let dir = tempfile::tempdir().unwrap();
     script(dir.path(), &bootstrap, "exactly_once");
-    let out = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .current_dir(dir.path())
-        .args(["run", "q.sql"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
+    command.current_dir(dir.path()).args(["run", "q.sql"]);
+    let out = output_within(command, Duration::from_secs(120));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
@@ -267,12 +311,9 @@ fn at_least_once_writes_every_result_without_checkpoints() {
     produce_metrics(&bootstrap);
     let dir = tempfile::tempdir().unwrap();
     script(dir.path(), &bootstrap, "at_least_once");
-    let out = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .current_dir(dir.path())
-        .args(["run", "q.sql"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
+    command.current_dir(dir.path()).args(["run", "q.sql"]);
+    let out = output_within(command, Duration::from_secs(120));
     assert!(
         out.status.success(),
         "{}",
@@ -394,4 +435,273 @@ fn a_live_topic_fires_windows_while_a_partition_stays_empty() {
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(rows, 20, "{}", fs::read_to_string(&out).unwrap_or_default());
+}
+
+/// Rows of `hosts` hosts for seconds `from..to`, keyed by host (so a host
+/// stays in one partition), as the scale-out test sends them.
+fn produce_hosts(bootstrap: &str, hosts: usize, seconds: std::ops::Range<usize>) {
+    let producer = producer(bootstrap);
+    for second in seconds {
+        for host in 0..hosts {
+            let ts = T0 + second as i64 * 1000;
+            let row = format!(
+                r#"{{"ts": {ts}, "host": "h{host}", "cpu": {}}}"#,
+                cpu(host, second)
+            );
+            let key = format!("h{host}");
+            while producer
+                .send(
+                    BaseRecord::<str, str>::to("metrics")
+                        .key(&key)
+                        .payload(&row),
+                )
+                .is_err()
+            {
+                producer.poll(Duration::from_millis(20));
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// One row per partition an hour after the data, so that every window of
+/// the data closes on a live topic; its host starts with `_`.
+fn produce_closing_rows(bootstrap: &str, partitions: i32, second: usize) {
+    let producer = producer(bootstrap);
+    for p in 0..partitions {
+        let ts = T0 + (second as i64 + 3600) * 1000;
+        let row = format!(r#"{{"ts": {ts}, "host": "_end{p}", "cpu": 0}}"#);
+        producer
+            .send(
+                BaseRecord::<str, str>::to("metrics")
+                    .partition(p)
+                    .payload(&row),
+            )
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+fn expected_hosts(hosts: usize, seconds: usize) -> BTreeMap<(String, i64), (u64, u64)> {
+    let mut want = BTreeMap::new();
+    for host in 0..hosts {
+        for second in 0..seconds {
+            let minute = (T0 + second as i64 * 1000) / 60_000 * 60_000;
+            let e = want.entry((format!("h{host}"), minute)).or_insert((0, 0));
+            e.0 += 1;
+            e.1 += cpu(host, second) as u64;
+        }
+    }
+    want
+}
+
+/// The data results in `out` so far (not the closing rows').
+fn data_results(bootstrap: &str) -> BTreeMap<(String, i64), (u64, u64)> {
+    let mut got = results(&read_topic(bootstrap, "out"));
+    got.retain(|(host, _), _| !host.starts_with('_'));
+    got
+}
+
+fn member(dir: &Path, name: &str) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .current_dir(dir)
+        .args([
+            "run",
+            "q.sql",
+            "--group",
+            "cpu",
+            "--checkpoint-dir",
+            "ck",
+            "--checkpoint-interval",
+            "200ms",
+        ])
+        .env_remove("VIGIL_CRASH_AT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(dir.join(format!("{name}.stderr"))).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until `done` holds, for at most `limit`.
+fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    done()
+}
+
+/// The scale-out test's script: per host and minute into `<out>`, and an
+/// alert with `FOR` into `<alerts>`.
+fn group_script(bootstrap: &str, out: &str, alerts: &str, end: &str) -> String {
+    format!(
+        "CREATE STREAM metrics (ts TIMESTAMP, host TEXT, cpu DOUBLE,
+           WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+         WITH (connector = 'kafka', bootstrap = '{bootstrap}', topic = 'metrics', {end}
+               properties.session.timeout.ms = '6000',
+               properties.heartbeat.interval.ms = '500');
+         CREATE SINK out WITH (connector = 'kafka', bootstrap = '{bootstrap}', topic = '{out}',
+               key = 'host');
+         CREATE SINK alerts WITH (connector = 'kafka', bootstrap = '{bootstrap}',
+               topic = '{alerts}', key = 'host');
+         INSERT INTO out
+           SELECT window_start, host, count(*) AS n, sum(cpu) AS total
+           FROM TUMBLE(metrics, ts, INTERVAL '1' MINUTE)
+           GROUP BY window_start, window_end, host;
+         CREATE ALERT hot AS
+           SELECT window_end, host, max(cpu) AS max_cpu
+           FROM TUMBLE(metrics, ts, INTERVAL '1' MINUTE) GROUP BY window_end, host
+         ALERT WHEN max_cpu >= 99 FOR 2 WINDOWS;
+         INSERT INTO alerts SELECT * FROM hot;"
+    )
+}
+
+/// The alert rows of the data's hosts in `topic`, sorted.
+fn alert_rows(bootstrap: &str, topic: &str) -> Vec<String> {
+    let mut rows: Vec<String> = read_topic(bootstrap, topic)
+        .into_iter()
+        .map(|(_, v)| v)
+        .filter(|v| !v.contains("\"_end"))
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[test]
+fn a_group_of_processes_shares_a_topic_and_survives_a_sigkill() {
+    const GROUP_HOSTS: usize = 12;
+    const HALF: usize = 1500;
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("metrics", 6, 1).unwrap();
+    for topic in ["out", "alerts", "alone_out", "alone_alerts"] {
+        cluster.create_topic(topic, 1, 1).unwrap();
+    }
+    let bootstrap = cluster.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("q.sql"),
+        group_script(&bootstrap, "out", "alerts", ""),
+    )
+    .unwrap();
+    produce_hosts(&bootstrap, GROUP_HOSTS, 0..HALF);
+    let mut a = member(dir.path(), "a");
+    let mut b = member(dir.path(), "b");
+    // Half the data gives results for most of its minutes.
+    let first_half = expected_hosts(GROUP_HOSTS, HALF).len() * 3 / 4;
+    let stderr =
+        |name: &str| fs::read_to_string(dir.path().join(format!("{name}.stderr"))).unwrap();
+    let half_done = wait_until(Duration::from_secs(60), || {
+        for (name, child) in [("a", &mut a), ("b", &mut b)] {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("{name} ended: {status}\n{}", stderr(name));
+            }
+        }
+        data_results(&bootstrap).len() >= first_half
+    });
+    assert!(
+        half_done,
+        "no results:\na:\n{}\nb:\n{}",
+        stderr("a"),
+        stderr("b")
+    );
+    let listing = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .current_dir(dir.path())
+        .args(["group", "cpu", "--checkpoint-dir", "ck"])
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&listing.stdout).into_owned();
+    assert_eq!(
+        listing.lines().filter(|l| l.contains(" ago")).count(),
+        6,
+        "every partition held once:\n{listing}"
+    );
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let mut c = member(dir.path(), "c");
+    produce_hosts(&bootstrap, GROUP_HOSTS, HALF..SECONDS);
+    produce_closing_rows(&bootstrap, 6, SECONDS);
+    let want = expected_hosts(GROUP_HOSTS, SECONDS);
+    let complete = wait_until(Duration::from_secs(90), || {
+        data_results(&bootstrap).len() >= want.len()
+    });
+    assert!(
+        complete,
+        "results missing\nb:\n{}\nc:\n{}",
+        stderr("b"),
+        stderr("c")
+    );
+    // Every result once (`results` checks), none missing, none wrong.
+    assert_eq!(data_results(&bootstrap), want);
+    // The alerts are those one process gives, reading the whole topic.
+    let alone = tempfile::tempdir().unwrap();
+    fs::write(
+        alone.path().join("q.sql"),
+        group_script(
+            &bootstrap,
+            "alone_out",
+            "alone_alerts",
+            "stop_at = 'latest', start = 'earliest',",
+        ),
+    )
+    .unwrap();
+    let run = vigil_run(alone.path(), None);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let alerts = alert_rows(&bootstrap, "alerts");
+    assert!(alerts.len() > 20, "{alerts:?}");
+    assert_eq!(alerts, alert_rows(&bootstrap, "alone_alerts"));
+    for (name, child) in [("b", &mut b), ("c", &mut c)] {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "{name}: {status}\n{}", stderr(name));
+        assert!(stderr(name).contains("left group cpu"), "{}", stderr(name));
+    }
+}
+
+#[test]
+fn a_group_refuses_queries_it_would_answer_in_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let stream = "CREATE STREAM metrics (ts TIMESTAMP, host TEXT, cpu DOUBLE, WATERMARK FOR ts AS ts)
+         WITH (connector = 'kafka', bootstrap = '127.0.0.1:9', topic = 'metrics');
+         CREATE STREAM local (ts TIMESTAMP, host TEXT, WATERMARK FOR ts AS ts) WITH (path = 'l.csv');";
+    for (query, want) in [
+        (
+            "SELECT window_end, count(*) AS n FROM TUMBLE(metrics, ts, INTERVAL '1' MINUTE)
+             GROUP BY window_start, window_end;",
+            "keeps state over every key",
+        ),
+        (
+            "SELECT host, count(*) FROM TUMBLE(local, ts, INTERVAL '1' MINUTE)
+             GROUP BY window_start, window_end, host;",
+            "stream local, which is not a kafka stream",
+        ),
+    ] {
+        fs::write(dir.path().join("l.csv"), "ts,host\n").unwrap();
+        fs::write(dir.path().join("q.sql"), format!("{stream}\n{query}")).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
+        command.current_dir(dir.path()).args([
+            "run",
+            "q.sql",
+            "--group",
+            "g",
+            "--checkpoint-dir",
+            "ck",
+        ]);
+        let out = output_within(command, Duration::from_secs(30));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(stderr.contains(want), "{stderr}");
+    }
 }

@@ -95,8 +95,8 @@ fn listing_row(query: &str, summary: &CheckpointSummary) -> [String; 6] {
 }
 
 /// Columns padded to their widest cell; the last is not padded.
-fn aligned(rows: &[[String; 6]]) -> String {
-    let mut widths = [0; 6];
+pub(super) fn aligned<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0; N];
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());

@@ -2,6 +2,7 @@
 
 mod check;
 mod checkpoints;
+mod group;
 pub mod import_rules;
 mod output;
 mod progress;
@@ -54,6 +55,9 @@ enum Command {
     Repl,
     /// List the checkpoints of a checkpoint directory, or inspect one.
     Checkpoints(checkpoints::CheckpointsArgs),
+    /// Show a group of `vigil run --group` processes: its members, their
+    /// Kafka partitions, each partition's lag and checkpoint age.
+    Group(group::GroupArgs),
     /// Translate a Prometheus rule file (alerting and recording rules) into
     /// vigil SQL; rules outside the supported PromQL are reported.
     ImportRules(import_rules::ImportRulesArgs),
@@ -77,7 +81,7 @@ struct CheckArgs {
     execution_mode: Option<ModeArg>,
 }
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 struct RunArgs {
     /// Script files, run in order.
     #[arg(required = true)]
@@ -120,10 +124,17 @@ struct RunArgs {
     /// parallelism` says otherwise (default: one per core).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=128))]
     parallelism: Option<u64>,
+    /// Share the script's Kafka topic with every process started with the
+    /// same NAME (a Kafka consumer group): each runs the queries over the
+    /// partitions it is given, with their state in the shared
+    /// --checkpoint-dir, and partitions move when a process joins, leaves
+    /// or dies. See README, "Scaling out".
+    #[arg(long, value_name = "NAME", requires = "checkpoint_dir")]
+    group: Option<String>,
 }
 
 /// Checkpoint options of `vigil run`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 struct CheckpointArgs {
     /// Checkpoint every query's state into DIR (one folder per query) and,
     /// on start, restore each query from its newest complete checkpoint
@@ -269,6 +280,7 @@ pub fn main() -> ExitCode {
         Some(Command::Check(args)) => return check(args),
         Some(Command::ImportRules(args)) => return import_rules::run(args),
         Some(Command::Checkpoints(args)) => checkpoints::run(args),
+        Some(Command::Group(args)) => group::show(args),
         Some(Command::Connectors) => {
             print!("{}", crate::connectors::registry::reference());
             Ok(())
@@ -312,10 +324,9 @@ fn check(args: CheckArgs) -> ExitCode {
     }
 }
 
-async fn run(args: RunArgs) -> Result<()> {
-    // Installed first, so that a Ctrl-C while the scripts are read already
-    // ends the run cleanly.
-    let stopper = Stopper::install();
+/// Plans the queries of `args`' scripts; with `partition`, the pipeline
+/// of that Kafka partition in a group (see [`Engine::set_kafka_partition`]).
+fn prepare_queries(args: &RunArgs, partition: Option<i32>) -> Result<Vec<PreparedQuery>> {
     let mut engine = Engine::new();
     if let Some(mode) = args.execution_mode {
         engine.set_execution_mode(mode.into());
@@ -332,15 +343,28 @@ async fn run(args: RunArgs) -> Result<()> {
     if let Some(instances) = args.parallelism {
         engine.set_parallelism(instances as usize)?;
     }
+    if let Some(p) = partition {
+        engine.set_kafka_partition(p);
+    }
     let mut queries = Vec::new();
     let mut sinks = check::SinkColumns::default();
     for file in &args.files {
         queries.extend(load_script(&mut engine, &mut sinks, file)?);
     }
     check_inputs(&engine, &args.input)?;
-    let queries = drop_routed_alerts(queries);
+    Ok(drop_routed_alerts(queries))
+}
+
+async fn run(args: RunArgs) -> Result<()> {
+    // Installed first, so that a Ctrl-C while the scripts are read already
+    // ends the run cleanly.
+    let stopper = Stopper::install();
+    let queries = prepare_queries(&args, None)?;
     if queries.is_empty() {
         return Ok(());
+    }
+    if let Some(name) = &args.group {
+        return group::run(&args, name, &queries, stopper.as_ref()).await;
     }
     let to_terminal = args.output.is_none() && std::io::stdout().is_terminal();
     let format = args

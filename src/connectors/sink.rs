@@ -85,6 +85,15 @@ pub trait Sink: Send {
         Ok(())
     }
 
+    /// The query was stopped before the end of its input (a signal, a
+    /// stop, a partition moving to another process): called instead of
+    /// [`Sink::finish`]. A sink that holds results back until a checkpoint
+    /// covers them drops them, since whoever restores the checkpoint makes
+    /// them again. The default finishes.
+    fn stopped(&mut self) -> Result<()> {
+        self.finish()
+    }
+
     /// Why this sink cannot work without checkpoints, if it cannot: a
     /// query writing to it without them fails at its start with this
     /// text. `None`, the default, for every sink that can.

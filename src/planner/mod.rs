@@ -93,6 +93,10 @@ pub struct Stage {
     /// What rows are routed to an instance by (the key of the operator the
     /// stage starts with): `None` for a stage that runs as one instance.
     pub keys: Option<Vec<Arc<dyn PhysicalExpr>>>,
+    /// It keeps state over the rows of every key as one instance (an
+    /// aggregate without keys, peers, an invariant, early results): what it
+    /// computes needs every row of the stream, not one key's.
+    pub global: bool,
 }
 
 impl Stage {
@@ -101,6 +105,7 @@ impl Stage {
         Self {
             instances: vec![ops],
             keys: None,
+            global: false,
         }
     }
 
@@ -143,6 +148,20 @@ pub struct QueryInput {
     pub stream: Arc<StreamDef>,
     /// Its own tasks.
     pub stages: Stages,
+}
+
+impl QueryGraph {
+    /// The first operator that keeps state over every key (see
+    /// [`Stage::global`]), described; `None` when all state is per key.
+    pub fn global_stage(&self) -> Option<String> {
+        self.inputs
+            .iter()
+            .flat_map(|i| &i.stages)
+            .chain(&self.stages)
+            .find(|s| s.global)
+            .and_then(|s| s.ops().first())
+            .map(|op| op.describe())
+    }
 }
 
 impl fmt::Debug for QueryGraph {
@@ -276,6 +295,7 @@ fn fuse(ops: Ops) -> Stages {
         let stage = stages.last_mut().expect("just pushed");
         if let Placement::Stage(keys) = placement {
             stage.keys = keys.filter(|k| !k.is_empty());
+            stage.global = stage.keys.is_none();
         }
         stage.instances[0].push(op);
     }

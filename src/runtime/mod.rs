@@ -15,6 +15,7 @@ pub mod checkpoint;
 pub mod crashpoint;
 mod exchange;
 mod frames;
+pub mod group;
 pub mod live;
 mod merge;
 pub mod spill;
@@ -503,6 +504,7 @@ fn run_sink(
     {
         return Err(Error::Plan(why));
     }
+    let mut ended = false;
     while let Some(message) = input.blocking_recv() {
         match message {
             Message::Batch(batch) | Message::Changes(batch, _) => {
@@ -527,10 +529,14 @@ fn run_sink(
             Message::Watermark(w) if w != END_OF_INPUT => {
                 stats.watermark.store(w, Ordering::Relaxed);
             }
-            Message::Watermark(_) | Message::Epoch => {}
+            Message::Watermark(_) => ended = true,
+            Message::Epoch => {}
         }
     }
-    sink.finish()
+    match ended {
+        true => sink.finish(),
+        false => sink.stopped(),
+    }
 }
 
 /// Which result column says what event time a row is about: a window's

@@ -190,6 +190,42 @@ impl ProducerContext for Reporter {
     }
 }
 
+fn is_kafka(options: &[(String, String)]) -> bool {
+    options
+        .iter()
+        .any(|(k, v)| k == "connector" && v.trim().eq_ignore_ascii_case("kafka"))
+}
+
+/// Makes a stream's `WITH` options the ones of `partition`'s pipeline in a
+/// group (`vigil run --group`), if it is a `kafka` stream: it reads only
+/// that partition.
+pub fn stream_for_partition(options: &mut Vec<(String, String)>, partition: i32) {
+    if is_kafka(options) {
+        options.retain(|(k, _)| k != "partitions");
+        options.push(("partitions".into(), partition.to_string()));
+    }
+}
+
+/// Makes sink `name`'s `WITH` options the ones of `partition`'s pipeline
+/// in a group, if it is a `kafka` sink: its transactional id becomes
+/// `<its id>-p<partition>`, so that the process that takes a partition
+/// over fences the one that had it (and aborts what it left open).
+pub fn sink_for_partition(name: &str, options: &mut Vec<(String, String)>, partition: i32) {
+    if !is_kafka(options) {
+        return;
+    }
+    let topic = options
+        .iter()
+        .find(|(k, _)| k == "topic")
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_default();
+    let id = match options.iter().position(|(k, _)| k == "transactional_id") {
+        Some(i) => options.remove(i).1,
+        None => sink::default_transactional_id(name, &topic),
+    };
+    options.push(("transactional_id".into(), format!("{id}-p{partition}")));
+}
+
 /// A Kafka client error as vigil's, naming `what` failed.
 pub(crate) fn kafka_error(what: &str, e: KafkaError) -> Error {
     Error::Connector(format!("kafka: {what}: {e}"))

@@ -111,7 +111,7 @@ impl SinkConnector for KafkaSinkConnector {
         };
         let exactly_once = opts.choice("delivery")? != Some("at_least_once");
         let transactional_id = opts.text("transactional_id").map_or_else(
-            || format!("vigil-{name}-{}", endpoint.topic),
+            || default_transactional_id(name, &endpoint.topic),
             str::to_string,
         );
         let sink = KafkaSink {
@@ -127,6 +127,12 @@ impl SinkConnector for KafkaSinkConnector {
             append_only: opts.flag("append_only")?,
         })
     }
+}
+
+/// The transactional id of sink `name` writing `topic` when its options
+/// give none.
+pub fn default_transactional_id(name: &str, topic: &str) -> String {
+    format!("vigil-{name}-{topic}")
 }
 
 /// A configured `kafka` sink.
@@ -405,6 +411,15 @@ impl Sink for TopicSink {
             if !pending.is_empty() {
                 self.publish(&pending, self.epoch + 1)?;
             }
+            return Ok(());
+        }
+        self.flush()
+    }
+
+    fn stopped(&mut self) -> Result<()> {
+        if self.marker.is_some() {
+            // Not covered by a checkpoint: the restore makes them again.
+            self.pending.clear();
             return Ok(());
         }
         self.flush()

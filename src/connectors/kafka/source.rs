@@ -118,6 +118,13 @@ const OPTIONS: &[OptionSpec] = &[
         accepted: "column, kafka",
         doc: "the event time: decoded from its column, or the message timestamp",
     },
+    OptionSpec {
+        name: "partitions",
+        ty: OptionType::Text,
+        default: Some("all"),
+        accepted: "partition numbers such as '0' or '0,2,5'",
+        doc: "read only these partitions (`vigil run --group` sets it per pipeline)",
+    },
     TEXT_OPTIONS[3],
     TEXT_OPTIONS[4],
     TEXT_OPTIONS[7],
@@ -170,6 +177,12 @@ impl SourceConnector for KafkaSourceConnector {
                 _ => Start::Committed,
             },
             stop_at_latest: opts.choice("stop_at")? == Some("latest"),
+            only: match opts.text("partitions") {
+                None => None,
+                Some(text) => {
+                    Some(parse_partitions(text).ok_or_else(|| opts.bad_value("partitions", text))?)
+                }
+            },
             columns: MessageColumns::of(decl, format, opts.choice("ts_from")? == Some("kafka"))?,
         };
         let text_format = match format {
@@ -316,6 +329,8 @@ pub struct KafkaSource {
     pub start: Start,
     /// End at the offsets the topic had when reading began.
     pub stop_at_latest: bool,
+    /// Read only these partitions; `None` for all of them.
+    pub only: Option<Vec<i32>>,
     /// How messages become rows.
     pub columns: MessageColumns,
 }
@@ -355,6 +370,8 @@ struct Reading<'a> {
     alignment: Alignment,
     /// The partitions paused while their rows wait.
     paused: BTreeSet<i32>,
+    /// The partitions read to their end, and nothing since.
+    ended: BTreeSet<i32>,
     /// With `stop_at = 'latest'`: per partition, the offset to stop at.
     end: Option<BTreeMap<i32, i64>>,
     last_commit: Instant,
@@ -423,6 +440,7 @@ impl<'a> Reading<'a> {
             progress,
             alignment: Alignment::new(config.schema.clone(), config.event_time, &[]),
             paused: BTreeSet::new(),
+            ended: BTreeSet::new(),
             end: None,
             last_commit: Instant::now(),
         })
@@ -451,6 +469,10 @@ impl<'a> Reading<'a> {
             }
             for &p in &polled.ends {
                 self.alignment.reached_end(p);
+                self.ended.insert(p);
+            }
+            for m in &polled.messages {
+                self.ended.remove(&m.partition());
             }
             let decoder = self.decoder();
             let (batch, origins) = self.progress.decode(decoder, &polled.messages)?;
@@ -525,9 +547,12 @@ impl<'a> Reading<'a> {
             match self.consumer.fetch_metadata(Some(topic), CALL_TIMEOUT) {
                 Ok(metadata) => {
                     let found = metadata.topics().iter().find(|t| t.name() == topic);
+                    let wanted = |p: &i32| self.source.only.as_ref().is_none_or(|o| o.contains(p));
                     match found.map(|t| (t.error(), t.partitions())) {
-                        Some((None, partitions)) if !partitions.is_empty() => {
-                            return Some(partitions.iter().map(|p| p.id()).collect());
+                        Some((None, partitions)) if partitions.iter().any(|p| wanted(&p.id())) => {
+                            return Some(
+                                partitions.iter().map(|p| p.id()).filter(wanted).collect(),
+                            );
                         }
                         Some((Some(e), _)) => self.warn(&format!(
                             "topic {topic}: {}; retrying",
@@ -665,7 +690,9 @@ impl<'a> Reading<'a> {
                     Offset::Offset(o) => Some(o),
                     _ => None,
                 });
-            read.max(fetched).is_some_and(|o| o >= high)
+            // A partition that started at its end has no offset read:
+            // reaching the end says it.
+            read.max(fetched).is_some_and(|o| o >= high) || self.ended.contains(&p)
         })
     }
 }
@@ -836,6 +863,15 @@ fn origin_of(m: &BorrowedMessage<'_>) -> MessageOrigin {
         line: m.offset().max(0) as u64,
         raw: m.payload().unwrap_or_default().to_vec(),
     }
+}
+
+/// `0,2,5` as partition numbers; `None` unless every one is a number >= 0.
+fn parse_partitions(text: &str) -> Option<Vec<i32>> {
+    let list: Option<Vec<i32>> = text
+        .split(',')
+        .map(|p| p.trim().parse().ok().filter(|&n: &i32| n >= 0))
+        .collect();
+    list.filter(|l| !l.is_empty())
 }
 
 /// The offsets a position holds.

@@ -1,0 +1,300 @@
+//! Scale-out over a Kafka consumer group: `vigil run --group NAME`.
+//!
+//! Every process started with the same group joins one Kafka consumer
+//! group on the script's topic; Kafka's group protocol (cooperative-sticky
+//! assignment) splits the topic's partitions among them and moves them
+//! when a process joins, leaves or dies. vigil keeps no coordinator of its
+//! own.
+//!
+//! A process runs one pipeline per partition it is given: the script's
+//! queries over that partition alone (a Kafka-Streams-style task), each
+//! query checkpointed under `<name>-p<partition>` in the checkpoint
+//! directory every process shares. Given a partition, a process starts its
+//! pipeline, which restores from the partition's last complete checkpoint
+//! and reads on from the offsets in it; when the partition is taken away,
+//! it stops the pipeline before the group hands the partition on. A
+//! process that dies is noticed by the group after its session timeout;
+//! whoever gets its partitions restores them from their checkpoints, and a
+//! Kafka sink's transactional id per partition fences the dead process's
+//! transactions.
+//!
+//! The member consumer only holds the group's assignment: its partitions
+//! are paused at once, and each pipeline reads its partition with a
+//! consumer of its own, from the checkpoint's offsets.
+//!
+//! Each process also writes what it holds to `<checkpoint dir>/groups/
+//! <NAME>/<member>.json` every second, which `vigil group` reads.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc as std_mpsc};
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::topic_partition_list::TopicPartitionList;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use super::live::{Live, NamedQuery, QueryId};
+use crate::connectors::kafka::{Endpoint, Reporter};
+use crate::error::{Error, Result};
+
+/// How long a pipeline may take to stop when its partition goes.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How often the member's status file is written.
+const STATUS_EVERY: Duration = Duration::from_secs(1);
+
+/// What a process of a group needs.
+pub struct GroupConfig {
+    /// The group's name, also the Kafka consumer group's.
+    pub name: String,
+    /// The topic whose partitions are split, with its brokers.
+    pub endpoint: Endpoint,
+    /// The checkpoint directory every member shares.
+    pub checkpoint_dir: PathBuf,
+}
+
+/// Builds the pipeline of one partition: the script's queries over it.
+pub type Pipelines = Box<dyn Fn(i32) -> Result<Vec<NamedQuery>> + Send + Sync>;
+
+/// What a member writes about itself for `vigil group`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MemberStatus {
+    /// `host:pid`.
+    pub member: String,
+    /// The topic and brokers.
+    pub topic: String,
+    /// The brokers.
+    pub bootstrap: String,
+    /// The partitions it runs now.
+    pub partitions: Vec<i32>,
+    /// When this was written, epoch milliseconds.
+    pub updated_ms: i64,
+}
+
+/// The folder members of group `name` write their status to.
+pub fn status_dir(checkpoint_dir: &Path, name: &str) -> PathBuf {
+    checkpoint_dir.join("groups").join(name)
+}
+
+/// A change of this member's share of the topic.
+enum Change {
+    /// These partitions are now this member's.
+    Assigned(Vec<i32>),
+    /// These partitions go; the sender waits for the answer until their
+    /// pipelines have stopped.
+    Revoked(Vec<i32>, std_mpsc::Sender<()>),
+}
+
+/// The member consumer's context: hands rebalances to the runtime.
+struct Member {
+    reporter: Reporter,
+    changes: mpsc::UnboundedSender<Change>,
+}
+
+impl rdkafka::client::ClientContext for Member {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        self.reporter.error(error, reason);
+    }
+}
+
+impl ConsumerContext for Member {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(list) = rebalance {
+            let (done, wait) = std_mpsc::channel();
+            if self
+                .changes
+                .send(Change::Revoked(partitions(list), done))
+                .is_ok()
+            {
+                // The partitions may go only once their pipelines stopped.
+                let _ = wait.recv_timeout(STOP_TIMEOUT);
+            }
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(list) = rebalance {
+            // The member only holds the assignment; pipelines read.
+            if let Err(e) = consumer.pause(list) {
+                self.reporter
+                    .warn(&format!("pausing the group's partitions: {e}"));
+            }
+            let _ = self.changes.send(Change::Assigned(partitions(list)));
+        }
+    }
+}
+
+fn partitions(list: &TopicPartitionList) -> Vec<i32> {
+    list.elements().iter().map(|e| e.partition()).collect()
+}
+
+/// Runs this process's share of group `config.name` on `live` until
+/// `leave` is set: pipelines start and stop as partitions come and go.
+/// Leaving stops every pipeline and leaves the group.
+pub async fn run_group(
+    live: &Live,
+    config: GroupConfig,
+    pipelines: Pipelines,
+    leave: Arc<AtomicBool>,
+) -> Result<()> {
+    let (changes, mut incoming) = mpsc::unbounded_channel();
+    let member = join(&config, changes)?;
+    let status = StatusWriter::new(&config)?;
+    let polling = {
+        let leave = leave.clone();
+        std::thread::Builder::new()
+            .name("vigil-group".into())
+            .spawn(move || poll_membership(member, &leave))
+            .map_err(|e| Error::io("starting the group member".to_string(), e))?
+    };
+    let mut running: BTreeMap<i32, Vec<QueryId>> = BTreeMap::new();
+    let mut ticker = tokio::time::interval(STATUS_EVERY);
+    let outcome = loop {
+        tokio::select! {
+            change = incoming.recv() => match change {
+                Some(Change::Assigned(list)) => {
+                    if let Err(e) = start(live, &pipelines, &mut running, &list) {
+                        break Err(e);
+                    }
+                    status.write(&running);
+                }
+                Some(Change::Revoked(list, done)) => {
+                    stop(live, &mut running, &list).await;
+                    let _ = done.send(());
+                    status.write(&running);
+                }
+                None => break Ok(()),
+            },
+            _ = ticker.tick() => status.write(&running),
+        }
+    };
+    leave.store(true, Ordering::Relaxed);
+    // The member answers no more revocations: stop what is left.
+    let all: Vec<i32> = running.keys().copied().collect();
+    stop(live, &mut running, &all).await;
+    drop(incoming);
+    let _ = tokio::task::spawn_blocking(move || polling.join()).await;
+    status.remove();
+    outcome
+}
+
+/// The member consumer, subscribed to the topic.
+fn join(
+    config: &GroupConfig,
+    changes: mpsc::UnboundedSender<Change>,
+) -> Result<BaseConsumer<Member>> {
+    let context = Member {
+        reporter: Reporter::new(format!("group {}", config.name)),
+        changes,
+    };
+    let consumer: BaseConsumer<Member> = config
+        .endpoint
+        .client_config(&[
+            ("group.id", &config.name),
+            ("enable.auto.commit", "false"),
+            ("partition.assignment.strategy", "cooperative-sticky"),
+        ])
+        .create_with_context(context)
+        .map_err(|e| Error::Connector(format!("kafka: group {}: {e}", config.name)))?;
+    consumer
+        .subscribe(&[&config.endpoint.topic])
+        .map_err(|e| Error::Connector(format!("kafka: group {}: {e}", config.name)))?;
+    Ok(consumer)
+}
+
+/// Keeps the member in the group (its rebalances run in these polls) until
+/// `leave`; then leaves, which revokes its partitions.
+fn poll_membership(member: BaseConsumer<Member>, leave: &AtomicBool) {
+    while !leave.load(Ordering::Relaxed) {
+        // Its partitions are paused: a message here is one fetched before
+        // the pause, which a pipeline reads itself.
+        let _ = member.poll(Duration::from_millis(100));
+    }
+    member.unsubscribe();
+    for _ in 0..20 {
+        let _ = member.poll(Duration::from_millis(50));
+    }
+}
+
+/// Starts the pipelines of the partitions in `list` not running yet.
+fn start(
+    live: &Live,
+    pipelines: &Pipelines,
+    running: &mut BTreeMap<i32, Vec<QueryId>>,
+    list: &[i32],
+) -> Result<()> {
+    for &p in list {
+        if running.contains_key(&p) {
+            continue;
+        }
+        let ids = live.start_all(pipelines(p)?)?;
+        eprintln!("vigil: partition {p}: pipeline started");
+        running.insert(p, ids);
+    }
+    Ok(())
+}
+
+/// Stops the pipelines of the partitions in `list` and waits until they
+/// have ended.
+async fn stop(live: &Live, running: &mut BTreeMap<i32, Vec<QueryId>>, list: &[i32]) {
+    for p in list {
+        let Some(ids) = running.remove(p) else {
+            continue;
+        };
+        for &id in &ids {
+            live.stop(id);
+        }
+        for id in ids {
+            let _ = tokio::time::timeout(STOP_TIMEOUT, live.wait(id)).await;
+        }
+        eprintln!("vigil: partition {p}: pipeline stopped");
+    }
+}
+
+/// Writes this member's status file.
+struct StatusWriter {
+    path: PathBuf,
+    status: Mutex<MemberStatus>,
+}
+
+impl StatusWriter {
+    fn new(config: &GroupConfig) -> Result<Self> {
+        let dir = status_dir(&config.checkpoint_dir, &config.name);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        let host = sysinfo::System::host_name().unwrap_or_else(|| "localhost".into());
+        let member = format!("{host}:{}", std::process::id());
+        Ok(StatusWriter {
+            path: dir.join(format!("{}.json", member.replace(':', "-"))),
+            status: Mutex::new(MemberStatus {
+                member,
+                topic: config.endpoint.topic.clone(),
+                bootstrap: config.endpoint.bootstrap.clone(),
+                partitions: Vec::new(),
+                updated_ms: 0,
+            }),
+        })
+    }
+
+    /// Writes it (through a temporary file, so a reader never sees half):
+    /// a failure is a warning, since the status is for people only.
+    fn write(&self, running: &BTreeMap<i32, Vec<QueryId>>) {
+        let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        status.partitions = running.keys().copied().collect();
+        status.updated_ms = chrono::Utc::now().timestamp_millis();
+        let text = serde_json::to_string_pretty(&*status).unwrap_or_default();
+        let temporary = self.path.with_extension("json.tmp");
+        let written =
+            std::fs::write(&temporary, text).and_then(|()| std::fs::rename(&temporary, &self.path));
+        if let Err(e) = written {
+            eprintln!("vigil: warning: cannot write {}: {e}", self.path.display());
+        }
+    }
+
+    fn remove(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
