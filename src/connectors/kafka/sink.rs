@@ -23,7 +23,10 @@
 //!   open.
 //!
 //! When the input ends, the rows after the last barrier are produced in a
-//! last transaction with the next epoch's marker.
+//! last transaction with the next epoch's marker. When the query is
+//! stopped before (a signal, its partition moving to another process in a
+//! group), they are dropped: whoever restores the last checkpoint makes
+//! them again.
 
 use std::sync::Arc;
 use std::time::Duration;
