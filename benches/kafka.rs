@@ -228,7 +228,8 @@ fn partition_move(vigil: &Path, bootstrap: &str) -> (f64, String) {
     let mut first = member(vigil, dir.path(), "bench-moves", &first_err);
     // Two checkpoints after both pipelines run hold every key.
     let deadline = Instant::now() + Duration::from_secs(300);
-    while !std::fs::read_to_string(&first_err).is_ok_and(|t| t.matches("pipeline started").count() >= 2)
+    while !std::fs::read_to_string(&first_err)
+        .is_ok_and(|t| t.matches("pipeline started").count() >= 2)
         && Instant::now() < deadline
     {
         std::thread::sleep(Duration::from_millis(100));

@@ -78,16 +78,7 @@ fn produce_metrics(bootstrap: &str) {
 /// What the query must give: per host and minute, the rows and their cpu
 /// sum.
 fn expected() -> BTreeMap<(String, i64), (u64, u64)> {
-    let mut want = BTreeMap::new();
-    for host in 0..HOSTS {
-        for second in 0..SECONDS {
-            let minute = (T0 + second as i64 * 1000) / 60_000 * 60_000;
-            let e = want.entry((format!("h{host}"), minute)).or_insert((0, 0));
-            e.0 += 1;
-            e.1 += cpu(host, second) as u64;
-        }
-    }
-    want
+    expected_hosts(HOSTS, SECONDS)
 }
 
 /// Every message of `topic` a read_committed consumer sees: (key, value).
@@ -483,6 +474,7 @@ fn produce_closing_rows(bootstrap: &str, partitions: i32, second: usize) {
     producer.flush(Duration::from_secs(30)).unwrap();
 }
 
+/// What the query gives over [`produce_hosts`]' rows of `0..seconds`.
 fn expected_hosts(hosts: usize, seconds: usize) -> BTreeMap<(String, i64), (u64, u64)> {
     let mut want = BTreeMap::new();
     for host in 0..hosts {

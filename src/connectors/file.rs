@@ -199,11 +199,7 @@ fn text_source(
         Some("realtime") => Replay::Realtime { speed },
         _ => Replay::Fast,
     };
-    let batch_size = match opts.count("batch_size")? {
-        None => DEFAULT_BATCH_SIZE,
-        Some(n) if (1..=MAX_BATCH_SIZE as u64).contains(&n) => n as usize,
-        Some(_) => return Err(opts.bad_value("batch_size", opts.get("batch_size").unwrap_or(""))),
-    };
+    let batch_size = batch_size(opts)?;
     let follow = opts.flag("follow")?;
     let decode = decoding(opts, format)?;
     if let Some(i) = decl.event_time
@@ -228,6 +224,15 @@ fn text_source(
         decode_threads: super::default_decode_threads(),
         decode,
     })
+}
+
+/// The `batch_size` option, within its bounds.
+pub(super) fn batch_size(opts: &Options<'_>) -> Result<usize> {
+    match opts.count("batch_size")? {
+        None => Ok(DEFAULT_BATCH_SIZE),
+        Some(n) if (1..=MAX_BATCH_SIZE as u64).contains(&n) => Ok(n as usize),
+        Some(_) => Err(opts.bad_value("batch_size", opts.get("batch_size").unwrap_or(""))),
+    }
 }
 
 fn connector_of(location: &SourceLocation) -> &'static str {

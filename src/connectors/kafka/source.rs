@@ -52,8 +52,8 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde_json::{Value, json};
 
-use super::super::file::{TEXT_OPTIONS, decoding};
-use super::super::options::{DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, Options};
+use super::super::file::{TEXT_OPTIONS, batch_size, decoding};
+use super::super::options::Options;
 use super::super::registry::{
     OptionSpec, OptionType, Reader, SourceConnector, SourceRead, StreamDecl,
 };
@@ -189,13 +189,7 @@ impl SourceConnector for KafkaSourceConnector {
             MessageFormat::Csv => Format::Csv,
             _ => Format::Jsonl,
         };
-        let batch_size = match opts.count("batch_size")? {
-            None => DEFAULT_BATCH_SIZE,
-            Some(n) if (1..=MAX_BATCH_SIZE as u64).contains(&n) => n as usize,
-            Some(_) => {
-                return Err(opts.bad_value("batch_size", opts.get("batch_size").unwrap_or("")));
-            }
-        };
+        let batch_size = batch_size(opts)?;
         Ok(SourceConfig {
             stream: decl.stream.to_string(),
             schema: decl.schema.clone(),
