@@ -6,7 +6,8 @@ How it was run (from the repository root, Python 3, standard library only):
     python3 tests/series_expected.py
 
 It replays, in plain Python and with no vigil code, the SQL of
-`queries/pack/series/robust_z_or_new_extreme.sql` over
+`queries/pack/series/robust_z_or_new_extreme.sql` (and the `level_shift` alert of
+`shift_or_spike.sql`) over
 `queries/data/nab/machine_temperature_long.csv`, and of
 `queries/pack/series/machine_multi_metric.sql` over the SMD slice
 `tests/data/smd/machine-1-6_slice.csv` (see tests/data/smd/PROVENANCE), by the rules of the
@@ -149,9 +150,68 @@ def machine_multi_metric():
                           for e in ends])
 
 
+def cusum(values, k, h, warmup):
+    """The self-starting two-sided CUSUM of grammar/README.md, row by row: NULL while the
+    reference (the values since the last reset) holds fewer than `warmup` values; else z
+    against the reference's mean and population stddev, S+ and S- with allowance k, the
+    result S+ if S+ >= S- else -S-; past h the sums reset and the reference restarts at x."""
+    reference, up, down, out = [], 0.0, 0.0, []
+    for x in values:
+        if len(reference) < warmup:
+            reference.append(x)
+            out.append(None)
+            continue
+        mean = math.fsum(reference) / len(reference)
+        sd = statistics.pstdev(reference) or 1e-9 * max(abs(mean), 1.0)
+        z = (x - mean) / sd
+        up, down = max(0.0, up + z - k), max(0.0, down - z - k)
+        result = up if up >= down else -down
+        out.append(result)
+        if abs(result) > h:
+            up, down, reference = 0.0, 0.0, [x]
+        else:
+            reference.append(x)
+    return out
+
+
+def keep_firing_changes(rows, keep_ms):
+    """rows: (ms, condition, note) -> changes of an alert with KEEP FIRING FOR keep_ms: it
+    resolves at a row where the condition has not held, row after row, for keep_ms since
+    the first of those rows."""
+    firing, quiet_since, out = False, None, []
+    for ms, cond, note in rows:
+        if cond:
+            quiet_since = None
+            if not firing:
+                out.append(("firing", ms, note))
+                firing = True
+        elif firing:
+            quiet_since = ms if quiet_since is None else quiet_since
+            if ms - quiet_since >= keep_ms:
+                out.append(("resolved", ms, note))
+                firing, quiet_since = False, None
+    return out
+
+
+def shift_or_spike_level_shift():
+    """`level_shift` of queries/pack/series/shift_or_spike.sql: cusum(v, 2, 10, 48) over
+    the hourly means, firing past 10, KEEP FIRING FOR 24 hours."""
+    with open(NAB, newline="") as f:
+        rows = [(parse_ms(r["ts"]), (r["host"], r["metric"]), float(r["value"]))
+                for r in csv.DictReader(f)]
+    (hourly,) = tumble_avg(rows, 3_600_000, 3_600_000).values()
+    ends = sorted(hourly)
+    scores = cusum([hourly[e] for e in ends], 2.0, 10.0, 48)
+    return keep_firing_changes(
+        [(e, c is not None and abs(c) > 10, "cusum %s (margin %s)" % (
+            c, None if c is None else abs(abs(c) - 10))) for e, c in zip(ends, scores)],
+        24 * 3_600_000)
+
+
 def main():
     for name, changes in [("robust_z_or_new_extreme", robust_z_or_new_extreme()),
-                          ("machine_multi_metric", machine_multi_metric())]:
+                          ("machine_multi_metric", machine_multi_metric()),
+                          ("shift_or_spike level_shift", shift_or_spike_level_shift())]:
         print("== %s: %d changes, %d firing" % (
             name, len(changes), sum(1 for c in changes if c[0] == "firing")))
         for state, ms, note in changes:

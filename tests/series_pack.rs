@@ -338,6 +338,17 @@ const HOUR_SHIFT_CHANGES: &[(&str, &str)] = &[
     ("resolved", "2014-02-15T01:00:00"),
 ];
 
+/// `shift_or_spike.sql`'s `level_shift` on the same series, from `tests/series_expected.py`
+/// (a plain-Python replay of the cusum and of KEEP FIRING; the closer firing passes the
+/// threshold 10 by 0.25). Both firings are downward shifts inside labelled windows, 3 and
+/// 4, and window 3 is one `hour_shift` misses.
+const LEVEL_SHIFT_CHANGES: &[(&str, &str)] = &[
+    ("firing", "2014-01-28T22:00:00"),
+    ("resolved", "2014-01-29T23:00:00"),
+    ("firing", "2014-02-08T14:00:00"),
+    ("resolved", "2014-02-09T15:00:00"),
+];
+
 #[test]
 fn shift_or_spike_raises_the_replayed_alerts() {
     let rows = alert_rows("shift_or_spike.sql", None);
@@ -351,6 +362,7 @@ fn shift_or_spike_raises_the_replayed_alerts() {
     // No sample of this series is 8 deviations from its last four days (the replay's
     // highest score is 6.19), so the spike alert stays quiet.
     assert_changes("sample_spike", &of("sample_spike"), &[]);
+    assert_changes("level_shift", &of("level_shift"), LEVEL_SHIFT_CHANGES);
 }
 
 /// `machine_metrics_burst.sql` on the SMD slice: every change, from
