@@ -158,6 +158,24 @@ fn script(dir: &Path, bootstrap: &str, delivery: &str) {
     fs::write(dir.join("q.sql"), sql).unwrap();
 }
 
+/// A mock cluster holding `produce_metrics`' messages, and a directory
+/// with the script whose sink delivers as `delivery` says. The cluster
+/// lives as long as the value kept.
+fn with_metrics(
+    delivery: &str,
+) -> (
+    MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    String,
+    tempfile::TempDir,
+) {
+    let cluster = cluster();
+    let bootstrap = cluster.bootstrap_servers();
+    produce_metrics(&bootstrap);
+    let dir = tempfile::tempdir().unwrap();
+    script(dir.path(), &bootstrap, delivery);
+    (cluster, bootstrap, dir)
+}
+
 fn vigil_run(dir: &Path, crash_at: Option<&str>) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
     command
@@ -202,11 +220,7 @@ fn output_within(mut command: Command, limit: Duration) -> Output {
 
 #[test]
 fn a_topic_is_read_aggregated_and_written_back_exactly_once() {
-    let cluster = cluster();
-    let bootstrap = cluster.bootstrap_servers();
-    produce_metrics(&bootstrap);
-    let dir = tempfile::tempdir().unwrap();
-    script(dir.path(), &bootstrap, "exactly_once");
+    let (_cluster, bootstrap, dir) = with_metrics("exactly_once");
     let out = vigil_run(dir.path(), None);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -235,11 +249,7 @@ fn a_topic_is_read_aggregated_and_written_back_exactly_once() {
 
 #[test]
 fn a_crash_between_checkpoint_and_commit_loses_and_repeats_nothing() {
-    let cluster = cluster();
-    let bootstrap = cluster.bootstrap_servers();
-    produce_metrics(&bootstrap);
-    let dir = tempfile::tempdir().unwrap();
-    script(dir.path(), &bootstrap, "exactly_once");
+    let (_cluster, bootstrap, dir) = with_metrics("exactly_once");
     // Killed after its third checkpoint is written, before its sink
     // commits the transaction of that checkpoint's results.
     let first = vigil_run(dir.path(), Some("after-manifest:3"));
@@ -297,11 +307,7 @@ fn exactly_once_without_checkpoints_is_refused() {
 
 #[test]
 fn at_least_once_writes_every_result_without_checkpoints() {
-    let cluster = cluster();
-    let bootstrap = cluster.bootstrap_servers();
-    produce_metrics(&bootstrap);
-    let dir = tempfile::tempdir().unwrap();
-    script(dir.path(), &bootstrap, "at_least_once");
+    let (_cluster, bootstrap, dir) = with_metrics("at_least_once");
     let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
     command.current_dir(dir.path()).args(["run", "q.sql"]);
     let out = output_within(command, Duration::from_secs(120));

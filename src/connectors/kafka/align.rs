@@ -91,13 +91,14 @@ impl Alignment {
         }
         for (p, indices) in rows {
             let lane = self.lanes.entry(p).or_default();
-            let taken = take_record_batch(batch, &UInt32Array::from(indices.clone()))?;
             let held_times: Vec<i64> = indices.iter().map(|&i| times[i as usize]).collect();
+            let offsets = indices.iter().map(|&i| origins[i as usize].1).collect();
+            let taken = take_record_batch(batch, &UInt32Array::from(indices))?;
             lane.max_time = held_times.iter().copied().chain(lane.max_time).max();
             lane.idle = false;
             lane.queue.push_back(Held {
                 batch: taken,
-                offsets: indices.iter().map(|&i| origins[i as usize].1).collect(),
+                offsets,
                 times: held_times,
             });
         }
