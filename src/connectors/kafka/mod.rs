@@ -16,6 +16,7 @@
 mod align;
 pub mod sink;
 pub mod source;
+mod txn;
 
 use std::collections::HashMap;
 use std::sync::Mutex;

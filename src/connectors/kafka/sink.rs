@@ -29,29 +29,20 @@
 //! them again.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use serde_json::{Value, json};
 
 use super::super::file::APPEND_ONLY;
 use super::super::options::Options;
 use super::super::registry::{Opener, OptionSpec, OptionType, SinkConnector, SinkOpen};
 use super::super::sink::render_rows;
 use super::super::{OutputFormat, Sink, SinkCommit, SinkConfig, SinkTarget};
-use super::{BOOTSTRAP, CALL_TIMEOUT, Endpoint, PROPERTIES, Reporter, TOPIC, kafka_error};
+use super::txn::{Producing, Record};
+use super::{BOOTSTRAP, Endpoint, PROPERTIES, TOPIC};
 use crate::error::{Error, Result};
-
-/// How many times a transaction or a flush is tried before the query
-/// fails (each failure is reported; the waits double up to 5 s).
-const ATTEMPTS: u32 = 8;
 
 const OPTIONS: &[OptionSpec] = &[
     BOOTSTRAP,
@@ -180,107 +171,31 @@ impl SinkOpen for KafkaSink {
                 ))
             })?),
         };
-        let reporter = || Reporter::new(format!("sink {name}"));
-        let mut defaults = vec![("enable.idempotence", "true")];
-        if let Some(id) = &self.transactional_id {
-            defaults.push(("transactional.id", id.as_str()));
-        }
-        let producer: BaseProducer<Reporter> = self
-            .endpoint
-            .client_config(&defaults)
-            .create_with_context(reporter())
-            .map_err(|e| kafka_error(&format!("sink {name}"), e))?;
-        let marker = match &self.transactional_id {
-            None => None,
-            Some(id) => Some(Marker::open(&self.endpoint, id, reporter())?),
-        };
-        let mut sink = TopicSink {
+        let producing = Producing::open(
+            &self.endpoint,
+            &format!("sink {name}"),
+            self.transactional_id.as_deref(),
+        )?;
+        Ok(Box::new(TopicSink {
             name: name.to_string(),
-            topic: self.endpoint.topic.clone(),
             format: self.format,
             key,
-            producer,
-            marker,
-            pending: Vec::new(),
-            staged: None,
-            epoch: 0,
-        };
-        if sink.marker.is_some() {
-            sink.retry("starting its transactions", |s| {
-                s.producer.init_transactions(CALL_TIMEOUT)
-            })?;
-        }
-        Ok(Box::new(sink))
-    }
-}
-
-/// One message: its key and its value.
-type Message = (Option<String>, Vec<u8>);
-
-/// The marker group of an exactly-once sink: the last epoch whose
-/// transaction committed is the group's offset for partition 0 of the
-/// topic, committed inside that transaction.
-struct Marker {
-    consumer: BaseConsumer<Reporter>,
-    topic: String,
-}
-
-impl Marker {
-    fn open(endpoint: &Endpoint, transactional_id: &str, reporter: Reporter) -> Result<Self> {
-        let group = format!("{transactional_id}.epochs");
-        let consumer = endpoint
-            .client_config(&[("group.id", &group), ("enable.auto.commit", "false")])
-            .create_with_context(reporter)
-            .map_err(|e| kafka_error(&format!("marker group {group}"), e))?;
-        Ok(Marker {
-            consumer,
-            topic: endpoint.topic.clone(),
-        })
-    }
-
-    fn list(&self, epoch: Option<u64>) -> TopicPartitionList {
-        let mut list = TopicPartitionList::new();
-        let offset = epoch.map_or(Offset::Invalid, |e| Offset::Offset(e as i64));
-        // Partition 0 always exists; the offset is only a number here.
-        let _ = list.add_partition_offset(&self.topic, 0, offset);
-        list
-    }
-
-    /// The last epoch committed, if any.
-    fn committed(&self) -> std::result::Result<Option<u64>, KafkaError> {
-        let list = self
-            .consumer
-            .committed_offsets(self.list(None), CALL_TIMEOUT)?;
-        Ok(list
-            .find_partition(&self.topic, 0)
-            .and_then(|e| match e.offset() {
-                Offset::Offset(o) if o >= 0 => Some(o as u64),
-                _ => None,
-            }))
+            producing,
+        }))
     }
 }
 
 /// An open `kafka` sink.
 struct TopicSink {
     name: String,
-    topic: String,
     format: OutputFormat,
     /// Index of the key column.
     key: Option<usize>,
-    producer: BaseProducer<Reporter>,
-    /// `Some` for exactly-once delivery.
-    marker: Option<Marker>,
-    /// Exactly once: the rows since the last barrier.
-    pending: Vec<Message>,
-    /// Exactly once: the rows of epoch `epoch`, in a checkpoint being
-    /// written, to produce once it is.
-    staged: Option<Vec<Message>>,
-    /// Exactly once: the number of the last epoch closed by a barrier.
-    epoch: u64,
+    producing: Producing,
 }
 
 impl TopicSink {
-    fn messages(&self, batch: &RecordBatch) -> Result<Vec<Message>> {
+    fn records(&self, batch: &RecordBatch) -> Result<Vec<Record>> {
         let values = render_rows(self.format, batch)?;
         let keys: Vec<Option<String>> = match self.key {
             None => vec![None; values.len()],
@@ -292,104 +207,11 @@ impl TopicSink {
                     .collect()
             }
         };
-        Ok(keys.into_iter().zip(values).collect())
-    }
-
-    /// Hands `messages` to the producer, waiting while its queue is full.
-    fn send(&self, messages: &[Message]) -> std::result::Result<(), KafkaError> {
-        for (key, value) in messages {
-            loop {
-                let mut record = BaseRecord::to(&self.topic).payload(value);
-                if let Some(key) = key {
-                    record = record.key(key);
-                }
-                match self.producer.send(record) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                        self.producer.poll(Duration::from_millis(50));
-                    }
-                    Err((e, _)) => return Err(e),
-                }
-            }
-            self.producer.poll(Duration::ZERO);
-        }
-        Ok(())
-    }
-
-    /// Produces `messages` in one transaction that also moves the marker
-    /// to `epoch`.
-    fn transaction(&self, messages: &[Message], epoch: u64) -> std::result::Result<(), KafkaError> {
-        let marker = self
-            .marker
-            .as_ref()
-            .expect("exactly-once sinks have a marker");
-        self.producer.begin_transaction()?;
-        let sent = self.send(messages).and_then(|()| {
-            let group = marker
-                .consumer
-                .group_metadata()
-                .ok_or(KafkaError::Global(RDKafkaErrorCode::InvalidGroupId))?;
-            self.producer.send_offsets_to_transaction(
-                &marker.list(Some(epoch)),
-                &group,
-                CALL_TIMEOUT,
-            )?;
-            self.producer.commit_transaction(CALL_TIMEOUT)
-        });
-        if sent.is_err() {
-            let _ = self.producer.abort_transaction(CALL_TIMEOUT);
-        }
-        sent
-    }
-
-    /// Produces an epoch's rows exactly once, unless the marker says they
-    /// already were.
-    fn publish(&mut self, messages: &[Message], epoch: u64) -> Result<()> {
-        self.retry(&format!("committing epoch {epoch}"), |s| {
-            let done = s
-                .marker
-                .as_ref()
-                .map(Marker::committed)
-                .transpose()?
-                .flatten();
-            if done.is_some_and(|d| d >= epoch) {
-                return Ok(());
-            }
-            s.transaction(messages, epoch)
-        })
-    }
-
-    /// Runs `step` until it succeeds, reporting each failure, waiting
-    /// longer between tries; fails the query after [`ATTEMPTS`] or on an
-    /// error Kafka calls fatal.
-    fn retry(
-        &mut self,
-        what: &str,
-        mut step: impl FnMut(&mut Self) -> std::result::Result<(), KafkaError>,
-    ) -> Result<()> {
-        let mut wait = Duration::from_millis(200);
-        for attempt in 1..=ATTEMPTS {
-            let e = match step(self) {
-                Ok(()) => return Ok(()),
-                Err(e) => e,
-            };
-            let fatal = matches!(&e, KafkaError::Transaction(t) if t.is_fatal());
-            if fatal || attempt == ATTEMPTS {
-                return Err(kafka_error(&format!("sink {}: {what}", self.name), e));
-            }
-            self.producer
-                .context()
-                .warn(&format!("{what}: {e}; trying again"));
-            std::thread::sleep(wait);
-            wait = (wait * 2).min(Duration::from_secs(5));
-        }
-        unreachable!("the last attempt returns")
-    }
-
-    fn flush(&mut self) -> Result<()> {
-        self.retry("waiting for the brokers to take the results", |s| {
-            s.producer.flush(CALL_TIMEOUT)
-        })
+        Ok(keys
+            .into_iter()
+            .zip(values)
+            .map(|(k, v)| Record::keyed(k, v))
+            .collect())
     }
 }
 
@@ -398,69 +220,32 @@ impl Sink for TopicSink {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        let messages = self.messages(batch)?;
-        if self.marker.is_some() {
-            self.pending.extend(messages);
-            return Ok(());
-        }
-        let name = self.name.clone();
-        self.send(&messages)
-            .map_err(|e| kafka_error(&format!("sink {name}"), e))
+        let records = self.records(batch)?;
+        self.producing.write(records)
     }
 
     fn finish(&mut self) -> Result<()> {
-        if self.marker.is_some() {
-            let pending = std::mem::take(&mut self.pending);
-            if !pending.is_empty() {
-                self.publish(&pending, self.epoch + 1)?;
-            }
-            return Ok(());
-        }
-        self.flush()
+        self.producing.finish()
     }
 
     fn stopped(&mut self) -> Result<()> {
-        if self.marker.is_some() {
-            // Not covered by a checkpoint: the restore makes them again.
-            self.pending.clear();
-            return Ok(());
-        }
-        self.flush()
+        self.producing.stopped()
     }
 
     fn checkpoint(&mut self) -> Result<Option<SinkCommit>> {
-        if self.marker.is_none() {
-            self.flush()?;
-            return Ok(None);
-        }
-        self.epoch += 1;
-        let rows = std::mem::take(&mut self.pending);
-        let commit = json!({
-            "epoch": self.epoch,
-            "rows": rows.iter().map(|(k, v)| json!([k, String::from_utf8_lossy(v)])).collect::<Vec<_>>(),
-        });
-        self.staged = Some(rows);
-        Ok(Some(commit))
+        self.producing.checkpoint()
     }
 
     fn committed(&mut self) -> Result<()> {
-        if let Some(rows) = self.staged.take() {
-            self.publish(&rows, self.epoch)?;
-        }
-        Ok(())
+        self.producing.committed()
     }
 
     fn restore(&mut self, commit: &SinkCommit) -> Result<()> {
-        if self.marker.is_none() {
-            return Ok(());
-        }
-        let (epoch, rows) = epoch_of(&self.name, commit)?;
-        self.epoch = epoch;
-        self.publish(&rows, epoch)
+        self.producing.restore(commit)
     }
 
     fn needs_checkpoints(&self) -> Option<String> {
-        self.marker.as_ref().map(|_| {
+        self.producing.exactly_once().then(|| {
             format!(
                 "sink {}: delivery = 'exactly_once' produces results when a checkpoint covers them: \
                  run with checkpoints (--checkpoint-dir), or set delivery = 'at_least_once'",
@@ -468,29 +253,4 @@ impl Sink for TopicSink {
             )
         })
     }
-}
-
-/// The epoch and rows an exactly-once sink's commit holds.
-fn epoch_of(name: &str, commit: &SinkCommit) -> Result<(u64, Vec<Message>)> {
-    let bad = || {
-        Error::Connector(format!(
-            "sink {name}: the checkpoint's kafka commit is damaged"
-        ))
-    };
-    let epoch = commit
-        .get("epoch")
-        .and_then(Value::as_u64)
-        .ok_or_else(bad)?;
-    let rows = commit
-        .get("rows")
-        .and_then(Value::as_array)
-        .ok_or_else(bad)?
-        .iter()
-        .map(|row| {
-            let key = row.get(0).ok_or_else(bad)?.as_str().map(str::to_string);
-            let value = row.get(1).and_then(Value::as_str).ok_or_else(bad)?;
-            Ok((key, value.as_bytes().to_vec()))
-        })
-        .collect::<Result<_>>()?;
-    Ok((epoch, rows))
 }

@@ -1,0 +1,437 @@
+//! What every vigil producer of a topic shares: at-least-once sending, or
+//! exactly-once epochs published in Kafka transactions tied to
+//! checkpoints (see the [`sink`](super::sink) module for the protocol).
+//! The `kafka` sink and the exchanges between a group's processes (see
+//! [`exchange`](super::exchange)) differ only in the records they make.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use serde_json::{Value, json};
+
+use super::super::SinkCommit;
+use super::{CALL_TIMEOUT, Endpoint, Reporter, kafka_error};
+use crate::error::{Error, Result};
+
+/// How many times a transaction or a flush is tried before the query
+/// fails (each failure is reported; the waits double up to 5 s).
+const ATTEMPTS: u32 = 8;
+
+/// One message to produce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Record {
+    /// The message key.
+    pub key: Option<String>,
+    /// The message value.
+    pub value: Vec<u8>,
+    /// The partition, or `None` for the one librdkafka's partitioner picks.
+    pub partition: Option<i32>,
+    /// Message headers, as text.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Record {
+    /// A record with a key and a value, partitioned by librdkafka.
+    pub fn keyed(key: Option<String>, value: Vec<u8>) -> Self {
+        Record {
+            key,
+            value,
+            partition: None,
+            headers: Vec::new(),
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        let mut object = json!({ "key": self.key });
+        match std::str::from_utf8(&self.value) {
+            Ok(text) => object["text"] = json!(text),
+            Err(_) => {
+                object["bytes"] = json!(base64::engine::general_purpose::STANDARD.encode(&self.value))
+            }
+        }
+        if let Some(p) = self.partition {
+            object["partition"] = json!(p);
+        }
+        if !self.headers.is_empty() {
+            object["headers"] = json!(self.headers);
+        }
+        object
+    }
+
+    fn from_json(value: &Value) -> Option<Self> {
+        let key = match value.get("key")? {
+            Value::Null => None,
+            Value::String(text) => Some(text.clone()),
+            _ => return None,
+        };
+        let bytes = match (value.get("text"), value.get("bytes")) {
+            (Some(Value::String(text)), _) => text.as_bytes().to_vec(),
+            (_, Some(Value::String(coded))) => base64::engine::general_purpose::STANDARD
+                .decode(coded)
+                .ok()?,
+            _ => return None,
+        };
+        let partition = match value.get("partition") {
+            None => None,
+            Some(p) => Some(i32::try_from(p.as_i64()?).ok()?),
+        };
+        let headers = match value.get("headers") {
+            None => Vec::new(),
+            Some(h) => serde_json::from_value(h.clone()).ok()?,
+        };
+        Some(Record {
+            key,
+            value: bytes,
+            partition,
+            headers,
+        })
+    }
+}
+
+/// The marker group of an exactly-once producer: the last epoch whose
+/// transaction committed is the group's offset for partition 0 of the
+/// topic, committed inside that transaction.
+struct Marker {
+    consumer: BaseConsumer<Reporter>,
+    topic: String,
+}
+
+impl Marker {
+    fn open(endpoint: &Endpoint, transactional_id: &str, reporter: Reporter) -> Result<Self> {
+        let group = format!("{transactional_id}.epochs");
+        let consumer = endpoint
+            .client_config(&[("group.id", &group), ("enable.auto.commit", "false")])
+            .create_with_context(reporter)
+            .map_err(|e| kafka_error(&format!("marker group {group}"), e))?;
+        Ok(Marker {
+            consumer,
+            topic: endpoint.topic.clone(),
+        })
+    }
+
+    fn list(&self, epoch: Option<u64>) -> TopicPartitionList {
+        let mut list = TopicPartitionList::new();
+        let offset = epoch.map_or(Offset::Invalid, |e| Offset::Offset(e as i64));
+        // Partition 0 always exists; the offset is only a number here.
+        let _ = list.add_partition_offset(&self.topic, 0, offset);
+        list
+    }
+
+    /// The last epoch committed, if any.
+    fn committed(&self) -> std::result::Result<Option<u64>, KafkaError> {
+        let list = self
+            .consumer
+            .committed_offsets(self.list(None), CALL_TIMEOUT)?;
+        Ok(list
+            .find_partition(&self.topic, 0)
+            .and_then(|e| match e.offset() {
+                Offset::Offset(o) if o >= 0 => Some(o as u64),
+                _ => None,
+            }))
+    }
+}
+
+/// A producer of one topic, at least once or exactly once.
+pub(super) struct Producing {
+    /// `sink out`, for messages.
+    what: String,
+    topic: String,
+    producer: BaseProducer<Reporter>,
+    /// `Some` for exactly-once delivery.
+    marker: Option<Marker>,
+    /// Exactly once: the records since the last barrier.
+    pending: Vec<Record>,
+    /// Exactly once: the records of epoch `epoch`, in a checkpoint being
+    /// written, to produce once it is.
+    staged: Option<Vec<Record>>,
+    /// Exactly once: the number of the last epoch closed by a barrier.
+    epoch: u64,
+}
+
+impl Producing {
+    /// A producer of `endpoint`'s topic for `what` (`sink out`): exactly
+    /// once with `transactional_id`, at least once without.
+    pub fn open(endpoint: &Endpoint, what: &str, transactional_id: Option<&str>) -> Result<Self> {
+        let reporter = || Reporter::new(what.to_string());
+        let mut defaults = vec![("enable.idempotence", "true")];
+        if let Some(id) = transactional_id {
+            defaults.push(("transactional.id", id));
+        }
+        let producer: BaseProducer<Reporter> = endpoint
+            .client_config(&defaults)
+            .create_with_context(reporter())
+            .map_err(|e| kafka_error(what, e))?;
+        let marker = match transactional_id {
+            None => None,
+            Some(id) => Some(Marker::open(endpoint, id, reporter())?),
+        };
+        let mut producing = Producing {
+            what: what.to_string(),
+            topic: endpoint.topic.clone(),
+            producer,
+            marker,
+            pending: Vec::new(),
+            staged: None,
+            epoch: 0,
+        };
+        if producing.marker.is_some() {
+            producing.retry("starting its transactions", |s| {
+                s.producer.init_transactions(CALL_TIMEOUT)
+            })?;
+        }
+        Ok(producing)
+    }
+
+    /// Whether it delivers exactly once.
+    pub fn exactly_once(&self) -> bool {
+        self.marker.is_some()
+    }
+
+    /// Produces `records` now (at least once), or with the epoch's
+    /// transaction (exactly once).
+    pub fn write(&mut self, records: Vec<Record>) -> Result<()> {
+        if self.marker.is_some() {
+            self.pending.extend(records);
+            return Ok(());
+        }
+        let what = self.what.clone();
+        self.send(&records).map_err(|e| kafka_error(&what, e))
+    }
+
+    /// Hands `records` to the producer, waiting while its queue is full.
+    fn send(&self, records: &[Record]) -> std::result::Result<(), KafkaError> {
+        for record in records {
+            let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+            for (key, value) in &record.headers {
+                headers = headers.insert(Header {
+                    key,
+                    value: Some(value.as_bytes()),
+                });
+            }
+            loop {
+                let mut message = BaseRecord::to(&self.topic)
+                    .payload(&record.value)
+                    .headers(headers.clone());
+                if let Some(key) = &record.key {
+                    message = message.key(key);
+                }
+                if let Some(p) = record.partition {
+                    message = message.partition(p);
+                }
+                match self.producer.send(message) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                        self.producer.poll(Duration::from_millis(50));
+                    }
+                    Err((e, _)) => return Err(e),
+                }
+            }
+            self.producer.poll(Duration::ZERO);
+        }
+        Ok(())
+    }
+
+    /// Produces `records` in one transaction that also moves the marker to
+    /// `epoch`.
+    fn transaction(&self, records: &[Record], epoch: u64) -> std::result::Result<(), KafkaError> {
+        let marker = self
+            .marker
+            .as_ref()
+            .expect("exactly-once producers have a marker");
+        self.producer.begin_transaction()?;
+        let sent = self.send(records).and_then(|()| {
+            let group = marker
+                .consumer
+                .group_metadata()
+                .ok_or(KafkaError::Global(RDKafkaErrorCode::InvalidGroupId))?;
+            self.producer.send_offsets_to_transaction(
+                &marker.list(Some(epoch)),
+                &group,
+                CALL_TIMEOUT,
+            )?;
+            self.producer.commit_transaction(CALL_TIMEOUT)
+        });
+        if sent.is_err() {
+            let _ = self.producer.abort_transaction(CALL_TIMEOUT);
+        }
+        sent
+    }
+
+    /// Produces an epoch's records exactly once, unless the marker says
+    /// they already were.
+    fn publish(&mut self, records: &[Record], epoch: u64) -> Result<()> {
+        self.retry(&format!("committing epoch {epoch}"), |s| {
+            let done = s
+                .marker
+                .as_ref()
+                .map(Marker::committed)
+                .transpose()?
+                .flatten();
+            if done.is_some_and(|d| d >= epoch) {
+                return Ok(());
+            }
+            s.transaction(records, epoch)
+        })
+    }
+
+    /// Runs `step` until it succeeds, reporting each failure, waiting
+    /// longer between tries; fails the query after [`ATTEMPTS`] or on an
+    /// error Kafka calls fatal.
+    fn retry(
+        &mut self,
+        what: &str,
+        mut step: impl FnMut(&mut Self) -> std::result::Result<(), KafkaError>,
+    ) -> Result<()> {
+        let mut wait = Duration::from_millis(200);
+        for attempt in 1..=ATTEMPTS {
+            let e = match step(self) {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            let fatal = matches!(&e, KafkaError::Transaction(t) if t.is_fatal());
+            if fatal || attempt == ATTEMPTS {
+                return Err(kafka_error(&format!("{}: {what}", self.what), e));
+            }
+            self.producer
+                .context()
+                .warn(&format!("{what}: {e}; trying again"));
+            std::thread::sleep(wait);
+            wait = (wait * 2).min(Duration::from_secs(5));
+        }
+        unreachable!("the last attempt returns")
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.retry("waiting for the brokers to take the results", |s| {
+            s.producer.flush(CALL_TIMEOUT)
+        })
+    }
+
+    /// The input ended: exactly once, the records after the last barrier
+    /// go in a last transaction with the next epoch's marker.
+    pub fn finish(&mut self) -> Result<()> {
+        if self.marker.is_some() {
+            let pending = std::mem::take(&mut self.pending);
+            if !pending.is_empty() {
+                self.publish(&pending, self.epoch + 1)?;
+            }
+            return Ok(());
+        }
+        self.flush()
+    }
+
+    /// The query stopped before its end: exactly once, the records no
+    /// checkpoint covers are dropped (the restore makes them again).
+    pub fn stopped(&mut self) -> Result<()> {
+        if self.marker.is_some() {
+            self.pending.clear();
+            return Ok(());
+        }
+        self.flush()
+    }
+
+    /// At a barrier: at least once, waits until the brokers have every
+    /// record; exactly once, closes the epoch and returns its records for
+    /// the checkpoint.
+    pub fn checkpoint(&mut self) -> Result<Option<SinkCommit>> {
+        if self.marker.is_none() {
+            self.flush()?;
+            return Ok(None);
+        }
+        self.epoch += 1;
+        let records = std::mem::take(&mut self.pending);
+        let commit = json!({
+            "epoch": self.epoch,
+            "rows": records.iter().map(Record::to_json).collect::<Vec<_>>(),
+        });
+        self.staged = Some(records);
+        Ok(Some(commit))
+    }
+
+    /// The checkpoint is written: the staged epoch is published.
+    pub fn committed(&mut self) -> Result<()> {
+        if let Some(records) = self.staged.take() {
+            self.publish(&records, self.epoch)?;
+        }
+        Ok(())
+    }
+
+    /// Back to a checkpoint: its epoch is published unless it was.
+    pub fn restore(&mut self, commit: &SinkCommit) -> Result<()> {
+        if self.marker.is_none() {
+            return Ok(());
+        }
+        let (epoch, records) = epoch_of(&self.what, commit)?;
+        self.epoch = epoch;
+        self.publish(&records, epoch)
+    }
+}
+
+/// The epoch and records an exactly-once producer's commit holds. A
+/// record is an object, or, as checkpoints of the first `kafka` sink wrote
+/// it, a `[key, text]` pair.
+fn epoch_of(what: &str, commit: &SinkCommit) -> Result<(u64, Vec<Record>)> {
+    let bad = || Error::Connector(format!("{what}: the checkpoint's kafka commit is damaged"));
+    let epoch = commit
+        .get("epoch")
+        .and_then(Value::as_u64)
+        .ok_or_else(bad)?;
+    let records = commit
+        .get("rows")
+        .and_then(Value::as_array)
+        .ok_or_else(bad)?
+        .iter()
+        .map(|row| match row {
+            Value::Array(pair) => {
+                let key = pair.first().ok_or_else(bad)?.as_str().map(str::to_string);
+                let value = pair.get(1).and_then(Value::as_str).ok_or_else(bad)?;
+                Ok(Record::keyed(key, value.as_bytes().to_vec()))
+            }
+            other => Record::from_json(other).ok_or_else(bad),
+        })
+        .collect::<Result<_>>()?;
+    Ok((epoch, records))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_survive_the_checkpoint_commit() {
+        let records = vec![
+            Record::keyed(Some("h1".into()), b"{\"a\":1}".to_vec()),
+            Record {
+                key: None,
+                value: vec![0xff, 0, 7],
+                partition: Some(3),
+                headers: vec![("vigil-watermark".into(), "42".into())],
+            },
+        ];
+        let commit = json!({
+            "epoch": 4,
+            "rows": records.iter().map(Record::to_json).collect::<Vec<_>>(),
+        });
+        assert_eq!(epoch_of("sink s", &commit).unwrap(), (4, records));
+    }
+
+    #[test]
+    fn the_first_sinks_pairs_still_read() {
+        let commit = json!({"epoch": 2, "rows": [["k", "v"], [null, "w"]]});
+        let (epoch, records) = epoch_of("sink s", &commit).unwrap();
+        assert_eq!(epoch, 2);
+        assert_eq!(records[0], Record::keyed(Some("k".into()), b"v".to_vec()));
+        assert_eq!(records[1], Record::keyed(None, b"w".to_vec()));
+    }
+
+    #[test]
+    fn a_damaged_commit_is_an_error() {
+        let commit = json!({"epoch": 2, "rows": [{"key": 5}]});
+        assert!(epoch_of("sink s", &commit).is_err());
+    }
+}
