@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::runtime::group::{GroupConfig, MemberStatus, Pipelines, run_group, status_dir};
 use crate::runtime::live::{Live, NamedQuery};
 use crate::runtime::{RunReport, RunnableQuery};
-use crate::state::store::{QueryStore, query_folders};
+use crate::state::store::{Location, QueryStore, query_folders};
 
 /// Runs this process as a member of group `name` until a signal: `queries`
 /// (planned once over every partition) say what the group reads.
@@ -46,7 +46,7 @@ pub(super) async fn run(
     let config = GroupConfig {
         name: name.to_string(),
         endpoint,
-        checkpoint_dir: dir.clone(),
+        checkpoint_dir: status_root(dir)?,
     };
     let args = args.clone();
     let pipelines: Pipelines = Box::new(move |partition| pipeline(&args, partition));
@@ -129,8 +129,20 @@ pub(super) struct GroupArgs {
     /// The group's name, as given to `vigil run --group`.
     name: String,
     /// The checkpoint directory the members share.
-    #[arg(long, value_name = "DIR")]
-    checkpoint_dir: PathBuf,
+    #[arg(long, value_name = "DIR", value_parser = Location::parse)]
+    checkpoint_dir: Location,
+}
+
+/// Where the members' status files go: the members write them as local
+/// files, so only a store on the local file system (a path or `file://`)
+/// has them.
+fn status_root(dir: &Location) -> Result<PathBuf> {
+    dir.local_path().ok_or_else(|| {
+        Error::Plan(format!(
+            "--group: member status files are written only to a local or file:// \
+             checkpoint directory, not to {dir}"
+        ))
+    })
 }
 
 /// A member whose status is older than this has probably died.
@@ -139,7 +151,7 @@ const STALE_MS: i64 = 10_000;
 /// Prints group `args.name`'s members, their partitions, each partition's
 /// lag (messages after its last checkpoint) and checkpoint age.
 pub(super) fn show(args: GroupArgs) -> Result<()> {
-    let members = members(&status_dir(&args.checkpoint_dir, &args.name))?;
+    let members = members(&status_dir(&status_root(&args.checkpoint_dir)?, &args.name))?;
     if members.is_empty() {
         println!("group {}: no members", args.name);
         return Ok(());
@@ -194,7 +206,7 @@ fn members(dir: &Path) -> Result<Vec<MemberStatus>> {
 
 /// Per partition, the time of its pipeline's newest checkpoint and the
 /// offset it would read on from (the oldest over its queries).
-fn last_checkpoints(dir: &Path) -> Result<BTreeMap<i32, (i64, Option<i64>)>> {
+fn last_checkpoints(dir: &Location) -> Result<BTreeMap<i32, (i64, Option<i64>)>> {
     let mut out: BTreeMap<i32, (i64, Option<i64>)> = BTreeMap::new();
     for (name, _) in query_folders(dir)? {
         let Some(partition) = name
