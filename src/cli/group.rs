@@ -2,7 +2,6 @@
 //! and `vigil group NAME` (what the members hold).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -46,7 +45,7 @@ pub(super) async fn run(
     let config = GroupConfig {
         name: name.to_string(),
         endpoint,
-        checkpoint_dir: status_root(dir)?,
+        checkpoint_dir: dir.clone(),
     };
     let args = args.clone();
     let pipelines: Pipelines = Box::new(move |partition| pipeline(&args, partition));
@@ -133,25 +132,13 @@ pub(super) struct GroupArgs {
     checkpoint_dir: Location,
 }
 
-/// Where the members' status files go: the members write them as local
-/// files, so only a store on the local file system (a path or `file://`)
-/// has them.
-fn status_root(dir: &Location) -> Result<PathBuf> {
-    dir.local_path().ok_or_else(|| {
-        Error::Plan(format!(
-            "--group: member status files are written only to a local or file:// \
-             checkpoint directory, not to {dir}"
-        ))
-    })
-}
-
 /// A member whose status is older than this has probably died.
 const STALE_MS: i64 = 10_000;
 
 /// Prints group `args.name`'s members, their partitions, each partition's
 /// lag (messages after its last checkpoint) and checkpoint age.
 pub(super) fn show(args: GroupArgs) -> Result<()> {
-    let members = members(&status_dir(&status_root(&args.checkpoint_dir)?, &args.name))?;
+    let members = members(&status_dir(&args.checkpoint_dir, &args.name))?;
     if members.is_empty() {
         println!("group {}: no members", args.name);
         return Ok(());
@@ -191,14 +178,14 @@ pub(super) fn show(args: GroupArgs) -> Result<()> {
 }
 
 /// The status files of a group's members, by member.
-fn members(dir: &Path) -> Result<Vec<MemberStatus>> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+fn members(dir: &Location) -> Result<Vec<MemberStatus>> {
+    let Ok(names) = dir.objects() else {
         return Ok(Vec::new());
     };
-    let mut members: Vec<MemberStatus> = entries
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .filter_map(|e| serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok())
+    let mut members: Vec<MemberStatus> = names
+        .iter()
+        .filter(|name| name.ends_with(".json"))
+        .filter_map(|name| serde_json::from_slice(&dir.child(name).get().ok()??).ok())
         .collect();
     members.sort_by(|a, b| a.member.cmp(&b.member));
     Ok(members)

@@ -161,6 +161,11 @@ impl Location {
         self.backend.folders(&self.key)
     }
 
+    /// The names of the objects directly in this folder, sorted.
+    pub fn objects(&self) -> Result<Vec<String>> {
+        self.backend.objects(&self.key)
+    }
+
     /// Deletes the object here; none is not an error.
     pub fn remove(&self) -> Result<()> {
         self.backend.remove(&self.key)
@@ -262,6 +267,7 @@ trait Backend: Send + Sync {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>>;
     fn exists(&self, key: &str) -> Result<bool>;
     fn folders(&self, key: &str) -> Result<Vec<String>>;
+    fn objects(&self, key: &str) -> Result<Vec<String>>;
     fn remove(&self, key: &str) -> Result<()>;
     fn remove_all(&self, key: &str) -> Result<()>;
     fn sync(&self, key: &str) -> Result<()>;
@@ -335,6 +341,21 @@ impl Backend for LocalDir {
             let entry = entry.map_err(unreadable)?;
             let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
             if let (true, Some(name)) = (is_dir, entry.file_name().to_str()) {
+                found.push(name.to_string());
+            }
+        }
+        found.sort();
+        Ok(found)
+    }
+
+    fn objects(&self, key: &str) -> Result<Vec<String>> {
+        let dir = self.path(key);
+        let unreadable = |e| Error::io(format!("cannot read {}", dir.display()), e);
+        let mut found = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(unreadable)? {
+            let entry = entry.map_err(unreadable)?;
+            let is_file = entry.file_type().is_ok_and(|t| t.is_file());
+            if let (true, Some(name)) = (is_file, entry.file_name().to_str()) {
                 found.push(name.to_string());
             }
         }
@@ -494,6 +515,21 @@ impl Backend for Objects {
         Ok(found.into_iter().collect())
     }
 
+    fn objects(&self, key: &str) -> Result<Vec<String>> {
+        let prefix = self.path(key)?;
+        let mut found: Vec<String> = self
+            .list(key)?
+            .iter()
+            .filter_map(|path| {
+                let mut rest = path.prefix_match(&prefix)?;
+                let name = rest.next()?;
+                rest.next().is_none().then(|| name.as_ref().to_string())
+            })
+            .collect();
+        found.sort();
+        Ok(found)
+    }
+
     fn remove(&self, key: &str) -> Result<()> {
         let path = self.path(key)?;
         let store = self.store.clone();
@@ -608,6 +644,7 @@ mod tests {
             assert_eq!(got.as_deref(), Some(&b"two"[..]), "{root}");
             assert_eq!(q.folders().unwrap(), ["chk-1", "chk-2"], "{root}");
             assert_eq!(root.folders().unwrap(), ["q1"], "{root}");
+            assert_eq!(q.child("chk-1").objects().unwrap(), ["a"], "{root}");
             assert!(q.child("chk-2").exists().unwrap());
             q.child("chk-1").remove_all().unwrap();
             q.child("chk-1").remove_all().unwrap();
