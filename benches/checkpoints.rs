@@ -241,7 +241,7 @@ fn key_batches(graph: &QueryGraph) -> Vec<RecordBatch> {
 
 /// Rows of the largest state table in the newest savepoint under `root`.
 fn state_rows(root: &Path) -> usize {
-    let store = QueryStore::open(root, NAME, usize::MAX).expect("the savepoint folder");
+    let store = QueryStore::open(&root.into(), NAME, usize::MAX).expect("the savepoint folder");
     let checkpoint = store
         .latest()
         .expect("the savepoint reads")

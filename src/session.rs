@@ -176,7 +176,7 @@ impl SessionBuilder {
         let mut config = CheckpointConfig::new(dir.join("checkpoints"));
         config.interval = self.interval.unwrap_or(checkpoint::DEFAULT_INTERVAL);
         config.keep = self.keep.unwrap_or(checkpoint::DEFAULT_KEEP).max(1);
-        config.from_savepoint = self.from_savepoint;
+        config.from_savepoint = self.from_savepoint.map(Into::into);
         let mut wal = WalOptions::default();
         if let Some(max) = self.max_wal_bytes {
             wal.max_bytes = max;

@@ -331,3 +331,115 @@ fn a_join_restores_after_one_of_its_inputs_ended() {
     let out = std::fs::read_to_string(dir.path().join("out.csv")).expect("output");
     assert_eq!(out, expected);
 }
+
+/// `vigil run q.sql` checkpointing into `store` (a path or a URL), with
+/// crash point `crash` armed if given.
+fn run_in_store(dir: &Path, store: &str, extra: &[&str], crash: Option<&str>) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
+    command
+        .args([
+            "run",
+            "q.sql",
+            "--checkpoint-dir",
+            store,
+            "--batch-size",
+            "10",
+        ])
+        .args(extra)
+        .env_remove("VIGIL_CRASH_AT")
+        .current_dir(dir);
+    if let Some(point) = crash {
+        command.env("VIGIL_CRASH_AT", point);
+    }
+    command.output().expect("vigil runs")
+}
+
+#[test]
+fn a_file_url_store_restores_after_a_kill_mid_checkpoint() {
+    use std::os::unix::process::ExitStatusExt;
+    let (dir, expected) = setup();
+    let store = format!("file://{}/store", dir.path().display());
+    let first = run_in_store(dir.path(), &store, &["--stop-after-rows", "60"], None);
+    assert!(first.status.success(), "{}", stderr(&first));
+    // Killed (SIGKILL) once its next checkpoint's state is in the store,
+    // before the manifest.
+    let killed = run_in_store(
+        dir.path(),
+        &store,
+        &["--stop-after-rows", "120"],
+        Some("checkpoint-write:1"),
+    );
+    assert_eq!(killed.status.signal(), Some(9), "{}", stderr(&killed));
+    assert!(
+        stderr(&killed).contains("restored from checkpoint 1"),
+        "{}",
+        stderr(&killed)
+    );
+    let last = run_in_store(dir.path(), &store, &[], None);
+    assert!(last.status.success(), "{}", stderr(&last));
+    let err = stderr(&last);
+    assert!(
+        err.contains("skipped checkpoint 2") && err.contains("incomplete"),
+        "{err}"
+    );
+    assert!(err.contains("restored from checkpoint 1"), "{err}");
+    let out = std::fs::read_to_string(dir.path().join("out.csv")).expect("output");
+    assert_eq!(out, expected);
+    // The same layout as a local directory's, and listed by URL.
+    assert!(dir.path().join("store/q%2Eq1").is_dir());
+    let listing = vigil(dir.path(), &["checkpoints", &store]);
+    let listed = String::from_utf8_lossy(&listing.stdout);
+    assert!(listing.status.success(), "{}", stderr(&listing));
+    assert!(
+        listed.contains("q.q1") && listed.contains("checkpoint"),
+        "{listed}"
+    );
+}
+
+#[test]
+fn a_savepoint_in_a_file_url_store_resumes_to_the_same_file() {
+    let (dir, expected) = setup();
+    let store = format!("file://{}/store", dir.path().display());
+    let stop = ["--savepoint-on-stop", "--stop-after-rows", "90"];
+    let first = run_in_store(dir.path(), &store, &stop, None);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let savepoint = savepoint_written(&first);
+    assert!(
+        savepoint.starts_with(&format!("{store}/savepoints/sp-")),
+        "{savepoint}"
+    );
+    let second = run_in_store(dir.path(), &store, &["--from-savepoint", &savepoint], None);
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert!(
+        stderr(&second).contains("restored from savepoint"),
+        "{}",
+        stderr(&second)
+    );
+    let out = std::fs::read_to_string(dir.path().join("out.csv")).expect("output");
+    assert_eq!(out, expected);
+    let missing = run_in_store(
+        dir.path(),
+        &store,
+        &["--from-savepoint", &format!("{store}/savepoints/none")],
+        None,
+    );
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        stderr(&missing).contains("does not exist"),
+        "{}",
+        stderr(&missing)
+    );
+}
+
+#[test]
+fn a_bad_store_url_is_a_clear_error() {
+    let (dir, _) = setup();
+    let run = run_in_store(dir.path(), "ftp://host/ck", &[], None);
+    assert_eq!(run.status.code(), Some(2), "{}", stderr(&run));
+    assert!(
+        stderr(&run).contains("unknown scheme 'ftp'"),
+        "{}",
+        stderr(&run)
+    );
+    assert!(!stderr(&run).contains("panicked"), "{}", stderr(&run));
+}

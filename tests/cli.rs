@@ -802,7 +802,7 @@ fn write_checkpoint(root: &Path) {
             commit: Some(serde_json::json!({"bytes": 42})),
         }],
     };
-    let store = QueryStore::open(root, "cpu alert", 2).unwrap();
+    let store = QueryStore::open(&Location::local(root), "cpu alert", 2).unwrap();
     store.write(&checkpoint).unwrap();
 }
 

@@ -3,7 +3,6 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use datafusion::arrow::row::{RowConverter, SortField};
@@ -11,14 +10,15 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use crate::error::{Error, Result};
 use crate::state::StateTable;
 use crate::state::store::{
-    Checkpoint, CheckpointSummary, Manifest, QueryStore, SourceEntry, query_folders,
+    Checkpoint, CheckpointSummary, Location, Manifest, QueryStore, SourceEntry, query_folders,
 };
 
 #[derive(Debug, clap::Args)]
 pub(super) struct CheckpointsArgs {
     /// The checkpoint directory: one folder per query, one folder per
-    /// checkpoint in it.
-    dir: PathBuf,
+    /// checkpoint in it (a path, or a `file://` or `s3://` URL).
+    #[arg(value_parser = Location::parse)]
+    dir: Location,
     /// Only the checkpoints of this query.
     #[arg(long, value_name = "NAME")]
     query: Option<String>,
@@ -42,11 +42,10 @@ pub(super) fn run(args: CheckpointsArgs) -> Result<()> {
 }
 
 /// The stores of the directory's queries (only `query`'s, if given).
-fn stores(dir: &Path, query: Option<&str>) -> Result<Vec<QueryStore>> {
-    if !dir.is_dir() {
+fn stores(dir: &Location, query: Option<&str>) -> Result<Vec<QueryStore>> {
+    if !dir.exists()? {
         return Err(Error::Plan(format!(
-            "checkpoint directory {} does not exist",
-            dir.display()
+            "checkpoint directory {dir} does not exist"
         )));
     }
     let folders = query_folders(dir)?;
@@ -57,8 +56,7 @@ fn stores(dir: &Path, query: Option<&str>) -> Result<Vec<QueryStore>> {
             false => format!("queries: {}", names.join(", ")),
         };
         return Err(Error::Plan(format!(
-            "no checkpoints of query '{query}' in {} ({known})",
-            dir.display()
+            "no checkpoints of query '{query}' in {dir} ({known})"
         )));
     }
     folders
@@ -69,7 +67,7 @@ fn stores(dir: &Path, query: Option<&str>) -> Result<Vec<QueryStore>> {
 }
 
 /// One line per complete checkpoint of every store, under a header.
-fn listing(dir: &Path, stores: &[QueryStore]) -> Result<String> {
+fn listing(dir: &Location, stores: &[QueryStore]) -> Result<String> {
     let mut rows = vec![["QUERY", "ID", "TIME", "KIND", "SIZE", "SOURCES"].map(String::from)];
     for store in stores {
         for summary in store.list()? {
@@ -77,7 +75,7 @@ fn listing(dir: &Path, stores: &[QueryStore]) -> Result<String> {
         }
     }
     if rows.len() == 1 {
-        return Ok(format!("no checkpoints in {}\n", dir.display()));
+        return Ok(format!("no checkpoints in {dir}\n"));
     }
     Ok(aligned(&rows))
 }
@@ -160,14 +158,19 @@ fn size(bytes: u64) -> String {
 }
 
 /// Checkpoint `id` of every store that has it.
-fn inspect_all(dir: &Path, stores: &[QueryStore], id: u64) -> Result<String> {
-    let having: Vec<&QueryStore> = stores.iter().filter(|s| s.path(id).is_dir()).collect();
+fn inspect_all(dir: &Location, stores: &[QueryStore], id: u64) -> Result<String> {
+    let mut having: Vec<&QueryStore> = Vec::new();
+    for store in stores {
+        if store.path(id).exists()? {
+            having.push(store);
+        }
+    }
     if having.is_empty() {
         let message = match stores {
             [one] => format!("query '{}' has no checkpoint {id}", one.query()),
             _ => format!("no query has a checkpoint {id}"),
         };
-        return Err(Error::Plan(format!("{message} in {}", dir.display())));
+        return Err(Error::Plan(format!("{message} in {dir}")));
     }
     let sections = having
         .iter()
@@ -177,10 +180,8 @@ fn inspect_all(dir: &Path, stores: &[QueryStore], id: u64) -> Result<String> {
 }
 
 fn inspect(store: &QueryStore, id: u64) -> Result<String> {
-    let manifest = store.manifest(id)?;
+    let (manifest, manifest_bytes) = store.manifest_sized(id)?;
     let checkpoint = store.read(id)?;
-    let manifest_bytes =
-        std::fs::metadata(store.path(id).join("manifest.json")).map_or(0, |m| m.len());
     let mut text = String::new();
     let _ = writeln!(
         text,
@@ -188,7 +189,7 @@ fn inspect(store: &QueryStore, id: u64) -> Result<String> {
         store.query(),
         kind(manifest.savepoint)
     );
-    let _ = writeln!(text, "  path: {}", store.path(id).display());
+    let _ = writeln!(text, "  path: {}", store.path(id));
     let _ = writeln!(text, "  time: {}", utc(manifest.time_ms));
     let total = manifest.data_bytes() + manifest_bytes;
     let _ = writeln!(text, "  size: {} ({total} bytes)", size(total));

@@ -2,7 +2,6 @@
 //! and `vigil group NAME` (what the members hold).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -18,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::runtime::group::{GroupConfig, MemberStatus, Pipelines, run_group, status_dir};
 use crate::runtime::live::{Live, NamedQuery};
 use crate::runtime::{RunReport, RunnableQuery};
-use crate::state::store::{QueryStore, query_folders};
+use crate::state::store::{Location, QueryStore, query_folders};
 
 /// Runs this process as a member of group `name` until a signal: `queries`
 /// (planned once over every partition) say what the group reads.
@@ -129,8 +128,8 @@ pub(super) struct GroupArgs {
     /// The group's name, as given to `vigil run --group`.
     name: String,
     /// The checkpoint directory the members share.
-    #[arg(long, value_name = "DIR")]
-    checkpoint_dir: PathBuf,
+    #[arg(long, value_name = "DIR", value_parser = Location::parse)]
+    checkpoint_dir: Location,
 }
 
 /// A member whose status is older than this has probably died.
@@ -179,14 +178,14 @@ pub(super) fn show(args: GroupArgs) -> Result<()> {
 }
 
 /// The status files of a group's members, by member.
-fn members(dir: &Path) -> Result<Vec<MemberStatus>> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+fn members(dir: &Location) -> Result<Vec<MemberStatus>> {
+    let Ok(names) = dir.objects() else {
         return Ok(Vec::new());
     };
-    let mut members: Vec<MemberStatus> = entries
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .filter_map(|e| serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok())
+    let mut members: Vec<MemberStatus> = names
+        .iter()
+        .filter(|name| name.ends_with(".json"))
+        .filter_map(|name| serde_json::from_slice(&dir.child(name).get().ok()??).ok())
         .collect();
     members.sort_by(|a, b| a.member.cmp(&b.member));
     Ok(members)
@@ -194,7 +193,7 @@ fn members(dir: &Path) -> Result<Vec<MemberStatus>> {
 
 /// Per partition, the time of its pipeline's newest checkpoint and the
 /// offset it would read on from (the oldest over its queries).
-fn last_checkpoints(dir: &Path) -> Result<BTreeMap<i32, (i64, Option<i64>)>> {
+fn last_checkpoints(dir: &Location) -> Result<BTreeMap<i32, (i64, Option<i64>)>> {
     let mut out: BTreeMap<i32, (i64, Option<i64>)> = BTreeMap::new();
     for (name, _) in query_folders(dir)? {
         let Some(partition) = name

@@ -26,6 +26,7 @@ use crate::runtime::checkpoint::CheckpointConfig;
 use crate::runtime::live::{Live, NamedQuery};
 use crate::runtime::{self, RunReport, RunnableQuery};
 use crate::sql::parse_script;
+use crate::state::store::Location;
 use output::{SharedOutput, StdoutClosed, Turns};
 use progress::{Progress, StatusLine};
 use stop::Stopper;
@@ -138,9 +139,11 @@ struct RunArgs {
 struct CheckpointArgs {
     /// Checkpoint every query's state into DIR (one folder per query) and,
     /// on start, restore each query from its newest complete checkpoint
-    /// there and read its sources on from where it stood.
-    #[arg(long, value_name = "DIR")]
-    checkpoint_dir: Option<PathBuf>,
+    /// there and read its sources on from where it stood. DIR is a path,
+    /// or an object store: `file:///abs/path`, `s3://bucket/prefix` (set
+    /// up by the AWS_* environment variables).
+    #[arg(long, value_name = "DIR", value_parser = Location::parse)]
+    checkpoint_dir: Option<Location>,
     /// Time between two checkpoints, e.g. `10s`, `500ms`, `1m`.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, requires = "checkpoint_dir")]
     checkpoint_interval: std::time::Duration,
@@ -148,8 +151,8 @@ struct CheckpointArgs {
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000), requires = "checkpoint_dir")]
     keep_checkpoints: u64,
     /// Restore from the savepoint in PATH instead of the newest checkpoint.
-    #[arg(long, value_name = "PATH", requires = "checkpoint_dir")]
-    from_savepoint: Option<PathBuf>,
+    #[arg(long, value_name = "PATH", requires = "checkpoint_dir", value_parser = Location::parse)]
+    from_savepoint: Option<Location>,
     /// On Ctrl-C or SIGTERM, take a savepoint (under DIR/savepoints/) with
     /// every window still open, then stop.
     #[arg(long, requires = "checkpoint_dir")]
@@ -166,8 +169,8 @@ struct CheckpointArgs {
 }
 
 /// The checkpoint settings of a run writing into `dir`.
-fn checkpoint_config(dir: &Path, args: &CheckpointArgs) -> CheckpointConfig {
-    let mut config = CheckpointConfig::new(dir);
+fn checkpoint_config(dir: &Location, args: &CheckpointArgs) -> CheckpointConfig {
+    let mut config = CheckpointConfig::new(dir.clone());
     config.interval = args.checkpoint_interval;
     config.keep = args.keep_checkpoints as usize;
     config.allow_non_restored = args.allow_non_restored_state;
@@ -175,7 +178,7 @@ fn checkpoint_config(dir: &Path, args: &CheckpointArgs) -> CheckpointConfig {
     config.stop_after_rows = args.stop_after_rows;
     if args.savepoint_on_stop {
         let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ");
-        config.savepoint_on_stop = Some(dir.join("savepoints").join(format!("sp-{stamp}")));
+        config.savepoint_on_stop = Some(dir.child("savepoints").child(&format!("sp-{stamp}")));
     }
     config
 }
@@ -452,7 +455,7 @@ async fn run(args: RunArgs) -> Result<()> {
         eprintln!("vigil: stopped by {signal}; windows still open were not fired");
     }
     if let Some(root) = coordinator.as_ref().and_then(|c| c.stop_savepoint()) {
-        eprintln!("vigil: savepoint written to {}", root.display());
+        eprintln!("vigil: savepoint written to {root}");
     }
     print_summary(&report);
     Ok(())

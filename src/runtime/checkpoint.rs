@@ -32,7 +32,6 @@
 //! sink to the commit point, and reads its sources from their positions.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -43,7 +42,7 @@ use crate::exec::{Chain, Operator, QueryStats};
 use crate::planner::QueryGraph;
 use crate::state::OperatorState;
 use crate::state::store::{
-    Checkpoint, NOT_IN_CHECKPOINT, OperatorEntry, OperatorShape, QueryStore, SinkEntry,
+    Checkpoint, Location, NOT_IN_CHECKPOINT, OperatorEntry, OperatorShape, QueryStore, SinkEntry,
     SourceEntry, compare, fingerprint,
 };
 
@@ -62,8 +61,9 @@ const STATS_DESCRIBE: &str = "query counters";
 /// How and where checkpoints are taken.
 #[derive(Debug, Clone)]
 pub struct CheckpointConfig {
-    /// One folder per query under it.
-    pub dir: PathBuf,
+    /// One folder per query under it: a local directory or an object
+    /// store.
+    pub dir: Location,
     /// Time between two checkpoints.
     pub interval: Duration,
     /// Complete checkpoints kept per query; older ones are deleted once a
@@ -74,17 +74,17 @@ pub struct CheckpointConfig {
     pub allow_non_restored: bool,
     /// Restore from this savepoint (a folder of query folders) rather than
     /// from the newest checkpoint in `dir`.
-    pub from_savepoint: Option<PathBuf>,
+    pub from_savepoint: Option<Location>,
     /// When the run is asked to stop, take a savepoint under this folder
     /// (rather than a plain checkpoint) before the sources stop.
-    pub savepoint_on_stop: Option<PathBuf>,
+    pub savepoint_on_stop: Option<Location>,
     /// Stop, as when asked to, once a source has read this many rows.
     pub stop_after_rows: Option<u64>,
 }
 
 impl CheckpointConfig {
     /// Checkpoints in `dir` with the default interval and retention.
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
+    pub fn new(dir: impl Into<Location>) -> Self {
         Self {
             dir: dir.into(),
             interval: DEFAULT_INTERVAL,
@@ -121,7 +121,7 @@ pub struct Coordinator {
     config: CheckpointConfig,
     requested: AtomicU64,
     /// Savepoint ids and the folder each goes to.
-    savepoints: Mutex<BTreeMap<u64, PathBuf>>,
+    savepoints: Mutex<BTreeMap<u64, Location>>,
     /// A savepoint after which sources stop (0 for none).
     stop_at: AtomicU64,
     /// Per id, how many queries completed it.
@@ -168,10 +168,10 @@ impl Coordinator {
     /// Asks for a savepoint written under `root`; with `stop`, every source
     /// stops right after its barrier (without the end-of-input watermark,
     /// so open windows stay open in the savepoint). Its id.
-    pub fn savepoint(&self, root: &Path, stop: bool) -> u64 {
+    pub fn savepoint(&self, root: &Location, stop: bool) -> u64 {
         let mut savepoints = lock(&self.savepoints);
         let id = self.request();
-        savepoints.insert(id, root.to_path_buf());
+        savepoints.insert(id, root.clone());
         if stop {
             self.stop_at.store(id, Ordering::Release);
         }
@@ -195,7 +195,7 @@ impl Coordinator {
     }
 
     /// The folder of the savepoint taken on stop, once one was asked for.
-    pub fn stop_savepoint(&self) -> Option<PathBuf> {
+    pub fn stop_savepoint(&self) -> Option<Location> {
         let stop = self.stop_at.load(Ordering::Acquire);
         (stop != 0).then(|| self.savepoint_root(stop)).flatten()
     }
@@ -229,7 +229,7 @@ impl Coordinator {
         self.requested.fetch_max(id, Ordering::AcqRel);
     }
 
-    fn savepoint_root(&self, id: u64) -> Option<PathBuf> {
+    fn savepoint_root(&self, id: u64) -> Option<Location> {
         lock(&self.savepoints).get(&id).cloned()
     }
 
@@ -555,11 +555,10 @@ impl QueryCheckpoints {
 
     /// What savepoint `root` holds of this query: a savepoint that does not
     /// exist is an error; one without this query (added since) a warning.
-    fn savepoint_state(&self, root: &Path) -> Result<crate::state::store::Restored> {
-        if !root.join("").is_dir() {
+    fn savepoint_state(&self, root: &Location) -> Result<crate::state::store::Restored> {
+        if !root.exists()? {
             return Err(Error::Plan(format!(
-                "savepoint {} does not exist (`vigil checkpoints DIR` lists them)",
-                root.display()
+                "savepoint {root} does not exist (`vigil checkpoints DIR` lists them)"
             )));
         }
         let has_query = crate::state::store::query_folders(root)?
@@ -567,8 +566,7 @@ impl QueryCheckpoints {
             .any(|(name, _)| name == &self.name);
         if !has_query {
             eprintln!(
-                "vigil: warning: savepoint {} has no state of query {}; it starts from the beginning",
-                root.display(),
+                "vigil: warning: savepoint {root} has no state of query {}; it starts from the beginning",
                 self.name
             );
             return Ok(crate::state::store::Restored::default());

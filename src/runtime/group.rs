@@ -26,7 +26,6 @@
 //! <NAME>/<member>.json` every second, which `vigil group` reads.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc as std_mpsc};
 use std::time::Duration;
@@ -39,6 +38,7 @@ use tokio::sync::mpsc;
 use super::live::{Live, NamedQuery, QueryId};
 use crate::connectors::kafka::{Endpoint, Reporter};
 use crate::error::{Error, Result};
+use crate::state::store::Location;
 
 /// How long a pipeline may take to stop when its partition goes.
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -53,7 +53,7 @@ pub struct GroupConfig {
     /// The topic whose partitions are split, with its brokers.
     pub endpoint: Endpoint,
     /// The checkpoint directory every member shares.
-    pub checkpoint_dir: PathBuf,
+    pub checkpoint_dir: Location,
 }
 
 /// Builds the pipeline of one partition: the script's queries over it.
@@ -75,8 +75,8 @@ pub struct MemberStatus {
 }
 
 /// The folder members of group `name` write their status to.
-pub fn status_dir(checkpoint_dir: &Path, name: &str) -> PathBuf {
-    checkpoint_dir.join("groups").join(name)
+pub fn status_dir(checkpoint_dir: &Location, name: &str) -> Location {
+    checkpoint_dir.child("groups").child(name)
 }
 
 /// A change of this member's share of the topic.
@@ -256,19 +256,18 @@ async fn stop(live: &Live, running: &mut BTreeMap<i32, Vec<QueryId>>, list: &[i3
 
 /// Writes this member's status file.
 struct StatusWriter {
-    path: PathBuf,
+    path: Location,
     status: Mutex<MemberStatus>,
 }
 
 impl StatusWriter {
     fn new(config: &GroupConfig) -> Result<Self> {
         let dir = status_dir(&config.checkpoint_dir, &config.name);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        dir.make_folder()?;
         let host = sysinfo::System::host_name().unwrap_or_else(|| "localhost".into());
         let member = format!("{host}:{}", std::process::id());
         Ok(StatusWriter {
-            path: dir.join(format!("{}.json", member.replace(':', "-"))),
+            path: dir.child(&format!("{}.json", member.replace(':', "-"))),
             status: Mutex::new(MemberStatus {
                 member,
                 topic: config.endpoint.topic.clone(),
@@ -279,22 +278,19 @@ impl StatusWriter {
         })
     }
 
-    /// Writes it (through a temporary file, so a reader never sees half):
-    /// a failure is a warning, since the status is for people only.
+    /// Writes it (a put: a reader never sees half): a failure is a
+    /// warning, since the status is for people only.
     fn write(&self, running: &BTreeMap<i32, Vec<QueryId>>) {
         let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
         status.partitions = running.keys().copied().collect();
         status.updated_ms = chrono::Utc::now().timestamp_millis();
         let text = serde_json::to_string_pretty(&*status).unwrap_or_default();
-        let temporary = self.path.with_extension("json.tmp");
-        let written =
-            std::fs::write(&temporary, text).and_then(|()| std::fs::rename(&temporary, &self.path));
-        if let Err(e) = written {
-            eprintln!("vigil: warning: cannot write {}: {e}", self.path.display());
+        if let Err(e) = self.path.put(text.into_bytes()) {
+            eprintln!("vigil: warning: cannot write {}: {e}", self.path);
         }
     }
 
     fn remove(&self) {
-        let _ = std::fs::remove_file(&self.path);
+        let _ = self.path.remove();
     }
 }

@@ -243,7 +243,7 @@ impl Live {
     /// its id. Without checkpoints, `None`.
     pub async fn savepoint(&self, root: &std::path::Path, stop: bool) -> Option<u64> {
         let coordinator = self.coordinator.clone()?;
-        let id = coordinator.savepoint(root, stop);
+        let id = coordinator.savepoint(&root.into(), stop);
         self.barrier_hubs(id).await;
         Some(id)
     }
@@ -480,10 +480,14 @@ impl Live {
         stream: &str,
         restored: &Option<(u64, Vec<SourceEntry>)>,
     ) -> Result<BufferPlace> {
-        let dir = match (&self.coordinator, name) {
-            (Some(coordinator), Some(name)) => {
-                Some(buffer_dir(&coordinator.config().dir, name, input, stream)?)
-            }
+        // The buffers are local files: beside a store on the local file
+        // system, in a temporary folder beside one on an object store.
+        let root = self
+            .coordinator
+            .as_ref()
+            .and_then(|c| c.config().dir.local_path());
+        let dir = match (root, name) {
+            (Some(root), Some(name)) => Some(buffer_dir(&root, name, input, stream)?),
             _ => None,
         };
         let restored = restored.as_ref().and_then(|(id, sources)| {

@@ -26,16 +26,20 @@
 //! an empty table still has its schema in the file.
 //!
 //! A checkpoint is complete once its `manifest.json` exists: every data
-//! file is fsynced before the manifest is written to a temporary name,
-//! fsynced, renamed, and the folder fsynced. The manifest records each
-//! file's size and crc32, so a truncated or damaged file is found before
-//! its state is used.
+//! file is written before the manifest. In a local directory each file is
+//! written to a temporary name, fsynced and renamed, and the folder is
+//! fsynced after the manifest; on an object store each file is one put,
+//! and the manifest's put comes last. The manifest records each file's
+//! size and crc32, so a truncated or damaged file is found before its
+//! state is used.
+//!
+//! Where the root is, a local directory or an object store, is a
+//! [`Location`] (see [`backend`]); ROOT above is its path or URL.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
-use std::io::{BufWriter, Cursor, Write};
+use std::io::Cursor;
 use std::ops::RangeInclusive;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,11 +55,14 @@ use super::{KEY_GROUPS, OperatorState, StateTable, key_groups};
 use crate::connectors::{SinkCommit, SourcePosition};
 use crate::error::{Error, Result};
 
+pub mod backend;
+
+pub use backend::Location;
+
 /// The manifest format this build writes, and the newest it reads.
 pub const MANIFEST_VERSION: u32 = 1;
 
 const MANIFEST: &str = "manifest.json";
-const MANIFEST_TMP: &str = "manifest.json.tmp";
 /// The name of the ordinal column stored after a keyed table's columns.
 const ORDINAL: &str = "__row";
 
@@ -135,7 +142,7 @@ pub struct CheckpointInfo {
     /// The checkpoint's id.
     pub id: u64,
     /// Its folder.
-    pub path: PathBuf,
+    pub path: Location,
     /// Bytes written: data files and manifest.
     pub bytes: u64,
     /// How long writing it took, until the manifest was durable.
@@ -171,7 +178,7 @@ pub struct CheckpointSummary {
     /// Where each input was.
     pub sources: Vec<SourceEntry>,
     /// The checkpoint's folder.
-    pub path: PathBuf,
+    pub path: Location,
 }
 
 /// A checkpoint's `manifest.json`: what the folder holds and how to check it.
@@ -514,24 +521,17 @@ pub fn query_of_folder(folder: &str) -> Option<String> {
 }
 
 /// Every query folder under `root`, by query name.
-pub fn query_folders(root: &Path) -> Result<Vec<(String, PathBuf)>> {
-    let entries = fs::read_dir(root).map_err(|e| {
-        Error::io(
-            format!("cannot read checkpoint directory {}", root.display()),
-            e,
-        )
-    })?;
-    let mut found = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(format!("cannot read {}", root.display()), e))?;
-        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-        let query = entry.file_name().to_str().and_then(query_of_folder);
-        if let (true, Some(query)) = (is_dir, query) {
-            found.push((query, entry.path()));
+pub fn query_folders(root: &Location) -> Result<Vec<(String, Location)>> {
+    let folders = root.folders().map_err(|e| match e {
+        Error::Io { source, .. } => {
+            Error::io(format!("cannot read checkpoint directory {root}"), source)
         }
-    }
-    found.sort();
-    Ok(found)
+        other => other,
+    })?;
+    Ok(folders
+        .iter()
+        .filter_map(|name| Some((query_of_folder(name)?, root.child(name))))
+        .collect())
 }
 
 /// The folder name of checkpoint `id`.
@@ -553,6 +553,8 @@ enum Problem {
     Newer(u32),
     /// Anything else: an unreadable manifest, a bad file.
     Damaged(String),
+    /// The object store did not answer: the checkpoint may be whole.
+    Unreachable(String),
 }
 
 impl Problem {
@@ -566,13 +568,20 @@ impl Problem {
                  version {MANIFEST_VERSION} and older)"
             ),
             Problem::Damaged(why) => format!("it is damaged: {why}"),
+            Problem::Unreachable(why) => format!("it cannot be read: {why}"),
         }
     }
 }
 
 impl From<Error> for Problem {
+    /// An object store's failure ([`Error::Connector`], kept as it is by
+    /// [`read_operator`]) says nothing of the checkpoint: going back to an
+    /// older one would repeat output already committed.
     fn from(e: Error) -> Self {
-        Problem::Damaged(e.to_string())
+        match e {
+            Error::Connector(why) => Problem::Unreachable(why),
+            other => Problem::Damaged(other.to_string()),
+        }
     }
 }
 
@@ -582,7 +591,7 @@ impl From<Error> for Problem {
 /// it.
 #[derive(Debug, Clone)]
 pub struct QueryStore {
-    dir: PathBuf,
+    dir: Location,
     query: String,
     keep: usize,
 }
@@ -591,15 +600,9 @@ impl QueryStore {
     /// Opens (creating it if need be) the folder of `query` under `root`.
     /// Retention keeps the newest `keep` complete checkpoints, and at least
     /// one whatever `keep` says.
-    pub fn open(root: &Path, query: &str, keep: usize) -> Result<Self> {
-        let dir = root.join(folder_name(query)?);
-        fs::create_dir_all(&dir).map_err(|e| {
-            Error::io(
-                format!("cannot create checkpoint directory {}", dir.display()),
-                e,
-            )
-        })?;
-        sync_dir(root)?;
+    pub fn open(root: &Location, query: &str, keep: usize) -> Result<Self> {
+        let dir = root.child(&folder_name(query)?);
+        dir.make_folder()?;
         Ok(Self {
             dir,
             query: query.to_string(),
@@ -608,7 +611,7 @@ impl QueryStore {
     }
 
     /// The query's folder.
-    pub fn dir(&self) -> &Path {
+    pub fn dir(&self) -> &Location {
         &self.dir
     }
 
@@ -618,8 +621,8 @@ impl QueryStore {
     }
 
     /// The folder checkpoint `id` has or would have.
-    pub fn path(&self, id: u64) -> PathBuf {
-        self.dir.join(checkpoint_folder(id))
+    pub fn path(&self, id: u64) -> Location {
+        self.dir.child(&checkpoint_folder(id))
     }
 
     /// Writes `checkpoint` durably, then applies retention: the newest
@@ -641,11 +644,11 @@ impl QueryStore {
             Ok(bytes) => bytes,
             Err(e) => {
                 // Left as it is, the folder would only wait for retention.
-                let _ = fs::remove_dir_all(&path);
+                let _ = path.remove_all();
                 return Err(e);
             }
         };
-        sync_dir(&self.dir)?;
+        self.dir.sync()?;
         let duration = started.elapsed();
         let (removed, warnings) = self.retain();
         Ok(CheckpointInfo {
@@ -668,42 +671,38 @@ impl QueryStore {
     /// highest id, for [`QueryStore::latest`] and for retention, which
     /// would otherwise delete the checkpoint just written.
     fn check_newer(&self, id: u64) -> Result<()> {
-        let newer = self
-            .folders()?
-            .into_iter()
-            .rev()
-            .find(|(other, path)| *other > id && path.join(MANIFEST).exists());
-        match newer {
-            None => Ok(()),
-            Some((other, _)) => Err(Error::Plan(format!(
-                "checkpoint {id} of query '{}' would be older than checkpoint {other} \
-                 already there (ids must increase: see QueryStore::next_id)",
-                self.query
-            ))),
+        for (other, path) in self.folders()?.into_iter().rev() {
+            if other <= id {
+                break;
+            }
+            if path.child(MANIFEST).exists()? {
+                return Err(Error::Plan(format!(
+                    "checkpoint {id} of query '{}' would be older than checkpoint {other} \
+                     already there (ids must increase: see QueryStore::next_id)",
+                    self.query
+                )));
+            }
         }
+        Ok(())
     }
 
-    /// Makes an empty folder for checkpoint `id`: refuses if a complete
-    /// one is there, replaces an incomplete one.
-    fn prepare(&self, path: &Path, id: u64) -> Result<()> {
-        if path.join(MANIFEST).exists() {
+    /// Makes way for checkpoint `id`: refuses if a complete one is there,
+    /// removes an incomplete one.
+    fn prepare(&self, path: &Location, id: u64) -> Result<()> {
+        if path.child(MANIFEST).exists()? {
             return Err(Error::Plan(format!(
-                "checkpoint {id} of query '{}' already exists ({})",
-                self.query,
-                path.display()
+                "checkpoint {id} of query '{}' already exists ({path})",
+                self.query
             )));
         }
-        if path.exists() {
-            fs::remove_dir_all(path)
-                .map_err(|e| Error::io(format!("cannot remove {}", path.display()), e))?;
-        }
-        fs::create_dir(path).map_err(|e| Error::io(format!("cannot create {}", path.display()), e))
+        path.remove_all()
     }
 
     /// The newest complete checkpoint (or savepoint) that reads back whole.
     /// Each newer one skipped gives a warning naming it and why. A
     /// checkpoint of a newer manifest version is an error: going back past
-    /// it would lose what it holds.
+    /// it would lose what it holds; so is an object store that does not
+    /// answer.
     pub fn latest(&self) -> Result<Restored> {
         let mut warnings = Vec::new();
         for (id, path) in self.folders()?.into_iter().rev() {
@@ -714,11 +713,12 @@ impl QueryStore {
                         warnings,
                     });
                 }
-                Err(problem @ Problem::Newer(_)) => return Err(self.error(id, &path, &problem)),
+                Err(problem @ (Problem::Newer(_) | Problem::Unreachable(_))) => {
+                    return Err(self.error(id, &path, &problem));
+                }
                 Err(problem) => warnings.push(format!(
-                    "skipped checkpoint {id} of query '{}' ({}): {}",
+                    "skipped checkpoint {id} of query '{}' ({path}): {}",
                     self.query,
-                    path.display(),
                     problem.describe()
                 )),
             }
@@ -737,6 +737,11 @@ impl QueryStore {
 
     /// The manifest of checkpoint `id`, without reading its state.
     pub fn manifest(&self, id: u64) -> Result<Manifest> {
+        self.manifest_sized(id).map(|(manifest, _)| manifest)
+    }
+
+    /// The manifest of checkpoint `id` and its own size in bytes.
+    pub fn manifest_sized(&self, id: u64) -> Result<(Manifest, u64)> {
         let path = self.existing(id)?;
         read_manifest(&path).map_err(|p| self.error(id, &path, &p))
     }
@@ -751,8 +756,8 @@ impl QueryStore {
         operator: &str,
         groups: &RangeInclusive<u16>,
     ) -> Result<OperatorState> {
-        let path = self.existing(id)?;
-        let manifest = read_manifest(&path).map_err(|p| self.error(id, &path, &p))?;
+        let (manifest, _) = self.manifest_sized(id)?;
+        let path = self.path(id);
         let op = manifest
             .operators
             .iter()
@@ -763,8 +768,7 @@ impl QueryStore {
                     self.query
                 ))
             })?;
-        read_operator(&path, op, Some(groups))
-            .map_err(|e| self.error(id, &path, &Problem::Damaged(e.to_string())))
+        read_operator(&path, op, Some(groups)).map_err(|e| self.error(id, &path, &e.into()))
     }
 
     /// The complete checkpoints (those with a readable manifest), oldest
@@ -772,12 +776,13 @@ impl QueryStore {
     pub fn list(&self) -> Result<Vec<CheckpointSummary>> {
         let mut found = Vec::new();
         for (id, path) in self.folders()? {
-            let manifest = match read_manifest(&path) {
+            let (manifest, manifest_bytes) = match read_manifest(&path) {
                 Ok(m) => m,
-                Err(problem @ Problem::Newer(_)) => return Err(self.error(id, &path, &problem)),
+                Err(problem @ (Problem::Newer(_) | Problem::Unreachable(_))) => {
+                    return Err(self.error(id, &path, &problem));
+                }
                 Err(_) => continue,
             };
-            let manifest_bytes = fs::metadata(path.join(MANIFEST)).map_or(0, |m| m.len());
             found.push(CheckpointSummary {
                 id,
                 time_ms: manifest.time_ms,
@@ -792,39 +797,32 @@ impl QueryStore {
     }
 
     /// The checkpoint folders, complete or not, by id.
-    fn folders(&self) -> Result<Vec<(u64, PathBuf)>> {
-        let entries = fs::read_dir(&self.dir)
-            .map_err(|e| Error::io(format!("cannot read {}", self.dir.display()), e))?;
-        let mut found = Vec::new();
-        for entry in entries {
-            let entry =
-                entry.map_err(|e| Error::io(format!("cannot read {}", self.dir.display()), e))?;
-            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-            if let (true, Some(id)) = (is_dir, entry.file_name().to_str().and_then(checkpoint_id)) {
-                found.push((id, entry.path()));
-            }
-        }
-        found.sort();
+    fn folders(&self) -> Result<Vec<(u64, Location)>> {
+        let mut found: Vec<(u64, Location)> = self
+            .dir
+            .folders()?
+            .iter()
+            .filter_map(|name| Some((checkpoint_id(name)?, self.dir.child(name))))
+            .collect();
+        found.sort_by_key(|(id, _)| *id);
         Ok(found)
     }
 
-    fn existing(&self, id: u64) -> Result<PathBuf> {
+    fn existing(&self, id: u64) -> Result<Location> {
         let path = self.path(id);
-        match path.is_dir() {
+        match path.exists()? {
             true => Ok(path),
             false => Err(Error::Plan(format!(
                 "query '{}' has no checkpoint {id} (in {})",
-                self.query,
-                self.dir.display()
+                self.query, self.dir
             ))),
         }
     }
 
-    fn error(&self, id: u64, path: &Path, problem: &Problem) -> Error {
+    fn error(&self, id: u64, path: &Location, problem: &Problem) -> Error {
         Error::Plan(format!(
-            "checkpoint {id} of query '{}' ({}): {}",
+            "checkpoint {id} of query '{}' ({path}): {}",
             self.query,
-            path.display(),
             problem.describe()
         ))
     }
@@ -840,25 +838,24 @@ impl QueryStore {
         let mut complete = Vec::new();
         let mut incomplete = Vec::new();
         for (id, path) in folders {
-            if !path.join(MANIFEST).exists() {
-                incomplete.push((id, path));
-            } else if read_manifest(&path).is_ok_and(|m| !m.savepoint) {
-                complete.push((id, path));
+            match read_manifest(&path) {
+                Err(Problem::Incomplete) => incomplete.push((id, path)),
+                Ok((manifest, _)) if !manifest.savepoint => complete.push((id, path)),
+                _ => {}
             }
         }
         let newest = complete.last().map(|(id, _)| *id);
         let old = complete.len().saturating_sub(self.keep);
-        let mut doomed: Vec<(u64, PathBuf)> = complete.into_iter().take(old).collect();
+        let mut doomed: Vec<(u64, Location)> = complete.into_iter().take(old).collect();
         doomed.extend(incomplete.into_iter().filter(|(id, _)| Some(*id) < newest));
-        doomed.sort();
+        doomed.sort_by_key(|(id, _)| *id);
         let mut removed = Vec::new();
         let mut warnings = Vec::new();
         for (id, path) in doomed {
             match remove_checkpoint(&path) {
                 Ok(()) => removed.push(id),
                 Err(e) => warnings.push(format!(
-                    "retention: cannot remove checkpoint {id} ({}): {e}",
-                    path.display()
+                    "retention: cannot remove checkpoint {id} ({path}): {e}"
                 )),
             }
         }
@@ -868,18 +865,14 @@ impl QueryStore {
 
 /// Removes a checkpoint folder, its manifest first, so that a stop halfway
 /// leaves an incomplete folder rather than a damaged complete one.
-fn remove_checkpoint(path: &Path) -> std::io::Result<()> {
-    match fs::remove_file(path.join(MANIFEST)) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    fs::remove_dir_all(path)
+fn remove_checkpoint(path: &Location) -> Result<()> {
+    path.child(MANIFEST).remove()?;
+    path.remove_all()
 }
 
 /// Writes the state files and then the manifest of `checkpoint` into the
 /// empty folder `dir`; returns the bytes written.
-fn write_checkpoint(dir: &Path, checkpoint: &Checkpoint) -> Result<u64> {
+fn write_checkpoint(dir: &Location, checkpoint: &Checkpoint) -> Result<u64> {
     let operators = checkpoint
         .operators
         .iter()
@@ -900,19 +893,13 @@ fn write_checkpoint(dir: &Path, checkpoint: &Checkpoint) -> Result<u64> {
     };
     let text = serde_json::to_vec(&manifest)
         .map_err(|e| Error::Plan(format!("cannot encode the checkpoint manifest: {e}")))?;
-    let tmp = dir.join(MANIFEST_TMP);
-    let mut file = create(&tmp)?;
-    file.write_all(&text)
-        .and_then(|()| file.sync_all())
-        .map_err(|e| Error::io(format!("cannot write {}", tmp.display()), e))?;
-    let target = dir.join(MANIFEST);
-    fs::rename(&tmp, &target)
-        .map_err(|e| Error::io(format!("cannot rename {}", tmp.display()), e))?;
-    sync_dir(dir)?;
-    Ok(manifest.data_bytes() + text.len() as u64)
+    let written = text.len() as u64;
+    dir.child(MANIFEST).put(text)?;
+    dir.sync()?;
+    Ok(manifest.data_bytes() + written)
 }
 
-fn write_operator(dir: &Path, index: usize, op: &OperatorEntry) -> Result<ManifestOperator> {
+fn write_operator(dir: &Location, index: usize, op: &OperatorEntry) -> Result<ManifestOperator> {
     let tables = op
         .state
         .tables
@@ -920,7 +907,7 @@ fn write_operator(dir: &Path, index: usize, op: &OperatorEntry) -> Result<Manife
         .enumerate()
         .map(|(t, table)| {
             let file = format!("op-{index:03}-{t:02}.arrow");
-            write_table(&dir.join(&file), file, table).map_err(|e| {
+            write_table(&dir.child(&file), file, table).map_err(|e| {
                 Error::Plan(format!(
                     "operator {} state table '{}': {e}",
                     op.id, table.name
@@ -935,8 +922,8 @@ fn write_operator(dir: &Path, index: usize, op: &OperatorEntry) -> Result<Manife
     })
 }
 
-/// Writes one table to the IPC file `path`, fsynced.
-fn write_table(path: &Path, file: String, table: &StateTable) -> Result<ManifestTable> {
+/// Writes one table to the IPC file at `path`.
+fn write_table(path: &Location, file: String, table: &StateTable) -> Result<ManifestTable> {
     let schema = table.batch.schema();
     let columns = schema.fields().len();
     if let Some(bad) = table.key_columns.iter().find(|&&c| c >= columns) {
@@ -954,19 +941,15 @@ fn write_table(path: &Path, file: String, table: &StateTable) -> Result<Manifest
         }
         false => by_key_group(table)?,
     };
-    let out = Summing::new(BufWriter::new(create(path)?));
-    let mut writer = FileWriter::try_new(out, &file_schema)?;
+    // Whole in memory: an object store takes one put per object.
+    let mut writer = FileWriter::try_new(Vec::new(), &file_schema)?;
     for batch in &batches {
         writer.write(batch)?;
     }
     writer.finish()?;
-    let out = writer.into_inner()?;
-    let (crc32, bytes) = (out.hasher.clone().finalize(), out.bytes);
-    out.inner
-        .into_inner()
-        .map_err(|e| e.into_error())
-        .and_then(|f| f.sync_all())
-        .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+    let encoded = writer.into_inner()?;
+    let (crc32, bytes) = (crc32fast::hash(&encoded), encoded.len() as u64);
+    path.put(encoded)?;
     Ok(ManifestTable {
         name: table.name.clone(),
         file,
@@ -1015,54 +998,15 @@ fn with_ordinal(schema: &Schema) -> SchemaRef {
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
-/// A writer that counts and checksums what passes through it.
-struct Summing<W> {
-    inner: W,
-    hasher: crc32fast::Hasher,
-    bytes: u64,
-}
-
-impl<W> Summing<W> {
-    fn new(inner: W) -> Self {
-        Self {
-            inner,
-            hasher: crc32fast::Hasher::new(),
-            bytes: 0,
-        }
-    }
-}
-
-impl<W: Write> Write for Summing<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.bytes += n as u64;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-}
-
-fn create(path: &Path) -> Result<File> {
-    File::create(path).map_err(|e| Error::io(format!("cannot create {}", path.display()), e))
-}
-
-/// Makes the entries of directory `dir` durable.
-fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(format!("cannot sync directory {}", dir.display()), e))
-}
-
-/// The manifest of the checkpoint in `dir`.
-fn read_manifest(dir: &Path) -> Result<Manifest, Problem> {
-    let text = match fs::read(dir.join(MANIFEST)) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Problem::Incomplete),
+/// The manifest of the checkpoint in `dir`, and its size in bytes.
+fn read_manifest(dir: &Location) -> Result<(Manifest, u64), Problem> {
+    let text = match dir.child(MANIFEST).get() {
+        Ok(Some(text)) => text,
+        Ok(None) => return Err(Problem::Incomplete),
+        Err(e) if dir.is_object_store() => return Err(Problem::Unreachable(e.to_string())),
         Err(e) => return Err(Problem::Damaged(format!("cannot read {MANIFEST}: {e}"))),
     };
+    let bytes = text.len() as u64;
     let unreadable =
         |e: serde_json::Error| Problem::Damaged(format!("{MANIFEST} is unreadable: {e}"));
     // The version first: a newer manifest may not parse as this one.
@@ -1076,12 +1020,14 @@ fn read_manifest(dir: &Path) -> Result<Manifest, Problem> {
             return Err(Problem::Damaged(format!("{MANIFEST} has no version")));
         }
     }
-    serde_json::from_value(value).map_err(unreadable)
+    serde_json::from_value(value)
+        .map(|manifest| (manifest, bytes))
+        .map_err(unreadable)
 }
 
 /// The checkpoint in `dir`, every file checked against its manifest.
-fn load(dir: &Path) -> Result<Checkpoint, Problem> {
-    let manifest = read_manifest(dir)?;
+fn load(dir: &Location) -> Result<Checkpoint, Problem> {
+    let (manifest, _) = read_manifest(dir)?;
     let operators = manifest
         .operators
         .iter()
@@ -1106,18 +1052,21 @@ fn load(dir: &Path) -> Result<Checkpoint, Problem> {
 }
 
 /// An operator's state: every row, or (`groups`) those of some key groups.
+/// An object store's failure stays an [`Error::Connector`] (see
+/// [`Problem`]'s `From`).
 fn read_operator(
-    dir: &Path,
+    dir: &Location,
     op: &ManifestOperator,
     groups: Option<&RangeInclusive<u16>>,
 ) -> Result<OperatorState> {
     let mut state = OperatorState::new();
     for table in &op.tables {
-        let batch = read_table(dir, table, groups).map_err(|e| {
-            Error::Plan(format!(
+        let batch = read_table(dir, table, groups).map_err(|e| match e {
+            Error::Connector(_) => e,
+            e => Error::Plan(format!(
                 "operator {} state table '{}' ({}): {e}",
                 op.id, table.name, table.file
-            ))
+            )),
         })?;
         state.add(&table.name, batch, table.key_columns.clone());
     }
@@ -1125,7 +1074,7 @@ fn read_operator(
 }
 
 fn read_table(
-    dir: &Path,
+    dir: &Location,
     table: &ManifestTable,
     groups: Option<&RangeInclusive<u16>>,
 ) -> Result<RecordBatch> {
@@ -1148,7 +1097,7 @@ fn read_table(
 }
 
 /// The file of `table`, checked against its size and crc32.
-fn read_checked(dir: &Path, table: &ManifestTable) -> Result<Vec<u8>> {
+fn read_checked(dir: &Location, table: &ManifestTable) -> Result<Vec<u8>> {
     let name = Path::new(&table.file);
     if name.components().count() != 1 || name.file_name().is_none() {
         return Err(Error::Plan(format!(
@@ -1156,9 +1105,10 @@ fn read_checked(dir: &Path, table: &ManifestTable) -> Result<Vec<u8>> {
             table.file
         )));
     }
-    let path = dir.join(name);
-    let bytes =
-        fs::read(&path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+    let path = dir.child(&table.file);
+    let bytes = path
+        .get()?
+        .ok_or_else(|| Error::Plan(format!("{path} is missing")))?;
     if bytes.len() as u64 != table.bytes {
         return Err(Error::Plan(format!(
             "the file has {} bytes, the manifest says {}",

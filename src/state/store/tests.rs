@@ -1,5 +1,6 @@
 use super::*;
 use datafusion::arrow::array::{Float64Array, Int64Array, StringArray};
+use std::fs;
 
 fn keyed_batch(rows: usize) -> RecordBatch {
     let schema = Arc::new(Schema::new(vec![
@@ -114,8 +115,39 @@ fn assert_same(a: &Checkpoint, b: &Checkpoint) {
     }
 }
 
-fn store(dir: &Path, keep: usize) -> QueryStore {
-    QueryStore::open(dir, "q1", keep).unwrap()
+fn store(root: &Location, keep: usize) -> QueryStore {
+    QueryStore::open(root, "q1", keep).unwrap()
+}
+
+/// Runs `test` on an empty root of each kind of store: a local directory,
+/// object_store's LocalFileSystem (`file://`) and its InMemory.
+fn each_root(test: impl Fn(&Location)) {
+    static MEMORY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let dir = tempfile::tempdir().unwrap();
+    let memory = MEMORY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let roots = [
+        Location::local(dir.path().join("local")),
+        Location::parse(&format!("file://{}/file", dir.path().display())).unwrap(),
+        Location::parse(&format!("memory://store-tests-{memory}/root")).unwrap(),
+    ];
+    for root in &roots {
+        eprintln!("store: {root}");
+        test(root);
+    }
+}
+
+/// The bytes of `file` in checkpoint `id`.
+fn object(store: &QueryStore, id: u64, file: &str) -> Vec<u8> {
+    store.path(id).child(file).get().unwrap().unwrap()
+}
+
+/// What a run that stopped while writing checkpoint `id` leaves.
+fn incomplete(store: &QueryStore, id: u64) {
+    store
+        .path(id)
+        .child("op-000-00.arrow")
+        .put(b"half".to_vec())
+        .unwrap();
 }
 
 fn ids(store: &QueryStore) -> Vec<u64> {
@@ -124,199 +156,218 @@ fn ids(store: &QueryStore) -> Vec<u64> {
 
 #[test]
 fn round_trip_keeps_every_table_and_row_order() {
-    let root = tempfile::tempdir().unwrap();
-    let store = store(root.path(), 3);
-    let written = checkpoint(7, false);
-    let info = store.write(&written).unwrap();
-    assert_eq!(info.id, 7);
-    assert!(info.path.ends_with("q1/chk-0000000007"));
-    assert!(info.bytes > 0);
-    let read = store.read(7).unwrap();
-    assert_same(&written, &read);
-    assert_eq!(
-        read.operators[0].state.scalar("meta", "watermark").unwrap(),
-        Some(42_000)
-    );
-    let latest = store.latest().unwrap();
-    assert!(latest.warnings.is_empty());
-    assert_same(&written, &latest.checkpoint.unwrap());
+    each_root(|root| {
+        let store = store(root, 3);
+        let written = checkpoint(7, false);
+        let info = store.write(&written).unwrap();
+        assert_eq!(info.id, 7);
+        assert!(info.path.to_string().ends_with("q1/chk-0000000007"));
+        assert!(info.bytes > 0);
+        let read = store.read(7).unwrap();
+        assert_same(&written, &read);
+        assert_eq!(
+            read.operators[0].state.scalar("meta", "watermark").unwrap(),
+            Some(42_000)
+        );
+        let latest = store.latest().unwrap();
+        assert!(latest.warnings.is_empty());
+        assert_same(&written, &latest.checkpoint.unwrap());
+    });
 }
 
 #[test]
 fn keyed_tables_are_stored_by_key_group() {
-    let root = tempfile::tempdir().unwrap();
-    let store = store(root.path(), 3);
-    store.write(&checkpoint(1, false)).unwrap();
-    let manifest = store.manifest(1).unwrap();
-    assert_eq!(manifest.version, MANIFEST_VERSION);
-    let panes = &manifest.operators[0].tables[0];
-    assert_eq!(panes.rows, 300);
-    let groups = key_groups(&keyed_batch(300), &[0, 1]).unwrap();
-    let distinct: std::collections::BTreeSet<u16> = groups.iter().copied().collect();
-    assert_eq!(panes.groups.len(), distinct.len());
-    assert!(panes.groups.iter().all(|g| g.rows > 0));
-    let meta = &manifest.operators[0].tables[1];
-    assert!(meta.groups.is_empty() && meta.rows == 1);
-    assert_eq!(manifest.operators[0].tables[2].rows, 0);
+    each_root(|root| {
+        let store = store(root, 3);
+        store.write(&checkpoint(1, false)).unwrap();
+        let manifest = store.manifest(1).unwrap();
+        assert_eq!(manifest.version, MANIFEST_VERSION);
+        let panes = &manifest.operators[0].tables[0];
+        assert_eq!(panes.rows, 300);
+        let groups = key_groups(&keyed_batch(300), &[0, 1]).unwrap();
+        let distinct: std::collections::BTreeSet<u16> = groups.iter().copied().collect();
+        assert_eq!(panes.groups.len(), distinct.len());
+        assert!(panes.groups.iter().all(|g| g.rows > 0));
+        let meta = &manifest.operators[0].tables[1];
+        assert!(meta.groups.is_empty() && meta.rows == 1);
+        assert_eq!(manifest.operators[0].tables[2].rows, 0);
+    });
 }
 
 #[test]
 fn some_key_groups_read_alone_in_the_operators_order() {
-    let root = tempfile::tempdir().unwrap();
-    let store = store(root.path(), 3);
-    store.write(&checkpoint(1, false)).unwrap();
-    let wanted = 10..=70;
-    let state = store.read_key_groups(1, "2", &wanted).unwrap();
-    let full = keyed_batch(300);
-    let groups = key_groups(&full, &[0, 1]).unwrap();
-    let rows: Vec<u64> = (0..300u64)
-        .filter(|&r| wanted.contains(&groups[r as usize]))
-        .collect();
-    assert!(!rows.is_empty() && rows.len() < 300);
-    let expected = take_arrays(full.columns(), &UInt64Array::from(rows), None).unwrap();
-    let expected = RecordBatch::try_new(full.schema(), expected).unwrap();
-    assert_eq!(state.table("panes").unwrap(), &expected);
-    // Unkeyed tables come whole; empty ones keep their schema.
-    assert_eq!(state.scalar("meta", "watermark").unwrap(), Some(42_000));
-    assert_eq!(state.table("episodes").unwrap().schema(), full.schema());
-    assert!(store.read_key_groups(1, "9", &wanted).is_err());
+    each_root(|root| {
+        let store = store(root, 3);
+        store.write(&checkpoint(1, false)).unwrap();
+        let wanted = 10..=70;
+        let state = store.read_key_groups(1, "2", &wanted).unwrap();
+        let full = keyed_batch(300);
+        let groups = key_groups(&full, &[0, 1]).unwrap();
+        let rows: Vec<u64> = (0..300u64)
+            .filter(|&r| wanted.contains(&groups[r as usize]))
+            .collect();
+        assert!(!rows.is_empty() && rows.len() < 300);
+        let expected = take_arrays(full.columns(), &UInt64Array::from(rows), None).unwrap();
+        let expected = RecordBatch::try_new(full.schema(), expected).unwrap();
+        assert_eq!(state.table("panes").unwrap(), &expected);
+        // Unkeyed tables come whole; empty ones keep their schema.
+        assert_eq!(state.scalar("meta", "watermark").unwrap(), Some(42_000));
+        assert_eq!(state.table("episodes").unwrap().schema(), full.schema());
+        assert!(store.read_key_groups(1, "9", &wanted).is_err());
+    });
 }
 
 #[test]
 fn latest_skips_a_truncated_file() {
-    let root = tempfile::tempdir().unwrap();
-    let store = store(root.path(), 3);
-    store.write(&checkpoint(1, false)).unwrap();
-    store.write(&checkpoint(2, false)).unwrap();
-    let file = store.path(2).join("op-000-00.arrow");
-    let bytes = fs::read(&file).unwrap();
-    fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
-    let restored = store.latest().unwrap();
-    assert_eq!(restored.checkpoint.unwrap().id, 1);
-    assert_eq!(restored.warnings.len(), 1);
-    let warning = &restored.warnings[0];
-    assert!(warning.contains("checkpoint 2"), "{warning}");
-    assert!(warning.contains("bytes, the manifest says"), "{warning}");
-    assert!(store.read(2).is_err());
+    each_root(|root| {
+        let store = store(root, 3);
+        store.write(&checkpoint(1, false)).unwrap();
+        store.write(&checkpoint(2, false)).unwrap();
+        let file = store.path(2).child("op-000-00.arrow");
+        let bytes = file.get().unwrap().unwrap();
+        file.put(bytes[..bytes.len() / 2].to_vec()).unwrap();
+        let restored = store.latest().unwrap();
+        assert_eq!(restored.checkpoint.unwrap().id, 1);
+        assert_eq!(restored.warnings.len(), 1);
+        let warning = &restored.warnings[0];
+        assert!(warning.contains("checkpoint 2"), "{warning}");
+        assert!(warning.contains("bytes, the manifest says"), "{warning}");
+        assert!(store.read(2).is_err());
+    });
 }
 
 #[test]
 fn latest_skips_a_flipped_byte() {
-    let root = tempfile::tempdir().unwrap();
-    let store = store(root.path(), 3);
-    store.write(&checkpoint(1, false)).unwrap();
-    store.write(&checkpoint(2, false)).unwrap();
-    let file = store.path(2).join("op-000-01.arrow");
-    let mut bytes = fs::read(&file).unwrap();
-    let middle = bytes.len() / 2;
-    bytes[middle] ^= 0x10;
-    fs::write(&file, &bytes).unwrap();
-    let restored = store.latest().unwrap();
-    assert_eq!(restored.checkpoint.unwrap().id, 1);
-    let warning = &restored.warnings[0];
-    assert!(warning.contains("checkpoint 2") && warning.contains("checksum mismatch"));
-    assert!(warning.contains("'meta'"), "{warning}");
+    each_root(|root| {
+        let store = store(root, 3);
+        store.write(&checkpoint(1, false)).unwrap();
+        store.write(&checkpoint(2, false)).unwrap();
+        let file = store.path(2).child("op-000-01.arrow");
+        let mut bytes = object(&store, 2, "op-000-01.arrow");
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x10;
+        file.put(bytes).unwrap();
+        let restored = store.latest().unwrap();
+        assert_eq!(restored.checkpoint.unwrap().id, 1);
+        let warning = &restored.warnings[0];
+        assert!(warning.contains("checkpoint 2") && warning.contains("checksum mismatch"));
+        assert!(warning.contains("'meta'"), "{warning}");
+    });
 }
 
 #[test]
 fn latest_skips_a_missing_or_unparsable_manifest() {
-    let root = tempfile::tempdir().unwrap();
-    let store = store(root.path(), 5);
-    store.write(&checkpoint(1, false)).unwrap();
-    store.write(&checkpoint(2, false)).unwrap();
-    store.write(&checkpoint(3, false)).unwrap();
-    fs::remove_file(store.path(3).join(MANIFEST)).unwrap();
-    fs::write(store.path(2).join(MANIFEST), b"{\"version\": 1, \"id\": ").unwrap();
-    let restored = store.latest().unwrap();
-    assert_eq!(restored.checkpoint.unwrap().id, 1);
-    assert_eq!(restored.warnings.len(), 2);
-    assert!(
-        restored.warnings[0].contains("checkpoint 3")
-            && restored.warnings[0].contains("incomplete")
-    );
-    assert!(
-        restored.warnings[1].contains("checkpoint 2")
-            && restored.warnings[1].contains("unreadable")
-    );
-    assert_eq!(ids(&store), vec![1]);
+    each_root(|root| {
+        let store = store(root, 5);
+        store.write(&checkpoint(1, false)).unwrap();
+        store.write(&checkpoint(2, false)).unwrap();
+        store.write(&checkpoint(3, false)).unwrap();
+        store.path(3).child(MANIFEST).remove().unwrap();
+        store
+            .path(2)
+            .child(MANIFEST)
+            .put(b"{\"version\": 1, \"id\": ".to_vec())
+            .unwrap();
+        let restored = store.latest().unwrap();
+        assert_eq!(restored.checkpoint.unwrap().id, 1);
+        assert_eq!(restored.warnings.len(), 2);
+        assert!(
+            restored.warnings[0].contains("checkpoint 3")
+                && restored.warnings[0].contains("incomplete")
+        );
+        assert!(
+            restored.warnings[1].contains("checkpoint 2")
+                && restored.warnings[1].contains("unreadable")
+        );
+        assert_eq!(ids(&store), vec![1]);
+    });
 }
 
 #[test]
 fn nothing_to_restore_is_no_checkpoint() {
-    let root = tempfile::tempdir().unwrap();
-    let restored = store(root.path(), 1).latest().unwrap();
-    assert!(restored.checkpoint.is_none() && restored.warnings.is_empty());
+    each_root(|root| {
+        let restored = store(root, 1).latest().unwrap();
+        assert!(restored.checkpoint.is_none() && restored.warnings.is_empty());
+    });
 }
 
 #[test]
 fn a_newer_manifest_version_is_refused() {
-    let root = tempfile::tempdir().unwrap();
-    let store = store(root.path(), 3);
-    store.write(&checkpoint(1, false)).unwrap();
-    store.write(&checkpoint(2, false)).unwrap();
-    let path = store.path(2).join(MANIFEST);
-    let text = fs::read_to_string(&path).unwrap();
-    fs::write(&path, text.replace("\"version\":1", "\"version\":2")).unwrap();
-    let error = store.latest().unwrap_err().to_string();
-    assert!(
-        error.contains("checkpoint 2") && error.contains("newer vigil"),
-        "{error}"
-    );
-    assert!(error.contains("manifest version 2"), "{error}");
-    assert!(store.read(2).is_err());
+    each_root(|root| {
+        let store = store(root, 3);
+        store.write(&checkpoint(1, false)).unwrap();
+        store.write(&checkpoint(2, false)).unwrap();
+        let text = String::from_utf8(object(&store, 2, MANIFEST)).unwrap();
+        let newer = text.replace("\"version\":1", "\"version\":2");
+        store
+            .path(2)
+            .child(MANIFEST)
+            .put(newer.into_bytes())
+            .unwrap();
+        let error = store.latest().unwrap_err().to_string();
+        assert!(
+            error.contains("checkpoint 2") && error.contains("newer vigil"),
+            "{error}"
+        );
+        assert!(error.contains("manifest version 2"), "{error}");
+        assert!(store.read(2).is_err());
+    });
 }
 
 #[test]
 fn retention_keeps_the_newest_and_every_savepoint() {
-    let root = tempfile::tempdir().unwrap();
-    let store = store(root.path(), 2);
-    store.write(&checkpoint(1, true)).unwrap();
-    store.write(&checkpoint(2, false)).unwrap();
-    store.write(&checkpoint(3, false)).unwrap();
-    // A run that stopped while writing 4, and one that is writing 6.
-    fs::create_dir(store.path(4)).unwrap();
-    fs::create_dir(store.path(6)).unwrap();
-    assert_eq!(ids(&store), vec![1, 2, 3]);
-    let info = store.write(&checkpoint(5, false)).unwrap();
-    assert_eq!(info.removed, vec![2, 4]);
-    assert!(info.warnings.is_empty());
-    assert_eq!(ids(&store), vec![1, 3, 5]);
-    assert!(store.path(6).exists());
-    assert!(store.list().unwrap()[0].savepoint);
+    each_root(|root| {
+        let store = store(root, 2);
+        store.write(&checkpoint(1, true)).unwrap();
+        store.write(&checkpoint(2, false)).unwrap();
+        store.write(&checkpoint(3, false)).unwrap();
+        // A run that stopped while writing 4, and one that is writing 6.
+        incomplete(&store, 4);
+        incomplete(&store, 6);
+        assert_eq!(ids(&store), vec![1, 2, 3]);
+        let info = store.write(&checkpoint(5, false)).unwrap();
+        assert_eq!(info.removed, vec![2, 4]);
+        assert!(info.warnings.is_empty());
+        assert_eq!(ids(&store), vec![1, 3, 5]);
+        assert!(store.path(6).exists().unwrap());
+        assert!(store.list().unwrap()[0].savepoint);
+    });
 }
 
 #[test]
 fn an_existing_checkpoint_is_not_overwritten() {
-    let root = tempfile::tempdir().unwrap();
-    let store = store(root.path(), 2);
-    store.write(&checkpoint(1, false)).unwrap();
-    let error = store.write(&checkpoint(1, false)).unwrap_err().to_string();
-    assert!(error.contains("already exists"), "{error}");
-    // An incomplete folder of the same id is replaced.
-    fs::create_dir(store.path(2)).unwrap();
-    fs::write(store.path(2).join("op-000-00.arrow"), b"half").unwrap();
-    store.write(&checkpoint(2, false)).unwrap();
-    assert_same(&checkpoint(2, false), &store.read(2).unwrap());
+    each_root(|root| {
+        let store = store(root, 2);
+        store.write(&checkpoint(1, false)).unwrap();
+        let error = store.write(&checkpoint(1, false)).unwrap_err().to_string();
+        assert!(error.contains("already exists"), "{error}");
+        // An incomplete folder of the same id is replaced.
+        incomplete(&store, 2);
+        store.write(&checkpoint(2, false)).unwrap();
+        assert_same(&checkpoint(2, false), &store.read(2).unwrap());
+    });
 }
 
 #[test]
 fn a_checkpoint_of_another_query_is_refused() {
-    let root = tempfile::tempdir().unwrap();
-    let store = QueryStore::open(root.path(), "other", 2).unwrap();
-    assert!(store.write(&checkpoint(1, false)).is_err());
-    let error = store.read(1).unwrap_err().to_string();
-    assert!(error.contains("has no checkpoint 1"), "{error}");
+    each_root(|root| {
+        let store = QueryStore::open(root, "other", 2).unwrap();
+        assert!(store.write(&checkpoint(1, false)).is_err());
+        let error = store.read(1).unwrap_err().to_string();
+        assert!(error.contains("has no checkpoint 1"), "{error}");
+    });
 }
 
 #[test]
 fn bad_key_columns_are_an_error() {
-    let root = tempfile::tempdir().unwrap();
-    let store = store(root.path(), 2);
-    let mut bad = checkpoint(1, false);
-    bad.operators[0].state.tables[0].key_columns = vec![9];
-    let error = store.write(&bad).unwrap_err().to_string();
-    assert!(error.contains("key column 9 is out of range"), "{error}");
-    assert!(!store.path(1).exists());
+    each_root(|root| {
+        let store = store(root, 2);
+        let mut bad = checkpoint(1, false);
+        bad.operators[0].state.tables[0].key_columns = vec![9];
+        let error = store.write(&bad).unwrap_err().to_string();
+        assert!(error.contains("key column 9 is out of range"), "{error}");
+        assert!(!store.path(1).exists().unwrap());
+    });
 }
 
 #[test]
@@ -361,15 +412,26 @@ fn folder_names_are_safe_distinct_and_reversible() {
 
 #[test]
 fn query_folders_lists_the_stores() {
+    each_root(|root| {
+        for query in ["b alert", "a"] {
+            let mut written = checkpoint(1, false);
+            written.query = query.into();
+            QueryStore::open(root, query, 1)
+                .unwrap()
+                .write(&written)
+                .unwrap();
+        }
+        root.child("lost+found")
+            .child("x")
+            .put(b"x".to_vec())
+            .unwrap();
+        let found = query_folders(root).unwrap();
+        let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a", "b alert"]);
+        assert_eq!(found[1].1, root.child("b%20alert"));
+    });
     let root = tempfile::tempdir().unwrap();
-    QueryStore::open(root.path(), "b alert", 1).unwrap();
-    QueryStore::open(root.path(), "a", 1).unwrap();
-    fs::create_dir(root.path().join("lost+found")).unwrap();
-    let found = query_folders(root.path()).unwrap();
-    let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names, ["a", "b alert"]);
-    assert_eq!(found[1].1, root.path().join("b%20alert"));
-    let missing = query_folders(&root.path().join("nope"))
+    let missing = query_folders(&Location::local(root.path().join("nope")))
         .unwrap_err()
         .to_string();
     assert!(
@@ -496,15 +558,16 @@ fn schema_fingerprints_are_pinned() {
 
 #[test]
 fn ids_go_on_from_the_folder() {
-    let root = tempfile::tempdir().unwrap();
-    let store = store(root.path(), 2);
-    assert_eq!(store.next_id().unwrap(), 1);
-    store.write(&checkpoint(4, false)).unwrap();
-    fs::create_dir(store.path(6)).unwrap();
-    assert_eq!(store.next_id().unwrap(), 7);
-    let error = store.write(&checkpoint(2, false)).unwrap_err().to_string();
-    assert!(error.contains("older than checkpoint 4"), "{error}");
-    assert_eq!(ids(&store), vec![4]);
+    each_root(|root| {
+        let store = store(root, 2);
+        assert_eq!(store.next_id().unwrap(), 1);
+        store.write(&checkpoint(4, false)).unwrap();
+        incomplete(&store, 6);
+        assert_eq!(store.next_id().unwrap(), 7);
+        let error = store.write(&checkpoint(2, false)).unwrap_err().to_string();
+        assert!(error.contains("older than checkpoint 4"), "{error}");
+        assert_eq!(ids(&store), vec![4]);
+    });
 }
 
 #[test]
@@ -539,8 +602,24 @@ fn timestamps_lists_and_metadata_round_trip() {
         RecordBatch::try_new(Arc::new(schema), vec![Arc::new(starts), Arc::new(list)]).unwrap();
     let mut written = checkpoint(1, false);
     written.operators[1].state.add("history", batch, vec![0]);
-    let root = tempfile::tempdir().unwrap();
-    let store = store(root.path(), 1);
-    store.write(&written).unwrap();
-    assert_same(&written, &store.read(1).unwrap());
+    each_root(|root| {
+        let store = store(root, 1);
+        store.write(&written).unwrap();
+        assert_same(&written, &store.read(1).unwrap());
+    });
+}
+
+#[test]
+fn an_object_store_that_fails_is_an_error_not_a_fallback() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = Location::parse(&format!("file://{}", dir.path().display())).unwrap();
+    let store = store(&root, 3);
+    store.write(&checkpoint(1, false)).unwrap();
+    store.write(&checkpoint(2, false)).unwrap();
+    // Opening it fails with ENOTDIR: the store does not give the object.
+    let file = store.path(2).child("op-000-00.arrow").local_path().unwrap();
+    fs::remove_file(&file).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd/x", &file).unwrap();
+    let error = store.latest().unwrap_err().to_string();
+    assert!(error.contains("checkpoint store: cannot"), "{error}");
 }
