@@ -1056,6 +1056,24 @@ impl Sink for AlertTee {
         self.inner.write(batch)
     }
 
+    fn write_changes(&mut self, batch: &RecordBatch, kind: crate::exec::RowKind) -> Result<()> {
+        if batch.num_rows() > 0 {
+            let _ = self.alerts.send(batch.clone());
+        }
+        self.inner.write_changes(batch, kind)
+    }
+
+    fn watermark(&mut self, ms: i64) -> Result<()> {
+        self.inner.watermark(ms)
+    }
+
+    fn sources_at_barrier(
+        &mut self,
+        positions: &[crate::connectors::SourcePosition],
+    ) -> Result<()> {
+        self.inner.sources_at_barrier(positions)
+    }
+
     fn finish(&mut self) -> Result<()> {
         self.inner.finish()
     }

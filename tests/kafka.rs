@@ -501,8 +501,34 @@ fn data_results(bootstrap: &str) -> BTreeMap<(String, i64), (u64, u64)> {
     got
 }
 
-fn member(dir: &Path, name: &str) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_vigil"))
+/// A member process, killed when dropped: a test that fails leaves none
+/// running (they would wait for the brokers the test took with it).
+struct Member(std::process::Child);
+
+impl std::ops::Deref for Member {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Member {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn member(dir: &Path, name: &str) -> Member {
+    let child = Command::new(env!("CARGO_BIN_EXE_vigil"))
         .current_dir(dir)
         .args([
             "run",
@@ -515,11 +541,13 @@ fn member(dir: &Path, name: &str) -> std::process::Child {
             "200ms",
         ])
         .env_remove("VIGIL_CRASH_AT")
+        .env("VIGIL_GROUP_GLOBAL_STAGES", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(fs::File::create(dir.join(format!("{name}.stderr"))).unwrap())
         .spawn()
-        .unwrap()
+        .unwrap();
+    Member(child)
 }
 
 /// Waits until `done` holds, for at most `limit`.
@@ -594,7 +622,7 @@ fn a_group_of_processes_shares_a_topic_and_survives_a_sigkill() {
     let stderr =
         |name: &str| fs::read_to_string(dir.path().join(format!("{name}.stderr"))).unwrap();
     let half_done = wait_until(Duration::from_secs(60), || {
-        for (name, child) in [("a", &mut a), ("b", &mut b)] {
+        for (name, child) in [("a", &mut *a), ("b", &mut *b)] {
             if let Some(status) = child.try_wait().unwrap() {
                 panic!("{name} ended: {status}\n{}", stderr(name));
             }
@@ -656,7 +684,7 @@ fn a_group_of_processes_shares_a_topic_and_survives_a_sigkill() {
     let alerts = alert_rows(&bootstrap, "alerts");
     assert!(alerts.len() > 20, "{alerts:?}");
     assert_eq!(alerts, alert_rows(&bootstrap, "alone_alerts"));
-    for (name, child) in [("b", &mut b), ("c", &mut c)] {
+    for (name, child) in [("b", &mut *b), ("c", &mut *c)] {
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(child.id() as i32),
             nix::sys::signal::Signal::SIGTERM,
@@ -702,4 +730,210 @@ fn a_group_refuses_queries_it_would_answer_in_part() {
         assert!(!out.status.success(), "{stderr}");
         assert!(stderr.contains(want), "{stderr}");
     }
+}
+
+/// The script of the test of queries over every key: per minute over all
+/// hosts into `<totals>`, and a peer alert (each host's 10 s mean against
+/// the hosts of the same window) into `<peers>`.
+fn global_script(bootstrap: &str, totals: &str, peers: &str, end: &str) -> String {
+    format!(
+        "CREATE STREAM metrics (ts TIMESTAMP, host TEXT, cpu DOUBLE,
+           WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+         WITH (connector = 'kafka', bootstrap = '{bootstrap}', topic = 'metrics', {end}
+               properties.session.timeout.ms = '6000',
+               properties.heartbeat.interval.ms = '500');
+         CREATE SINK totals WITH (connector = 'kafka', bootstrap = '{bootstrap}', topic = '{totals}');
+         CREATE SINK peers WITH (connector = 'kafka', bootstrap = '{bootstrap}', topic = '{peers}',
+               key = 'host');
+         INSERT INTO totals
+           SELECT window_start, count(*) AS n, sum(cpu) AS total
+           FROM TUMBLE(metrics, ts, INTERVAL '1' MINUTE)
+           GROUP BY window_start, window_end;
+         CREATE VIEW per_host AS
+           SELECT window_end, host, avg(cpu) AS avg_cpu
+           FROM TUMBLE(metrics, ts, INTERVAL '10' SECOND) GROUP BY window_end, host;
+         CREATE ALERT outlier AS
+           SELECT window_end, host, avg_cpu, robust_z(avg_cpu) OVER (PARTITION BY window_end) AS z
+           FROM per_host
+         ALERT WHEN abs(z) > 1.5 FOR 2 WINDOWS;
+         INSERT INTO peers SELECT * FROM outlier;"
+    )
+}
+
+/// The messages of `topic` about the data (not the closing rows), sorted.
+fn data_rows(bootstrap: &str, topic: &str, seconds: usize) -> Vec<String> {
+    let end = chrono::DateTime::from_timestamp_millis(T0 + seconds as i64 * 1000)
+        .unwrap()
+        .naive_utc()
+        .format("%Y-%m-%dT%H:%M:%S")
+        .to_string();
+    let mut rows: Vec<String> = read_topic(bootstrap, topic)
+        .into_iter()
+        .map(|(_, v)| v)
+        .filter(|v| !v.contains("\"_end"))
+        .filter(|v| {
+            let row: serde_json::Value = serde_json::from_str(v).unwrap();
+            let at = row["window_start"]
+                .as_str()
+                .or(row["event_time"].as_str())
+                .unwrap()
+                .to_string();
+            at < end
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[test]
+#[ignore = "about one run in two still gives wrong or missing results after the kill or partition 0's move; run with --ignored while fixing the exchange"]
+fn a_group_answers_queries_over_every_key_once_whatever_its_processes() {
+    const GROUP_HOSTS: usize = 12;
+    const SECONDS_HERE: usize = 1200;
+    const HALF: usize = 600;
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("metrics", 6, 1).unwrap();
+    for topic in ["totals", "peers", "alone_totals", "alone_peers"] {
+        cluster.create_topic(topic, 1, 1).unwrap();
+    }
+    // The mock brokers do not create topics for clients: the exchanges'.
+    for query in ["q.q1", "q.q3"] {
+        cluster
+            .create_topic(&format!("cpu-{query}-global"), 6, 1)
+            .unwrap();
+    }
+    let bootstrap = cluster.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("q.sql"),
+        global_script(&bootstrap, "totals", "peers", ""),
+    )
+    .unwrap();
+    produce_hosts(&bootstrap, GROUP_HOSTS, 0..HALF);
+    let mut a = member(dir.path(), "a");
+    let mut b = member(dir.path(), "b");
+    let stderr =
+        |name: &str| fs::read_to_string(dir.path().join(format!("{name}.stderr"))).unwrap();
+    // The minutes of the first half that close (22:13 to 22:22; 22:23 waits
+    // for the second half).
+    let first_half_minutes = 10;
+    let first_half = wait_until(Duration::from_secs(60), || {
+        for (name, child) in [("a", &mut *a), ("b", &mut *b)] {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("{name} ended: {status}\n{}", stderr(name));
+            }
+        }
+        data_rows(&bootstrap, "totals", SECONDS_HERE).len() >= first_half_minutes
+    });
+    assert!(
+        first_half,
+        "no totals:\na:\n{}\nb:\n{}",
+        stderr("a"),
+        stderr("b")
+    );
+    // SIGKILL once the first half is in: librdkafka's mock brokers do not
+    // implement read_committed (they show a killed producer's open
+    // transaction), so the kill must not land in a transaction with rows.
+    // With the first half read, every pipeline only commits empty ones.
+    std::thread::sleep(Duration::from_secs(3));
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let mut c = member(dir.path(), "c");
+    produce_hosts(&bootstrap, GROUP_HOSTS, HALF..SECONDS_HERE);
+    produce_closing_rows(&bootstrap, 6, SECONDS_HERE);
+    // One process reading the whole topic gives the answer to compare.
+    let alone = tempfile::tempdir().unwrap();
+    fs::write(
+        alone.path().join("q.sql"),
+        global_script(
+            &bootstrap,
+            "alone_totals",
+            "alone_peers",
+            "stop_at = 'latest', start = 'earliest',",
+        ),
+    )
+    .unwrap();
+    let run = vigil_run(alone.path(), None);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let totals = data_rows(&bootstrap, "alone_totals", SECONDS_HERE);
+    let mut minutes: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
+    for ((_, minute), (n, total)) in expected_hosts(GROUP_HOSTS, SECONDS_HERE) {
+        let e = minutes.entry(minute).or_default();
+        e.0 += n;
+        e.1 += total;
+    }
+    let want: Vec<(u64, u64)> = minutes.into_values().collect();
+    let got: Vec<(u64, u64)> = totals
+        .iter()
+        .map(|t| {
+            let row: serde_json::Value = serde_json::from_str(t).unwrap();
+            (
+                row["n"].as_u64().unwrap(),
+                row["total"].as_f64().unwrap() as u64,
+            )
+        })
+        .collect();
+    assert_eq!(got, want, "{totals:?}");
+    let peers = data_rows(&bootstrap, "alone_peers", SECONDS_HERE);
+    assert!(peers.len() > 5, "the peer alert fires: {peers:?}");
+    let complete = wait_until(Duration::from_secs(90), || {
+        data_rows(&bootstrap, "totals", SECONDS_HERE).len() >= totals.len()
+            && data_rows(&bootstrap, "peers", SECONDS_HERE).len() >= peers.len()
+    });
+    assert!(
+        complete,
+        "results missing: totals {} of {}, peers {} of {}\nb:\n{}\nc:\n{}\nwhere the parts over every key stand:\n{}",
+        data_rows(&bootstrap, "totals", SECONDS_HERE).len(),
+        totals.len(),
+        data_rows(&bootstrap, "peers", SECONDS_HERE).len(),
+        peers.len(),
+        stderr("b"),
+        stderr("c"),
+        exchange_positions(&dir.path().join("ck"))
+    );
+    // Each once, none missing, none different.
+    assert_eq!(data_rows(&bootstrap, "totals", SECONDS_HERE), totals);
+    assert_eq!(data_rows(&bootstrap, "peers", SECONDS_HERE), peers);
+    for (name, child) in [("b", &mut *b), ("c", &mut *c)] {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "{name}: {status}\n{}", stderr(name));
+    }
+}
+
+/// The newest checkpoint's source position of each `-global` query under
+/// `ck`, for a failure message.
+fn exchange_positions(ck: &Path) -> String {
+    let mut out = String::new();
+    for entry in fs::read_dir(ck).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.ends_with("-global") {
+            continue;
+        }
+        let mut checkpoints: Vec<_> = fs::read_dir(entry.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        checkpoints.sort();
+        let Some(last) = checkpoints.last() else {
+            continue;
+        };
+        let manifest = fs::read_to_string(last.join("manifest.json")).unwrap_or_default();
+        let manifest: serde_json::Value = serde_json::from_str(&manifest).unwrap_or_default();
+        out.push_str(&format!(
+            "{name} {}: {}\n",
+            last.display(),
+            manifest["sources"]
+        ));
+    }
+    out
 }

@@ -10,14 +10,27 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::checkpoints::aligned;
 use super::{RunArgs, Stopper, checkpoint_config, prepare_queries};
+use crate::connectors::kafka::exchange::{ExchangeReader, ExchangeSink, Route, ensure_topic};
 use crate::connectors::kafka::{Endpoint, KafkaSource};
-use crate::connectors::{OutputFormat, make_labelled_sink, open_sink};
+use crate::connectors::registry::Reader;
+use crate::connectors::{
+    Decoding, Format, OutputFormat, Replay, SourceConfig, SourceLocation, make_labelled_sink,
+    open_sink,
+};
 use crate::engine::PreparedQuery;
 use crate::error::{Error, Result};
+use crate::plan::StreamDef;
+use crate::plan::catalog::BufferSetting;
+use crate::planner::QueryGraph;
 use crate::runtime::group::{GroupConfig, MemberStatus, Pipelines, run_group, status_dir};
 use crate::runtime::live::{Live, NamedQuery};
 use crate::runtime::{RunReport, RunnableQuery};
 use crate::state::store::{Location, QueryStore, query_folders};
+
+/// Set, lets a group run queries that keep state over every key through
+/// an exchange (see [`crate::connectors::kafka::exchange`]); not reliable
+/// yet across failures, so off by default.
+const GLOBAL_STAGES: &str = "VIGIL_GROUP_GLOBAL_STAGES";
 
 /// Runs this process as a member of group `name` until a signal: `queries`
 /// (planned once over every partition) say what the group reads.
@@ -42,13 +55,21 @@ pub(super) async fn run(
             Box::new(move || leave.store(true, Ordering::Relaxed)),
         );
     }
+    let exchanges = Exchanges {
+        group: name.to_string(),
+        partitions: partition_count(&endpoint)?,
+        endpoint: endpoint.clone(),
+    };
+    for query in queries.iter().filter(|q| q.graph.global_stage().is_some()) {
+        ensure_topic(&exchanges.endpoint(query), exchanges.partitions).await?;
+    }
     let config = GroupConfig {
         name: name.to_string(),
         endpoint,
         checkpoint_dir: dir.clone(),
     };
     let args = args.clone();
-    let pipelines: Pipelines = Box::new(move |partition| pipeline(&args, partition));
+    let pipelines: Pipelines = Box::new(move |partition| pipeline(&args, &exchanges, partition));
     eprintln!("vigil: joining group {name}");
     run_group(&live, config, pipelines, leave).await?;
     eprintln!("vigil: left group {name}");
@@ -90,37 +111,203 @@ fn group_topic(queries: &[PreparedQuery]) -> Result<Endpoint> {
         if kafka_inputs == 0 {
             return Err(Error::Plan(format!("--group: {label} reads no stream")));
         }
-        if let Some(operator) = query.graph.global_stage() {
+        if let Err(why) = query.graph.global_split_point() {
             return Err(Error::Plan(format!(
-                "--group: {label} keeps state over every key ({operator}); in a group each process sees only the keys of its partitions, so it would give a part of the answer. Such queries do not run in a group yet: run them in one process"
+                "--group: {label}: {why}; run it in one process"
+            )));
+        }
+        if let Some(operator) = query.graph.global_stage()
+            && std::env::var_os(GLOBAL_STAGES).is_none()
+        {
+            // The exchange that runs such a stage once per group is built,
+            // but its test still finds wrong results after a process dies
+            // or partition 0 moves: until that is fixed, refuse rather
+            // than answer wrongly.
+            return Err(Error::Plan(format!(
+                "--group: {label} keeps state over every key ({operator}); running such queries once per group is not reliable yet (set {GLOBAL_STAGES}=1 to try it): run it in one process"
+            )));
+        }
+        if query.graph.global_stage().is_some() && query.name.is_none() {
+            return Err(Error::Plan(format!(
+                "--group: {label} keeps state over every key and has no name to keep its exchange's checkpoints under: set query_name"
             )));
         }
     }
     topic.ok_or_else(|| Error::Plan("--group: the scripts have no query".into()))
 }
 
-/// The queries of `partition`'s pipeline, named `<query>-p<partition>`.
-fn pipeline(args: &RunArgs, partition: i32) -> Result<Vec<NamedQuery>> {
-    let format = args.format.map_or(OutputFormat::Csv, OutputFormat::from);
-    prepare_queries(args, Some(partition))?
+/// Where the queries of a group that keep state over every key hand their
+/// rows on: one internal topic per query, with as many partitions as the
+/// group's topic.
+struct Exchanges {
+    group: String,
+    /// The group's topic: the internal topics are on its brokers.
+    endpoint: Endpoint,
+    /// The group's topic's partitions.
+    partitions: i32,
+}
+
+impl Exchanges {
+    /// The internal topic of `query`: `<group>-<query>-global`.
+    fn endpoint(&self, query: &PreparedQuery) -> Endpoint {
+        let name = query.name.as_deref().unwrap_or("query");
+        let topic: String = format!("{}-{name}-global", self.group)
+            .chars()
+            .map(|c| match c {
+                'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '_' | '-' => c,
+                _ => '_',
+            })
+            .collect();
+        Endpoint {
+            topic,
+            ..self.endpoint.clone()
+        }
+    }
+}
+
+/// How many partitions the group's topic has, waiting for the brokers and
+/// the topic (up to a minute).
+fn partition_count(endpoint: &Endpoint) -> Result<i32> {
+    let what = format!("the partitions of {}", endpoint.topic);
+    let consumer: BaseConsumer = endpoint
+        .client_config(&[])
+        .create()
+        .map_err(|e| Error::Connector(format!("kafka: {what}: {e}")))?;
+    let mut last = String::new();
+    for attempt in 0..12 {
+        if attempt > 0 {
+            eprintln!("vigil: warning: group: {what}: {last}; retrying");
+            std::thread::sleep(Duration::from_secs(5));
+        }
+        match consumer.fetch_metadata(Some(&endpoint.topic), Duration::from_secs(5)) {
+            Ok(metadata) => {
+                let count = metadata
+                    .topics()
+                    .iter()
+                    .find(|t| t.name() == endpoint.topic && t.error().is_none())
+                    .map_or(0, |t| t.partitions().len() as i32);
+                if count > 0 {
+                    return Ok(count);
+                }
+                last = "the topic has no partitions".into();
+            }
+            Err(e) => last = e.to_string(),
+        }
+    }
+    Err(Error::Connector(format!("kafka: {what}: {last}")))
+}
+
+/// The queries of `partition`'s pipeline, named `<query>-p<partition>`. A
+/// query over every key runs its part per key here and writes it to its
+/// exchange; partition 0's pipeline also runs the part over every key,
+/// named `<query>-global`, from the exchange into the query's sink.
+fn pipeline(args: &RunArgs, exchanges: &Exchanges, partition: i32) -> Result<Vec<NamedQuery>> {
+    let mut out = Vec::new();
+    for (i, q) in prepare_queries(args, Some(partition))?
         .into_iter()
         .enumerate()
-        .map(|(i, q)| {
-            let label = format!("q{}-p{partition}", i + 1);
-            let sink = match &q.sink {
-                Some(config) => open_sink(config, &q.graph.schema)?,
-                None => make_labelled_sink(format, &label, Box::new(std::io::stdout())),
-            };
-            Ok(NamedQuery {
+    {
+        let label = format!("q{}-p{partition}", i + 1);
+        let Some(at) = q.graph.global_split_point()? else {
+            let sink = query_sink(args, &q, &label)?;
+            out.push(NamedQuery {
+                name: q.name.map(|n| format!("{n}-p{partition}")),
                 query: RunnableQuery {
                     graph: q.graph,
                     sink,
                 },
-                name: q.name.map(|n| format!("{n}-p{partition}")),
                 label,
-            })
-        })
-        .collect()
+            });
+            continue;
+        };
+        let name = q.name.clone().unwrap_or_default();
+        let endpoint = exchanges.endpoint(&q);
+        let transactional_id = format!("vigil-{}-p{partition}", endpoint.topic);
+        let writer = ExchangeSink::open(
+            &endpoint,
+            &transactional_id,
+            partition,
+            Route::Own(partition),
+        )?;
+        let sink = (partition == 0)
+            .then(|| query_sink(args, &q, &format!("q{}", i + 1)))
+            .transpose()?;
+        let mode = q.graph.mode;
+        let schema = q.graph.schema.clone();
+        let split = q.graph.split_global(at);
+        out.push(NamedQuery {
+            name: Some(format!("{name}-p{partition}")),
+            query: RunnableQuery {
+                graph: split.head,
+                sink: Box::new(writer),
+            },
+            label,
+        });
+        let Some(sink) = sink else { continue };
+        let reader = ExchangeReader {
+            endpoint,
+            partitions: (0..exchanges.partitions).collect(),
+            writers: exchanges.partitions,
+            boundary: split.boundary.clone(),
+            input_topic: exchanges.endpoint.topic.clone(),
+        };
+        let stream = exchange_stream(&name, reader);
+        let graph = QueryGraph::remote_tail(stream, split.boundary, split.tail, schema, mode);
+        out.push(NamedQuery {
+            name: Some(format!("{name}-global")),
+            query: RunnableQuery { graph, sink },
+            label: format!("q{}-global", i + 1),
+        });
+    }
+    Ok(out)
+}
+
+/// The sink a query's results go to: its own, or stdout.
+fn query_sink(
+    args: &RunArgs,
+    q: &PreparedQuery,
+    label: &str,
+) -> Result<Box<dyn crate::connectors::Sink>> {
+    let format = args.format.map_or(OutputFormat::Csv, OutputFormat::from);
+    match &q.sink {
+        Some(config) => open_sink(config, &q.graph.schema),
+        None => Ok(make_labelled_sink(
+            format,
+            label,
+            Box::new(std::io::stdout()),
+        )),
+    }
+}
+
+/// The stream the part over every key of query `name` reads: its
+/// exchange.
+fn exchange_stream(name: &str, reader: ExchangeReader) -> Arc<StreamDef> {
+    let stream = format!("exchange({name})");
+    let schema = reader.schema();
+    Arc::new(StreamDef {
+        name: stream.clone(),
+        schema: schema.clone(),
+        event_time: None,
+        delay_ms: 0,
+        lateness_ms: 0,
+        idle_timeout: None,
+        source: SourceConfig {
+            stream,
+            schema,
+            connector: "kafka",
+            location: SourceLocation::Connector(Reader(Arc::new(reader))),
+            format: Format::Jsonl,
+            replay: Replay::Fast,
+            event_time: None,
+            batch_size: 8192,
+            dead_letter: None,
+            follow: false,
+            decode: Decoding::default(),
+            decode_threads: 1,
+        },
+        late_of: None,
+        buffer: BufferSetting::default(),
+    })
 }
 
 #[derive(Debug, clap::Args)]

@@ -53,6 +53,28 @@ pub trait Sink: Send {
     /// Empty batches write nothing.
     fn write(&mut self, batch: &RecordBatch) -> Result<()>;
 
+    /// Writes result rows that say what they are (updates, early results,
+    /// see [`RowKind`](crate::exec::RowKind)). Sinks that write every row
+    /// alike, the default, write them as [`Sink::write`] does.
+    fn write_changes(&mut self, batch: &RecordBatch, _kind: crate::exec::RowKind) -> Result<()> {
+        self.write(batch)
+    }
+
+    /// At a checkpoint barrier, before [`Sink::checkpoint`]: where the
+    /// query's sources stood when they sent it (everything they had read
+    /// by then has reached the sink). The default ignores it.
+    fn sources_at_barrier(&mut self, _positions: &[super::SourcePosition]) -> Result<()> {
+        Ok(())
+    }
+
+    /// The query's watermark reached `ms` (never the end of input, which
+    /// [`Sink::finish`] says): a sink that hands results to another stage
+    /// of the query (an exchange between processes) passes it on. The
+    /// default does nothing.
+    fn watermark(&mut self, _ms: i64) -> Result<()> {
+        Ok(())
+    }
+
     /// Flushes everything; call once when the query has ended. Calling it
     /// again is harmless.
     fn finish(&mut self) -> Result<()>;

@@ -97,6 +97,9 @@ pub struct Stage {
     /// aggregate without keys, peers, an invariant, early results): what it
     /// computes needs every row of the stream, not one key's.
     pub global: bool,
+    /// The rows its first operator takes, for a stage that starts at an
+    /// operator keeping state (`None` for a chain of stateless ones).
+    pub input: Option<SchemaRef>,
 }
 
 impl Stage {
@@ -106,6 +109,7 @@ impl Stage {
             instances: vec![ops],
             keys: None,
             global: false,
+            input: None,
         }
     }
 
@@ -161,6 +165,91 @@ impl QueryGraph {
             .find(|s| s.global)
             .and_then(|s| s.ops().first())
             .map(|op| op.describe())
+    }
+}
+
+/// A query cut in two at its first stage over every key (see
+/// [`QueryGraph::split_global`]).
+pub struct GlobalSplit {
+    /// The stages before: they keep state per key only.
+    pub head: QueryGraph,
+    /// The stages from the global one on.
+    pub tail: Stages,
+    /// The rows the head emits and the tail takes.
+    pub boundary: SchemaRef,
+}
+
+impl QueryGraph {
+    /// Where a query of one stream would be cut before its first stage
+    /// over every key: that stage's index, or `None` when all its state is
+    /// per key. An error says why it cannot be cut: it merges several
+    /// streams, or its very first operator needs every key.
+    pub fn global_split_point(&self) -> Result<Option<usize>> {
+        let Some(operator) = self.global_stage() else {
+            return Ok(None);
+        };
+        if self.inputs.len() != 1 || self.join.is_some() || !self.inputs[0].stages.is_empty() {
+            return Err(Error::Plan(format!(
+                "it keeps state over every key ({operator}) after merging several streams, which a group cannot split between its processes yet"
+            )));
+        }
+        let at = self.stages.iter().position(|s| s.global);
+        match at {
+            Some(at) if at > 0 && self.stages[at].input.is_some() => Ok(Some(at)),
+            _ => Err(Error::Plan(format!(
+                "it keeps state over every key ({operator}) from its first operator on, so no part of it runs per partition"
+            ))),
+        }
+    }
+
+    /// Cuts the query before stage `at` (from
+    /// [`QueryGraph::global_split_point`]). The head keeps the query's
+    /// input, counters and late rows; it emits the boundary rows.
+    pub fn split_global(mut self, at: usize) -> GlobalSplit {
+        let tail = self.stages.split_off(at);
+        let boundary = tail[0]
+            .input
+            .clone()
+            .expect("a split point's stage knows its input");
+        self.schema = boundary.clone();
+        GlobalSplit {
+            head: self,
+            tail,
+            boundary,
+        }
+    }
+
+    /// The tail of a split query, reading the head's rows and watermarks
+    /// from `stream` (whose rows are [`crate::exec::remote::remote_schema`]
+    /// of `boundary`): a [`RemoteInOp`](crate::exec::RemoteInOp) turns them
+    /// back into messages ahead of the tail's first operator.
+    pub fn remote_tail(
+        stream: Arc<StreamDef>,
+        boundary: SchemaRef,
+        mut tail: Stages,
+        schema: SchemaRef,
+        mode: ExecutionMode,
+    ) -> QueryGraph {
+        let remote: Box<dyn Operator> = Box::new(crate::exec::RemoteInOp::new(boundary));
+        if let Some(first) = tail.first_mut() {
+            // The global stage runs as one instance: its chain starts with
+            // the turning back.
+            first.instances[0].insert(0, remote);
+        } else {
+            tail.push(Stage::single(vec![remote]));
+        }
+        QueryGraph {
+            inputs: vec![QueryInput {
+                stream,
+                stages: Vec::new(),
+            }],
+            join: None,
+            stages: tail,
+            schema,
+            mode,
+            stats: Arc::new(QueryStats::default()),
+            late_outputs: Vec::new(),
+        }
     }
 }
 
@@ -287,19 +376,25 @@ fn fuse(ops: Ops) -> Stages {
             (_, None) => true,
             (Placement::Fused, Some(_)) => false,
             (Placement::Serial, Some(last)) => last.keys.is_some(),
-            (Placement::Stage(_), Some(last)) => !last.ops().is_empty(),
+            (Placement::Stage(..), Some(last)) => !last.ops().is_empty(),
         };
         if new_stage {
             stages.push(Stage::single(Vec::new()));
         }
         let stage = stages.last_mut().expect("just pushed");
-        if let Placement::Stage(keys) = placement {
+        if let Placement::Stage(keys, input) = placement {
             stage.keys = keys.filter(|k| !k.is_empty());
             stage.global = stage.keys.is_none();
+            stage.input = Some(input);
         }
         stage.instances[0].push(op);
     }
     stages
+}
+
+/// A plan schema as Arrow's.
+fn arrow_schema(schema: &DFSchema) -> SchemaRef {
+    Arc::new(schema.as_arrow().clone())
 }
 
 /// Column expressions for columns `indices` of `schema`.
@@ -336,8 +431,9 @@ enum Placement {
     /// it (a watermark generator, a limit), but it needs no task of its own.
     Serial,
     /// At the start of a task of its own, since it keeps state: run as
-    /// several instances routed by the key given, or as one (`None`).
-    Stage(Option<Vec<Arc<dyn PhysicalExpr>>>),
+    /// several instances routed by the key given, or as one (`None`); it
+    /// takes rows of the schema given.
+    Stage(Option<Vec<Arc<dyn PhysicalExpr>>>, SchemaRef),
 }
 
 /// Operators, each with where it may run.
@@ -671,11 +767,13 @@ impl Builder {
                 built.shed_fraction = false;
             }
             let keys = columns(&input, &alert.spec.keys);
-            let mut op = AlertOp::try_new(alert.spec.clone(), input, output)?;
+            let mut op = AlertOp::try_new(alert.spec.clone(), input.clone(), output)?;
             if let Some(fraction) = approximate {
                 op = op.with_approximate(fraction, self.stats.clone());
             }
-            built.ops.push((Box::new(op), Placement::Stage(Some(keys))));
+            built
+                .ops
+                .push((Box::new(op), Placement::Stage(Some(keys), input)));
             built.window = None;
             return Ok(built);
         }
@@ -684,10 +782,12 @@ impl Builder {
             shed::refuse(&built, "CREATE INVARIANT")?;
             let input = Arc::new(invariant.input.schema().as_arrow().clone());
             let output = Arc::new(node.schema().as_arrow().clone());
-            let op = InvariantOp::try_new(invariant.spec.clone(), input, output)?;
+            let op = InvariantOp::try_new(invariant.spec.clone(), input.clone(), output)?;
             // One instance: its training period starts at the first row of
             // any key.
-            built.ops.push((Box::new(op), Placement::Stage(None)));
+            built
+                .ops
+                .push((Box::new(op), Placement::Stage(None, input)));
             return Ok(built);
         }
         if let Some(watermark) = node.as_any().downcast_ref::<WatermarkNode>() {
@@ -808,7 +908,7 @@ impl Builder {
                 let start = window.start.ok_or_else(|| {
                     Error::Plan("SESSION's window_start is not available to the aggregate".into())
                 })?;
-                let placement = Placement::Stage(Some(keys.clone()));
+                let placement = Placement::Stage(Some(keys.clone()), arrow_schema(input_schema));
                 let op = SessionAggregateOp::new(SessionAggregateSpec {
                     keys,
                     key_schema,
@@ -849,8 +949,8 @@ impl Builder {
         // the input orders: such an aggregate runs as one instance, so they
         // are handed on as they come.
         let placement = match early_every {
-            Some(_) => Placement::Stage(None),
-            None => Placement::Stage(Some(keys.clone())),
+            Some(_) => Placement::Stage(None, arrow_schema(input_schema)),
+            None => Placement::Stage(Some(keys.clone()), arrow_schema(input_schema)),
         };
         let shed = match (&self.shed, grid) {
             (Some(plan), WindowGrid::Panes(spec)) if !plan.placed() => {
@@ -941,7 +1041,7 @@ impl Builder {
             .collect::<Result<Vec<_>>>()?;
         let output = aggregate.schema.as_arrow();
         let group_schema = Arc::new(Schema::new(output.fields()[..groups.len()].to_vec()));
-        let placement = Placement::Stage(Some(groups.clone()));
+        let placement = Placement::Stage(Some(groups.clone()), arrow_schema(input_schema));
         let op = ChangelogAggregateOp::new(ChangelogAggregateSpec {
             groups,
             group_schema,
@@ -977,7 +1077,9 @@ impl Builder {
             let mut built = built;
             // Peers are the rows of one window, of every key: one instance.
             let op = peer::peer_op(window)?;
-            built.ops.push((Box::new(op), Placement::Stage(None)));
+            built
+                .ops
+                .push((Box::new(op), Placement::Stage(None, arrow_schema(input))));
             return Ok(built);
         }
         let specs = window
@@ -990,7 +1092,7 @@ impl Builder {
             })
             .collect::<Result<Vec<_>>>()?;
         let schema = Arc::new(window.schema.as_arrow().clone());
-        let placement = Placement::Stage(shared_partition(&specs));
+        let placement = Placement::Stage(shared_partition(&specs), arrow_schema(input));
         let mut built = built;
         built
             .ops

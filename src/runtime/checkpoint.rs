@@ -329,6 +329,20 @@ impl QueryCheckpoints {
         }
     }
 
+    /// Where the query's sources stood when they sent barrier `id`, as far
+    /// as they have sent it.
+    pub fn source_positions(&self, id: u64) -> Vec<SourcePosition> {
+        lock(&self.partial)
+            .get(&id)
+            .map(|p| {
+                p.sources
+                    .iter()
+                    .filter_map(|s| s.position.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The oldest complete checkpoint of this query that is kept (of those
     /// this run wrote or restored): a restore may go back to it, so a disk
     /// buffer keeps what came after it.

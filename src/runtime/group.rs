@@ -152,11 +152,12 @@ pub async fn run_group(
     };
     let mut running: BTreeMap<i32, Vec<QueryId>> = BTreeMap::new();
     let mut ticker = tokio::time::interval(STATUS_EVERY);
+    let (failed, mut failures) = mpsc::unbounded_channel();
     let outcome = loop {
         tokio::select! {
             change = incoming.recv() => match change {
                 Some(Change::Assigned(list)) => {
-                    if let Err(e) = start(live, &pipelines, &mut running, &list) {
+                    if let Err(e) = start(live, &pipelines, &mut running, &list, &failed) {
                         break Err(e);
                     }
                     status.write(&running);
@@ -169,6 +170,9 @@ pub async fn run_group(
                 None => break Ok(()),
             },
             _ = ticker.tick() => status.write(&running),
+            // A pipeline that fails would fail again on any member: the
+            // member ends, saying why, and its partitions move on.
+            Some(failure) = failures.recv() => break Err(failure),
         }
     };
     leave.store(true, Ordering::Relaxed);
@@ -225,12 +229,22 @@ fn start(
     pipelines: &Pipelines,
     running: &mut BTreeMap<i32, Vec<QueryId>>,
     list: &[i32],
+    failed: &mpsc::UnboundedSender<Error>,
 ) -> Result<()> {
     for &p in list {
         if running.contains_key(&p) {
             continue;
         }
         let ids = live.start_all(pipelines(p)?)?;
+        for &id in &ids {
+            let ended = live.wait(id);
+            let failed = failed.clone();
+            tokio::spawn(async move {
+                if let Err(e) = ended.await {
+                    let _ = failed.send(Error::Connector(format!("partition {p}: {e}")));
+                }
+            });
+        }
         eprintln!("vigil: partition {p}: pipeline started");
         running.insert(p, ids);
     }

@@ -507,17 +507,17 @@ fn run_sink(
     let mut ended = false;
     while let Some(message) = input.blocking_recv() {
         match message {
-            Message::Batch(batch) | Message::Changes(batch, _) => {
-                stats
-                    .rows_out
-                    .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
-                if let Some(column) = time_column {
-                    observe_latency(&batch, column, stats);
-                }
+            Message::Batch(batch) => {
+                count_out(&batch, stats, time_column);
                 sink.write(&batch)?;
+            }
+            Message::Changes(batch, kind) => {
+                count_out(&batch, stats, time_column);
+                sink.write_changes(&batch, kind)?;
             }
             Message::Barrier(id) => {
                 if let Some(checkpoints) = &checkpoints {
+                    sink.sources_at_barrier(&checkpoints.source_positions(id))?;
                     let commit = sink.checkpoint()?;
                     crashpoint::hit("before-manifest");
                     if checkpoints.complete(id, commit) {
@@ -528,6 +528,7 @@ fn run_sink(
             }
             Message::Watermark(w) if w != END_OF_INPUT => {
                 stats.watermark.store(w, Ordering::Relaxed);
+                sink.watermark(w)?;
             }
             Message::Watermark(_) => ended = true,
             Message::Epoch => {}
@@ -536,6 +537,16 @@ fn run_sink(
     match ended {
         true => sink.finish(),
         false => sink.stopped(),
+    }
+}
+
+/// Counts result rows and their latency.
+fn count_out(batch: &RecordBatch, stats: &QueryStats, time_column: Option<usize>) {
+    stats
+        .rows_out
+        .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+    if let Some(column) = time_column {
+        observe_latency(batch, column, stats);
     }
 }
 

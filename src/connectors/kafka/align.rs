@@ -115,6 +115,17 @@ impl Alignment {
         self.lanes.entry(partition).or_default().idle = true;
     }
 
+    /// Whether every partition is idle with no row waiting: the stream
+    /// has handed on everything its partitions hold.
+    pub(super) fn all_idle(&self) -> bool {
+        !self.lanes.is_empty() && self.lanes.values().all(|l| l.idle && l.queue.is_empty())
+    }
+
+    /// The partitions it has lanes for.
+    pub(super) fn partitions(&self) -> impl Iterator<Item = i32> + '_ {
+        self.lanes.keys().copied()
+    }
+
     /// Rows decoded and not released from `partition`.
     pub(super) fn waiting(&self, partition: i32) -> usize {
         self.lanes

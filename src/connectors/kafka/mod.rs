@@ -14,6 +14,7 @@
 //!   [`KafkaSink`]).
 
 mod align;
+pub mod exchange;
 pub mod sink;
 pub mod source;
 mod txn;

@@ -364,8 +364,9 @@ struct Reading<'a> {
     alignment: Alignment,
     /// The partitions paused while their rows wait.
     paused: BTreeSet<i32>,
-    /// The partitions read to their end, and nothing since.
-    ended: BTreeSet<i32>,
+    /// The partitions read to their end, and nothing since, with the
+    /// offset of their end (-1 when the brokers did not say).
+    ended: BTreeMap<i32, i64>,
     /// With `stop_at = 'latest'`: per partition, the offset to stop at.
     end: Option<BTreeMap<i32, i64>>,
     last_commit: Instant,
@@ -434,7 +435,7 @@ impl<'a> Reading<'a> {
             progress,
             alignment: Alignment::new(config.schema.clone(), config.event_time, &[]),
             paused: BTreeSet::new(),
-            ended: BTreeSet::new(),
+            ended: BTreeMap::new(),
             end: None,
             last_commit: Instant::now(),
         })
@@ -463,7 +464,8 @@ impl<'a> Reading<'a> {
             }
             for &p in &polled.ends {
                 self.alignment.reached_end(p);
-                self.ended.insert(p);
+                let at = self.end_offset(p).unwrap_or(-1);
+                self.ended.insert(p, at);
             }
             for m in &polled.messages {
                 self.ended.remove(&m.partition());
@@ -624,11 +626,46 @@ impl<'a> Reading<'a> {
             .iter()
             .map(|(p, o)| (p.to_string(), json!(o)))
             .collect();
+        let mut extra = json!({ "offsets": offsets });
+        if let Some(idle) = self.idle_at() {
+            extra["idle"] = idle;
+        }
         SourcePosition {
             rows: self.progress.rows,
             bad_rows: self.progress.bad_rows,
-            extra: json!({ "offsets": offsets }),
+            extra,
             ..SourcePosition::default()
+        }
+    }
+
+    /// When every partition is read to its end and nothing waits: per
+    /// partition, the offset it ended at. A group's exchange tells the
+    /// processes after it that this part is idle up to there (see
+    /// [`super::exchange`]).
+    fn idle_at(&self) -> Option<Value> {
+        if !self.alignment.all_idle() {
+            return None;
+        }
+        let ends: Option<serde_json::Map<String, Value>> = self
+            .alignment
+            .partitions()
+            .map(|p| Some((p.to_string(), json!(self.ended.get(&p)?))))
+            .collect();
+        ends.map(Value::Object)
+    }
+
+    /// The offset partition `p` ended at, just reached: where the consumer
+    /// stands, or (before it fetched anything) the partition's end.
+    fn end_offset(&self, p: i32) -> Option<i64> {
+        let topic = &self.source.endpoint.topic;
+        let fetched = self.consumer.position().ok()?;
+        match fetched.find_partition(topic, p).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => Some(o),
+            _ => self
+                .consumer
+                .fetch_watermarks(topic, p, CALL_TIMEOUT)
+                .ok()
+                .map(|(_, high)| high),
         }
     }
 
@@ -686,7 +723,7 @@ impl<'a> Reading<'a> {
                 });
             // A partition that started at its end has no offset read:
             // reaching the end says it.
-            read.max(fetched).is_some_and(|o| o >= high) || self.ended.contains(&p)
+            read.max(fetched).is_some_and(|o| o >= high) || self.ended.contains_key(&p)
         })
     }
 }

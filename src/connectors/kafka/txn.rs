@@ -51,7 +51,8 @@ impl Record {
         match std::str::from_utf8(&self.value) {
             Ok(text) => object["text"] = json!(text),
             Err(_) => {
-                object["bytes"] = json!(base64::engine::general_purpose::STANDARD.encode(&self.value))
+                object["bytes"] =
+                    json!(base64::engine::general_purpose::STANDARD.encode(&self.value))
             }
         }
         if let Some(p) = self.partition {

@@ -1,0 +1,793 @@
+//! Exchanges between the processes of a group: a query's rows and
+//! watermarks handed from its part that runs per partition to the part
+//! that runs once for the group (a stage over every key), through an
+//! internal topic.
+//!
+//! - The writer, [`ExchangeSink`], ends the per-partition part of partition
+//!   `w` (the writer). Every batch of rows goes as one or more messages
+//!   holding an Arrow IPC stream (the rows exactly as they were, whatever
+//!   their types); every watermark goes as an empty message with the
+//!   headers `vigil-writer: w` and `vigil-watermark: ms`. It produces
+//!   exactly once, like the `kafka` sink: an epoch's messages in one
+//!   transaction once the checkpoint holding them is written (see
+//!   [`txn`](super::txn)). So the part after sees each row once, whatever
+//!   process died, and rows reach it a checkpoint interval late.
+//! - The reader, [`ExchangeReader`], is the source of the part after: it
+//!   reads the internal topic's partitions with `read_committed`, hands
+//!   the rows on, and keeps every writer's last watermark; the part after
+//!   gets the minimum over all writers once each has sent one (a writer
+//!   not heard from may still have rows: as within one process, the
+//!   slowest input holds event time back). Its position in checkpoints is
+//!   its offsets and the writers' watermarks.
+//!
+//! Watermarks cannot travel in a stream's rows as such, so the reader's
+//! stream has two more columns (see [`crate::exec::remote`]) that the
+//! first operator of the part after turns back into messages.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::Cursor;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use datafusion::arrow::array::{ArrayRef, UInt32Array};
+use datafusion::arrow::compute::take_record_batch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::ipc::reader::StreamReader;
+use datafusion::arrow::ipc::writer::StreamWriter;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::physical_expr::PhysicalExpr;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message as _, OwnedMessage};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use serde_json::{Value, json};
+
+use super::super::registry::SourceRead;
+use super::super::{Sink, SinkCommit, SourceConfig, SourcePosition, SourceStats};
+use super::txn::{Producing, Record};
+use super::{CALL_TIMEOUT, Endpoint, Reporter, kafka_error};
+use crate::error::{Error, Result};
+use crate::exec::remote::{remote_schema, result_rows, watermark_row};
+use crate::exec::{END_OF_INPUT, RowKind};
+use crate::state::{instance_of, key_groups_of};
+
+/// The header naming the partition whose part wrote a message.
+const WRITER_HEADER: &str = "vigil-writer";
+/// The header of a watermark message.
+const WATERMARK_HEADER: &str = "vigil-watermark";
+/// The header saying what kind of results a message holds.
+const KIND_HEADER: &str = "vigil-kind";
+/// The header of a message saying its writer has read its partition of
+/// the group's topic to the end, up to the offset it holds.
+const IDLE_HEADER: &str = "vigil-idle";
+
+/// A message holds at most about this many bytes of rows (Kafka's default
+/// largest message is 1 MB).
+const MESSAGE_BYTES: usize = 512 * 1024;
+
+/// How long one poll of the reader waits.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Where an exchange writer's rows go.
+pub enum Route {
+    /// All to one partition of the internal topic (its own number).
+    Own(i32),
+    /// Each row to the partition that owns its key, of `partitions`: the
+    /// key groups split into contiguous ranges, as between the instances
+    /// of a stage.
+    ByKey {
+        /// The key.
+        keys: Vec<Arc<dyn PhysicalExpr>>,
+        /// Partitions of the internal topic.
+        partitions: i32,
+    },
+}
+
+/// The writer end of an exchange (see the module documentation).
+pub struct ExchangeSink {
+    producing: Producing,
+    writer: i32,
+    route: Route,
+    /// The newest watermark not sent yet: consecutive watermarks between
+    /// two batches go as one.
+    held: Option<i64>,
+    /// At the last barrier, its source had read its partition to the end,
+    /// up to this offset, and handed on every row.
+    idle_at: Option<i64>,
+    /// It said it is idle up to this offset, and sent nothing since.
+    said_idle: Option<i64>,
+}
+
+impl ExchangeSink {
+    /// A writer for partition `writer`'s part, producing to `endpoint`'s
+    /// topic exactly once under `transactional_id`.
+    pub fn open(
+        endpoint: &Endpoint,
+        transactional_id: &str,
+        writer: i32,
+        route: Route,
+    ) -> Result<Self> {
+        let what = format!("exchange {} (partition {writer})", endpoint.topic);
+        Ok(ExchangeSink {
+            producing: Producing::open(endpoint, &what, Some(transactional_id))?,
+            writer,
+            route,
+            held: None,
+            idle_at: None,
+            said_idle: None,
+        })
+    }
+
+    /// The partitions every watermark goes to.
+    fn targets(&self) -> Vec<i32> {
+        match &self.route {
+            Route::Own(p) => vec![*p],
+            Route::ByKey { partitions, .. } => (0..*partitions).collect(),
+        }
+    }
+
+    fn send_held(&mut self) -> Result<()> {
+        let Some(watermark) = self.held.take() else {
+            return Ok(());
+        };
+        self.send_marker(WATERMARK_HEADER, watermark.to_string())
+    }
+
+    /// Sends a message with header `name` to every partition it writes.
+    fn send_marker(&mut self, name: &str, value: String) -> Result<()> {
+        let records = self
+            .targets()
+            .into_iter()
+            .map(|p| Record {
+                key: None,
+                value: Vec::new(),
+                partition: Some(p),
+                headers: vec![
+                    (WRITER_HEADER.into(), self.writer.to_string()),
+                    (name.into(), value.clone()),
+                ],
+            })
+            .collect();
+        self.producing.write(records)
+    }
+
+    /// At a checkpoint: a writer whose source had read its partition to
+    /// the end at the barrier says it is idle up to that offset, so that it
+    /// does not hold the other partitions' event time back, as an idle
+    /// partition does within one process. Its next rows or watermark make
+    /// it active again; so does, for the readers, a message in its
+    /// partition past that offset (see [`ExchangeReading::advance`]).
+    fn say_idle(&mut self) -> Result<()> {
+        let Some(offset) = self.idle_at.take() else {
+            return Ok(());
+        };
+        if self.said_idle != Some(offset) {
+            self.said_idle = Some(offset);
+            self.send_marker(IDLE_HEADER, offset.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn rows(&mut self, batch: &RecordBatch, kind: Option<RowKind>) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        self.said_idle = None;
+        self.send_held()?;
+        let mut records = Vec::new();
+        for (partition, rows) in self.split(batch)? {
+            for value in encode(&rows)? {
+                records.push(Record {
+                    key: None,
+                    value,
+                    partition: Some(partition),
+                    headers: vec![
+                        (WRITER_HEADER.into(), self.writer.to_string()),
+                        (
+                            KIND_HEADER.into(),
+                            crate::exec::remote::kind_code(kind).to_string(),
+                        ),
+                    ],
+                });
+            }
+        }
+        self.producing.write(records)
+    }
+
+    /// `batch`'s rows by the partition they go to.
+    fn split(&self, batch: &RecordBatch) -> Result<Vec<(i32, RecordBatch)>> {
+        let (keys, partitions) = match &self.route {
+            Route::Own(p) => return Ok(vec![(*p, batch.clone())]),
+            Route::ByKey { keys, partitions } => (keys, *partitions),
+        };
+        let arrays: Vec<ArrayRef> = keys
+            .iter()
+            .map(|k| k.evaluate(batch)?.into_array(batch.num_rows()))
+            .collect::<datafusion::common::Result<_>>()?;
+        let groups = key_groups_of(&arrays, batch.num_rows())?;
+        let mut rows: BTreeMap<i32, Vec<u32>> = BTreeMap::new();
+        for (row, group) in groups.into_iter().enumerate() {
+            let partition = instance_of(group, partitions as usize) as i32;
+            rows.entry(partition).or_default().push(row as u32);
+        }
+        rows.into_iter()
+            .map(|(p, indices)| {
+                let taken = take_record_batch(batch, &UInt32Array::from(indices))?;
+                Ok((p, taken))
+            })
+            .collect()
+    }
+}
+
+/// `batch` as Arrow IPC streams of at most about [`MESSAGE_BYTES`] each.
+fn encode(batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
+    let rows = batch.num_rows();
+    let per_row = batch.get_array_memory_size() / rows.max(1);
+    let chunk = (MESSAGE_BYTES / per_row.max(1)).clamp(1, rows.max(1));
+    (0..rows)
+        .step_by(chunk)
+        .map(|start| {
+            let part = batch.slice(start, chunk.min(rows - start));
+            let mut writer = StreamWriter::try_new(Vec::new(), &part.schema())?;
+            writer.write(&part)?;
+            writer.finish()?;
+            Ok(writer.into_inner()?)
+        })
+        .collect()
+}
+
+impl Sink for ExchangeSink {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.rows(batch, None)
+    }
+
+    fn write_changes(&mut self, batch: &RecordBatch, kind: RowKind) -> Result<()> {
+        self.rows(batch, Some(kind))
+    }
+
+    fn watermark(&mut self, ms: i64) -> Result<()> {
+        self.held = Some(ms);
+        self.said_idle = None;
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.held = Some(END_OF_INPUT);
+        self.send_held()?;
+        self.producing.finish()
+    }
+
+    fn stopped(&mut self) -> Result<()> {
+        self.producing.stopped()
+    }
+
+    fn sources_at_barrier(&mut self, positions: &[SourcePosition]) -> Result<()> {
+        let writer = self.writer.to_string();
+        self.idle_at = positions
+            .iter()
+            .find_map(|p| p.extra.get("idle")?.get(&writer)?.as_i64());
+        Ok(())
+    }
+
+    fn checkpoint(&mut self) -> Result<Option<SinkCommit>> {
+        self.send_held()?;
+        self.say_idle()?;
+        self.producing.checkpoint()
+    }
+
+    fn committed(&mut self) -> Result<()> {
+        self.producing.committed()
+    }
+
+    fn restore(&mut self, commit: &SinkCommit) -> Result<()> {
+        self.producing.restore(commit)
+    }
+
+    fn needs_checkpoints(&self) -> Option<String> {
+        Some(format!(
+            "partition {}: an exchange between the processes of a group produces when a checkpoint covers its rows: run with --checkpoint-dir",
+            self.writer
+        ))
+    }
+}
+
+/// Makes `endpoint`'s topic with `partitions` partitions unless it exists
+/// (an operator may create it beforehand, for brokers that refuse
+/// clients creating topics); fails if it exists with another number (the
+/// group's input was re-partitioned since: its internal topics must be
+/// deleted).
+pub async fn ensure_topic(endpoint: &Endpoint, partitions: i32) -> Result<()> {
+    let what = format!("internal topic {}", endpoint.topic);
+    let admin: AdminClient<DefaultClientContext> = endpoint
+        .client_config(&[])
+        .create()
+        .map_err(|e| kafka_error(&what, e))?;
+    let found = match partitions_of(&admin, &endpoint.topic) {
+        Ok(Some(found)) => found,
+        Ok(None) => {
+            create_topic(&admin, &endpoint.topic, partitions)
+                .await
+                .map_err(|e| {
+                    Error::Connector(format!(
+                        "kafka: cannot create {what} ({e}): create it with {partitions} partitions, as many as the group's topic"
+                    ))
+                })?;
+            partitions
+        }
+        Err(e) => return Err(kafka_error(&what, e)),
+    };
+    if found != partitions {
+        return Err(Error::Connector(format!(
+            "kafka: {what} has {found} partitions, the group's topic {partitions}: delete the internal topic (the group's input was re-partitioned)"
+        )));
+    }
+    Ok(())
+}
+
+/// How many partitions `topic` has; `None` when it does not exist. Asks
+/// for every topic's metadata, since asking for one may create it with
+/// the broker's default partitions.
+fn partitions_of(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+) -> std::result::Result<Option<i32>, rdkafka::error::KafkaError> {
+    let metadata = admin.inner().fetch_metadata(None, CALL_TIMEOUT)?;
+    Ok(metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none())
+        .map(|t| t.partitions().len() as i32))
+}
+
+async fn create_topic(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+    partitions: i32,
+) -> std::result::Result<(), String> {
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let options = AdminOptions::new().operation_timeout(Some(CALL_TIMEOUT));
+    let results = admin
+        .create_topics([&new], &options)
+        .await
+        .map_err(|e| e.to_string())?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((_, code)) => return Err(code.to_string()),
+        }
+    }
+    Ok(())
+}
+
+/// The reader end of an exchange (see the module documentation).
+#[derive(Debug)]
+pub struct ExchangeReader {
+    /// Brokers and internal topic.
+    pub endpoint: Endpoint,
+    /// The internal topic's partitions it reads.
+    pub partitions: Vec<i32>,
+    /// How many writers there are (partitions `0..writers` of the group's
+    /// topic): the watermark waits for all of them.
+    pub writers: i32,
+    /// The rows as the writers' part emitted them.
+    pub boundary: SchemaRef,
+    /// The group's topic (on the same brokers), whose partition `w` writer
+    /// `w` reads.
+    pub input_topic: String,
+}
+
+impl ExchangeReader {
+    /// The schema of the stream it reads: the boundary's and the two
+    /// columns of [`crate::exec::remote`].
+    pub fn schema(&self) -> SchemaRef {
+        remote_schema(&self.boundary)
+    }
+}
+
+impl SourceRead for ExchangeReader {
+    fn describe(&self) -> String {
+        format!(
+            "internal topic {} at {}",
+            self.endpoint.topic, self.endpoint.bootstrap
+        )
+    }
+    fn explain(&self) -> String {
+        format!(
+            "exchange, internal topic {}, partitions {:?}, {} writers",
+            self.endpoint.topic, self.partitions, self.writers
+        )
+    }
+    fn live_because(&self) -> &'static str {
+        "an exchange between the processes of a group reads a topic that has no end"
+    }
+    fn read(
+        &self,
+        config: &SourceConfig,
+        stats: &SourceStats,
+        start: Option<&SourcePosition>,
+        emit: &mut dyn FnMut(RecordBatch) -> bool,
+    ) -> Result<()> {
+        ExchangeReading::open(self, config, stats, start)?.run(emit)
+    }
+}
+
+/// One reading of an internal topic.
+struct ExchangeReading<'a> {
+    reader: &'a ExchangeReader,
+    config: &'a SourceConfig,
+    stats: &'a SourceStats,
+    consumer: BaseConsumer<Reporter>,
+    /// Per partition, the offset of the next message.
+    offsets: BTreeMap<i32, i64>,
+    /// Per writer, its last watermark.
+    watermarks: BTreeMap<i32, i64>,
+    /// The writers that said they are idle and sent nothing since, with
+    /// the offset of their partition of the group's topic they had read
+    /// to.
+    idle: BTreeMap<i32, i64>,
+    /// The watermark handed on last.
+    emitted: i64,
+    rows: u64,
+    /// Rows waiting for the merged watermark to pass the watermark their
+    /// writer sent after them, in arrival order.
+    pending: VecDeque<Pending>,
+}
+
+/// Rows of one message, waiting.
+struct Pending {
+    partition: i32,
+    offset: i64,
+    writer: i32,
+    rows: RecordBatch,
+    /// The first watermark its writer sent after it, once it came.
+    after: Option<i64>,
+}
+
+impl<'a> ExchangeReading<'a> {
+    fn open(
+        reader: &'a ExchangeReader,
+        config: &'a SourceConfig,
+        stats: &'a SourceStats,
+        start: Option<&SourcePosition>,
+    ) -> Result<Self> {
+        let what = format!("stream {}", config.stream);
+        let group = format!("vigil-reader-{}", reader.endpoint.topic);
+        let consumer: BaseConsumer<Reporter> = reader
+            .endpoint
+            .client_config(&[
+                ("group.id", &group),
+                ("enable.auto.commit", "false"),
+                ("enable.auto.offset.store", "false"),
+                ("auto.offset.reset", "earliest"),
+                ("isolation.level", "read_committed"),
+            ])
+            .create_with_context(Reporter::new(what.clone()))
+            .map_err(|e| kafka_error(&what, e))?;
+        let mut reading = ExchangeReading {
+            reader,
+            config,
+            stats,
+            consumer,
+            offsets: BTreeMap::new(),
+            watermarks: BTreeMap::new(),
+            idle: BTreeMap::new(),
+            emitted: i64::MIN,
+            rows: 0,
+            pending: VecDeque::new(),
+        };
+        if let Some(position) = start {
+            reading.resume(position)?;
+        }
+        Ok(reading)
+    }
+
+    fn resume(&mut self, position: &SourcePosition) -> Result<()> {
+        let bad = || {
+            Error::Connector(format!(
+                "stream {}: the checkpoint's exchange position is damaged: {}",
+                self.config.stream, position.extra
+            ))
+        };
+        let numbers = |key: &str| -> Result<BTreeMap<i32, i64>> {
+            let object = position
+                .extra
+                .get(key)
+                .and_then(Value::as_object)
+                .ok_or_else(bad)?;
+            object
+                .iter()
+                .map(|(k, v)| Ok((k.parse().map_err(|_| bad())?, v.as_i64().ok_or_else(bad)?)))
+                .collect()
+        };
+        self.offsets = numbers("offsets")?;
+        self.watermarks = numbers("writers")?;
+        self.idle = numbers("idle")?;
+        self.emitted = self.merged().unwrap_or(i64::MIN);
+        self.rows = position.rows;
+        self.stats.rows.store(position.rows, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn run(mut self, emit: &mut dyn FnMut(RecordBatch) -> bool) -> Result<()> {
+        self.assign()?;
+        let schema = self.config.schema.clone();
+        loop {
+            if self.stats.stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let out = match self.consumer.poll(POLL) {
+                None => Vec::new(),
+                Some(Err(e)) => {
+                    self.consumer.context().warn(&e.to_string());
+                    Vec::new()
+                }
+                Some(Ok(m)) => {
+                    let m = m.detach();
+                    self.take(&m, &schema)?
+                }
+            };
+            self.store_position();
+            if out.is_empty() && !emit(RecordBatch::new_empty(schema.clone())) {
+                return Ok(());
+            }
+            for batch in out {
+                if !emit(batch) {
+                    return Ok(());
+                }
+            }
+            if self.emitted == END_OF_INPUT {
+                return Ok(());
+            }
+        }
+    }
+
+    fn assign(&self) -> Result<()> {
+        let topic = &self.reader.endpoint.topic;
+        let mut list = TopicPartitionList::new();
+        for &p in &self.reader.partitions {
+            let offset = self
+                .offsets
+                .get(&p)
+                .map_or(Offset::Beginning, |&o| Offset::Offset(o));
+            list.add_partition_offset(topic, p, offset)
+                .map_err(|e| kafka_error(topic, e))?;
+        }
+        self.consumer
+            .assign(&list)
+            .map_err(|e| kafka_error(&format!("assigning the partitions of {topic}"), e))
+    }
+
+    /// Takes message `m` in; returns what may go on now: rows whose
+    /// writer's watermark after them is passed by the merged one, in the
+    /// order of those watermarks, then the merged watermark.
+    fn take(&mut self, m: &OwnedMessage, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
+        let partition = m.partition();
+        self.offsets.insert(partition, m.offset() + 1);
+        let header = |name: &str| -> Option<String> {
+            let headers = m.headers()?;
+            headers
+                .iter()
+                .find(|h| h.key == name)
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        };
+        let at = || format!("partition {partition} offset {}", m.offset());
+        let Some(writer) = header(WRITER_HEADER).and_then(|w| w.parse::<i32>().ok()) else {
+            self.consumer.context().warn(&format!(
+                "{}: a message not written by vigil, skipped",
+                at()
+            ));
+            return Ok(Vec::new());
+        };
+        let number = |text: String, what: &str| -> Result<i64> {
+            text.parse()
+                .map_err(|_| Error::Connector(format!("{}: a damaged {what} {text}", at())))
+        };
+        if let Some(offset) = header(IDLE_HEADER) {
+            let offset = number(offset, "idle offset")?;
+            self.idle.insert(writer, offset);
+            // Rows it sent after its last watermark go with the next
+            // merged one.
+            let last = self.watermarks.get(&writer).copied().unwrap_or(i64::MIN);
+            self.tag(writer, last);
+            return self.advance(schema);
+        }
+        self.idle.remove(&writer);
+        if let Some(watermark) = header(WATERMARK_HEADER) {
+            let watermark = number(watermark, "watermark")?;
+            let slot = self.watermarks.entry(writer).or_insert(i64::MIN);
+            *slot = (*slot).max(watermark);
+            self.tag(writer, watermark);
+            return self.advance(schema);
+        }
+        let kind = match header(KIND_HEADER).and_then(|k| k.parse::<i8>().ok()) {
+            None | Some(0) => None,
+            Some(1) => Some(RowKind::Insert),
+            Some(2) => Some(RowKind::Update),
+            Some(_) => Some(RowKind::Early),
+        };
+        let rows = decode(m.payload().unwrap_or_default())
+            .map_err(|e| Error::Connector(format!("{}: rows that do not decode: {e}", at())))?;
+        self.pending.push_back(Pending {
+            partition,
+            offset: m.offset(),
+            writer,
+            rows: result_rows(schema, &rows, kind)?,
+            after: None,
+        });
+        Ok(Vec::new())
+    }
+
+    /// Rows of `writer` not followed by a watermark yet come before
+    /// `watermark`: they were emitted before it.
+    fn tag(&mut self, writer: i32, watermark: i64) {
+        for pending in self.pending.iter_mut().rev() {
+            if pending.writer != writer {
+                continue;
+            }
+            if pending.after.is_some() {
+                break;
+            }
+            pending.after = Some(watermark);
+        }
+    }
+
+    /// The minimum of the watermarks of the writers not idle, once each
+    /// of them sent one (`None` while one has not); when every writer is
+    /// idle, the largest watermark any sent, since all they had is in.
+    fn merged(&self) -> Option<i64> {
+        let active: Vec<i32> = (0..self.reader.writers)
+            .filter(|w| !self.idle.contains_key(w))
+            .collect();
+        if active.is_empty() {
+            return self.watermarks.values().copied().max();
+        }
+        active
+            .iter()
+            .map(|w| self.watermarks.get(w).copied())
+            .collect::<Option<Vec<i64>>>()?
+            .into_iter()
+            .min()
+    }
+
+    /// Hands on the merged watermark if it moved, after the rows it
+    /// completes. Before it moves past a writer that said it is idle, the
+    /// writer's partition of the group's topic is checked: messages past
+    /// the offset it was idle at mean it has rows to send (or its process
+    /// died before it read them), so it holds event time back again.
+    fn advance(&mut self, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
+        if !self.idle.is_empty() && self.merged().is_some_and(|w| w > self.emitted) {
+            self.wake_idle_writers();
+        }
+        let Some(merged) = self.merged().filter(|&w| w > self.emitted) else {
+            return Ok(Vec::new());
+        };
+        self.emitted = merged;
+        let mut out = self.release(merged);
+        if merged != END_OF_INPUT {
+            // At the end, the runtime sends the last watermark itself.
+            out.push(watermark_row(schema, merged)?);
+        }
+        Ok(out)
+    }
+
+    /// Takes out the rows that come before watermark `merged`, ordered by
+    /// the watermark after them, then writer, then offset, as one process
+    /// would hand them on. At the end of input, every row goes.
+    fn release(&mut self, merged: i64) -> Vec<RecordBatch> {
+        let due = |p: &Pending| merged == END_OF_INPUT || p.after.is_some_and(|a| a <= merged);
+        let (mut ready, waiting): (Vec<Pending>, Vec<Pending>) =
+            self.pending.drain(..).partition(|p| due(p));
+        self.pending = waiting.into();
+        ready.sort_by_key(|p| (p.after, p.writer, p.offset));
+        for p in &ready {
+            self.rows += p.rows.num_rows() as u64;
+        }
+        self.stats.rows.store(self.rows, Ordering::Relaxed);
+        ready.into_iter().map(|p| p.rows).collect()
+    }
+
+    /// Takes out of `idle` the writers whose partition of the group's
+    /// topic has messages past the offset they were idle at (or cannot be
+    /// asked about): one request for them all, each time event time would
+    /// move on past idle writers.
+    fn wake_idle_writers(&mut self) {
+        let topic = &self.reader.input_topic;
+        let mut list = TopicPartitionList::new();
+        for &writer in self.idle.keys() {
+            // Offset::End as a time asks for the partition's end.
+            let _ = list.add_partition_offset(topic, writer, Offset::End);
+        }
+        let ends = match self.consumer.offsets_for_times(list, CALL_TIMEOUT) {
+            Ok(ends) => ends,
+            Err(e) => {
+                self.consumer.context().warn(&format!(
+                    "the ends of {topic}'s partitions: {e}; idle partitions hold event time back"
+                ));
+                self.idle.clear();
+                return;
+            }
+        };
+        self.idle.retain(|&writer, &mut offset| {
+            let end = ends
+                .find_partition(topic, writer)
+                .filter(|e| e.error().is_ok())
+                .map(|e| e.offset());
+            matches!(end, Some(Offset::Offset(high)) if high <= offset)
+        });
+    }
+
+    fn store_position(&self) {
+        let map = |m: &BTreeMap<i32, i64>| -> serde_json::Map<String, Value> {
+            m.iter().map(|(k, v)| (k.to_string(), json!(v))).collect()
+        };
+        // A partition with rows still waiting is read again from its first.
+        let mut offsets = self.offsets.clone();
+        for p in self.pending.iter().rev() {
+            offsets.insert(p.partition, p.offset);
+        }
+        let position = SourcePosition {
+            rows: self.rows,
+            extra: json!({
+                "offsets": map(&offsets),
+                "writers": map(&self.watermarks),
+                "idle": map(&self.idle),
+            }),
+            ..SourcePosition::default()
+        };
+        *self
+            .stats
+            .position
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(position);
+    }
+}
+
+/// The rows of one message: one IPC stream.
+fn decode(bytes: &[u8]) -> Result<RecordBatch> {
+    let reader = StreamReader::try_new(Cursor::new(bytes), None)?;
+    let schema = reader.schema();
+    let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(datafusion::arrow::compute::concat_batches(
+        &schema, &batches,
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Float64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    #[test]
+    fn rows_go_through_messages_exactly_as_they_were() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("host", DataType::Utf8, false),
+            Field::new("v", DataType::Float64, true),
+        ]));
+        let hosts: Vec<String> = (0..50_000).map(|i| format!("host-{i}")).collect();
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from(hosts)),
+                Arc::new(Float64Array::from_iter(
+                    (0..50_000).map(|i| (i % 7 != 0).then_some(f64::from(i) / 3.0)),
+                )),
+            ],
+        )
+        .unwrap();
+        let messages = encode(&batch).unwrap();
+        assert!(messages.len() > 1, "50,000 rows need several messages");
+        assert!(messages.iter().all(|m| m.len() < 1_000_000));
+        let parts: Vec<RecordBatch> = messages.iter().map(|m| decode(m).unwrap()).collect();
+        let back = datafusion::arrow::compute::concat_batches(&batch.schema(), &parts).unwrap();
+        assert_eq!(back, batch);
+    }
+
+    #[test]
+    fn a_damaged_message_is_an_error() {
+        assert!(decode(b"not arrow").is_err());
+    }
+}
