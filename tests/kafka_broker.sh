@@ -20,11 +20,15 @@
 #                    `cargo build --release` first
 #   TANSU_BIN        tansu's binary (default: `tansu` on PATH, else
 #                    /work/tools/tansu/bin/tansu); install it with
-#                    cargo install tansu --locked --features dynostore
-#                    (the default features have no in-memory storage)
+#                    cargo install tansu@0.5.9 --locked --features dynostore
+#                    (the default features have no in-memory storage;
+#                    neither 0.5.9 nor 0.6.0 has transactions, so run it
+#                    with KAFKA_DELIVERY=at_least_once; 0.6.0 also reports
+#                    wrong end offsets)
 #   KAFKA_ROWS       rows (default 2000000)
 #   KAFKA_COMPRESSION  producer and sink compression.type (default gzip)
 #   KAFKA_CHECKPOINT the processes' --checkpoint-interval (default 1s)
+#   KAFKA_DELIVERY   the sinks' delivery (default exactly_once)
 #   KAFKA_KEEP=1     keep the processes' stderr and checkpoints
 #   HARNESS_PROFILE  cargo profile the harness is built with (default dev:
 #                    it only produces and reads; vigil is the release binary)
