@@ -550,6 +550,22 @@ fn member(dir: &Path, name: &str) -> Member {
     Member(child)
 }
 
+/// The stream options of one process reading the whole topic once.
+const READ_ALL: &str = "stop_at = 'latest', start = 'earliest',";
+
+/// Runs `script` as one process to the end of its input, which must go
+/// well: the answer a group's is compared with.
+fn run_alone(script: &str) {
+    let alone = tempfile::tempdir().unwrap();
+    fs::write(alone.path().join("q.sql"), script).unwrap();
+    let run = vigil_run(alone.path(), None);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
 /// Waits until `done` holds, for at most `limit`.
 fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
@@ -664,23 +680,12 @@ fn a_group_of_processes_shares_a_topic_and_survives_a_sigkill() {
     // Every result once (`results` checks), none missing, none wrong.
     assert_eq!(data_results(&bootstrap), want);
     // The alerts are those one process gives, reading the whole topic.
-    let alone = tempfile::tempdir().unwrap();
-    fs::write(
-        alone.path().join("q.sql"),
-        group_script(
-            &bootstrap,
-            "alone_out",
-            "alone_alerts",
-            "stop_at = 'latest', start = 'earliest',",
-        ),
-    )
-    .unwrap();
-    let run = vigil_run(alone.path(), None);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    run_alone(&group_script(
+        &bootstrap,
+        "alone_out",
+        "alone_alerts",
+        READ_ALL,
+    ));
     let alerts = alert_rows(&bootstrap, "alerts");
     assert!(alerts.len() > 20, "{alerts:?}");
     assert_eq!(alerts, alert_rows(&bootstrap, "alone_alerts"));
@@ -842,23 +847,12 @@ fn a_group_answers_queries_over_every_key_once_whatever_its_processes() {
     produce_hosts(&bootstrap, GROUP_HOSTS, HALF..SECONDS_HERE);
     produce_closing_rows(&bootstrap, 6, SECONDS_HERE);
     // One process reading the whole topic gives the answer to compare.
-    let alone = tempfile::tempdir().unwrap();
-    fs::write(
-        alone.path().join("q.sql"),
-        global_script(
-            &bootstrap,
-            "alone_totals",
-            "alone_peers",
-            "stop_at = 'latest', start = 'earliest',",
-        ),
-    )
-    .unwrap();
-    let run = vigil_run(alone.path(), None);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    run_alone(&global_script(
+        &bootstrap,
+        "alone_totals",
+        "alone_peers",
+        READ_ALL,
+    ));
     let totals = data_rows(&bootstrap, "alone_totals", SECONDS_HERE);
     let mut minutes: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
     for ((_, minute), (n, total)) in expected_hosts(GROUP_HOSTS, SECONDS_HERE) {
