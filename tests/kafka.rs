@@ -931,3 +931,23 @@ fn exchange_positions(ck: &Path) -> String {
     }
     out
 }
+
+#[test]
+fn transactions_whose_commit_fails_for_a_while_still_deliver_each_result_once() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let (cluster, bootstrap, dir) = with_metrics("exactly_once");
+    // The transaction coordinator answers the first commits with errors a
+    // client must retry through (librdkafka finds the coordinator again).
+    cluster.request_errors(
+        RDKafkaApiKey::EndTxn,
+        &[
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_COORDINATOR,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE,
+        ],
+    );
+    let out = vigil_run(dir.path(), None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(results(&read_topic(&bootstrap, "out")), expected());
+}

@@ -255,12 +255,31 @@ impl Producing {
                 &group,
                 CALL_TIMEOUT,
             )?;
-            self.producer.commit_transaction(CALL_TIMEOUT)
+            self.commit()
         });
         if sent.is_err() {
             let _ = self.producer.abort_transaction(CALL_TIMEOUT);
         }
         sent
+    }
+
+    /// Commits the open transaction. librdkafka's rule: a retriable
+    /// failure is answered by calling commit again (a new transaction
+    /// would be refused while this one is in progress); any other leaves
+    /// the transaction to be aborted.
+    fn commit(&self) -> std::result::Result<(), KafkaError> {
+        let mut tries = 1;
+        loop {
+            match self.producer.commit_transaction(CALL_TIMEOUT) {
+                Err(KafkaError::Transaction(e)) if e.is_retriable() && tries < ATTEMPTS => {
+                    self.producer
+                        .context()
+                        .warn(&format!("committing a transaction: {e}; committing again"));
+                    tries += 1;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Produces an epoch's records exactly once, unless the marker says
@@ -289,6 +308,7 @@ impl Producing {
         mut step: impl FnMut(&mut Self) -> std::result::Result<(), KafkaError>,
     ) -> Result<()> {
         let mut wait = Duration::from_millis(200);
+        let mut first: Option<String> = None;
         for attempt in 1..=ATTEMPTS {
             let e = match step(self) {
                 Ok(()) => return Ok(()),
@@ -296,8 +316,16 @@ impl Producing {
             };
             let fatal = matches!(&e, KafkaError::Transaction(t) if t.is_fatal());
             if fatal || attempt == ATTEMPTS {
-                return Err(kafka_error(&format!("{}: {what}", self.what), e));
+                // A failed transaction often makes every later try fail
+                // otherwise: the first failure is the one that explains.
+                let first = first.filter(|f| *f != e.to_string());
+                let what = match first {
+                    Some(f) => format!("{}: {what} (first: {f})", self.what),
+                    None => format!("{}: {what}", self.what),
+                };
+                return Err(kafka_error(&what, e));
             }
+            first.get_or_insert_with(|| e.to_string());
             self.producer
                 .context()
                 .warn(&format!("{what}: {e}; trying again"));
