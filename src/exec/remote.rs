@@ -52,7 +52,9 @@ pub fn kind_code(kind: Option<RowKind>) -> i8 {
     }
 }
 
-fn kind_of(code: i8) -> Result<Option<RowKind>> {
+/// The kind [`kind_code`] gave `code`; an error for a code this build
+/// does not know.
+pub fn kind_of(code: i8) -> Result<Option<RowKind>> {
     match code {
         0 => Ok(None),
         1 => Ok(Some(RowKind::Insert)),

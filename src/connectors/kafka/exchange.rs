@@ -49,7 +49,7 @@ use super::super::{Sink, SinkCommit, SourceConfig, SourcePosition, SourceStats};
 use super::txn::{Producing, Record};
 use super::{CALL_TIMEOUT, Endpoint, Reporter, kafka_error};
 use crate::error::{Error, Result};
-use crate::exec::remote::{remote_schema, result_rows, watermark_row};
+use crate::exec::remote::{kind_code, kind_of, remote_schema, result_rows, watermark_row};
 use crate::exec::{END_OF_INPUT, RowKind};
 use crate::state::{instance_of, key_groups_of};
 
@@ -185,10 +185,7 @@ impl ExchangeSink {
                     partition: Some(partition),
                     headers: vec![
                         (WRITER_HEADER.into(), self.writer.to_string()),
-                        (
-                            KIND_HEADER.into(),
-                            crate::exec::remote::kind_code(kind).to_string(),
-                        ),
+                        (KIND_HEADER.into(), kind_code(kind).to_string()),
                     ],
                 });
             }
@@ -602,12 +599,9 @@ impl<'a> ExchangeReading<'a> {
             self.tag(writer, watermark);
             return self.advance(schema);
         }
-        let kind = match header(KIND_HEADER).and_then(|k| k.parse::<i8>().ok()) {
-            None | Some(0) => None,
-            Some(1) => Some(RowKind::Insert),
-            Some(2) => Some(RowKind::Update),
-            Some(_) => Some(RowKind::Early),
-        };
+        let code = header(KIND_HEADER).and_then(|k| k.parse::<i8>().ok());
+        let kind =
+            kind_of(code.unwrap_or(0)).map_err(|e| Error::Connector(format!("{}: {e}", at())))?;
         let rows = decode(m.payload().unwrap_or_default())
             .map_err(|e| Error::Connector(format!("{}: rows that do not decode: {e}", at())))?;
         self.pending.push_back(Pending {
