@@ -810,7 +810,7 @@ fn data_rows(bootstrap: &str, topic: &str, seconds: usize) -> Vec<String> {
 }
 
 #[test]
-#[ignore = "about one run in two still gives wrong or missing results after the kill or partition 0's move; run with --ignored while fixing the exchange"]
+#[ignore = "about one run in two, after partition 0 moves, the restored part over every key leaves one host out of every later peer window (the rows it reads are complete and right); run with --ignored while fixing it"]
 fn a_group_answers_queries_over_every_key_once_whatever_its_processes() {
     const GROUP_HOSTS: usize = 12;
     const SECONDS_HERE: usize = 1200;
@@ -897,13 +897,17 @@ fn a_group_answers_queries_over_every_key_once_whatever_its_processes() {
         data_rows(&bootstrap, "totals", SECONDS_HERE).len() >= totals.len()
             && data_rows(&bootstrap, "peers", SECONDS_HERE).len() >= peers.len()
     });
+    let missing = |got: &[String], want: &[String]| -> Vec<String> {
+        want.iter().filter(|w| !got.contains(w)).cloned().collect()
+    };
     assert!(
         complete,
-        "results missing: totals {} of {}, peers {} of {}\nb:\n{}\nc:\n{}\nwhere the parts over every key stand:\n{}",
-        data_rows(&bootstrap, "totals", SECONDS_HERE).len(),
+        "results missing: totals {:?} of {}, peers {:?} of {} (and {:?} not of one process's)\nb:\n{}\nc:\n{}\nwhere the parts over every key stand:\n{}",
+        missing(&data_rows(&bootstrap, "totals", SECONDS_HERE), &totals),
         totals.len(),
-        data_rows(&bootstrap, "peers", SECONDS_HERE).len(),
+        missing(&data_rows(&bootstrap, "peers", SECONDS_HERE), &peers),
         peers.len(),
+        missing(&peers, &data_rows(&bootstrap, "peers", SECONDS_HERE)),
         stderr("b"),
         stderr("c"),
         exchange_positions(&dir.path().join("ck"))

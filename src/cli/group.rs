@@ -234,6 +234,7 @@ fn pipeline(args: &RunArgs, exchanges: &Exchanges, partition: i32) -> Result<Vec
             .transpose()?;
         let mode = q.graph.mode;
         let schema = q.graph.schema.clone();
+        let idle_timeout = q.graph.inputs[0].stream.idle_timeout;
         let split = q.graph.split_global(at);
         out.push(NamedQuery {
             name: Some(format!("{name}-p{partition}")),
@@ -250,6 +251,7 @@ fn pipeline(args: &RunArgs, exchanges: &Exchanges, partition: i32) -> Result<Vec
             writers: exchanges.partitions,
             boundary: split.boundary.clone(),
             input_topic: exchanges.endpoint.topic.clone(),
+            idle_timeout,
         };
         let stream = exchange_stream(&name, reader);
         let graph = QueryGraph::remote_tail(stream, split.boundary, split.tail, schema, mode);

@@ -17,8 +17,15 @@
 //!   the rows on, and keeps every writer's last watermark; the part after
 //!   gets the minimum over all writers once each has sent one (a writer
 //!   not heard from may still have rows: as within one process, the
-//!   slowest input holds event time back). Its position in checkpoints is
-//!   its offsets and the writers' watermarks.
+//!   slowest input holds event time back). Rows wait only until that
+//!   minimum next moves, and all go before it: each is on time against its
+//!   writer's watermark before it, which the minimum has not passed. A
+//!   writer read to its end says it is idle; it stops holding event time
+//!   back if it never had rows, or once idle for the stream's
+//!   `idle_timeout`, but not before: its part keeps its own event time, so
+//!   windows it holds open would close only with its next rows, and come
+//!   late. Its position in checkpoints is its offsets and the writers'
+//!   watermarks.
 //!
 //! Watermarks cannot travel in a stream's rows as such, so the reader's
 //! stream has two more columns (see [`crate::exec::remote`]) that the
@@ -28,7 +35,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io::Cursor;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::{ArrayRef, UInt32Array};
 use datafusion::arrow::compute::take_record_batch;
@@ -373,6 +380,10 @@ pub struct ExchangeReader {
     /// The group's topic (on the same brokers), whose partition `w` writer
     /// `w` reads.
     pub input_topic: String,
+    /// The group's stream's `idle_timeout`: how long a writer that had rows
+    /// and went idle still holds event time back (without one, until it
+    /// sends again).
+    pub idle_timeout: Option<Duration>,
 }
 
 impl ExchangeReader {
@@ -427,19 +438,21 @@ struct ExchangeReading<'a> {
     /// The watermark handed on last.
     emitted: i64,
     rows: u64,
-    /// Rows waiting for the merged watermark to pass the watermark their
-    /// writer sent after them, in arrival order.
+    /// Rows waiting for the merged watermark to move, in arrival order.
     pending: VecDeque<Pending>,
+    /// When each writer in `idle` said so (by this reader's clock).
+    idle_since: BTreeMap<i32, Instant>,
 }
 
-/// Rows of one message, waiting.
+/// Rows of one message, waiting for the merged watermark to move.
 struct Pending {
     partition: i32,
     offset: i64,
     writer: i32,
     rows: RecordBatch,
-    /// The first watermark its writer sent after it, once it came.
-    after: Option<i64>,
+    /// Its writer's watermark when it came (the rows are on time against
+    /// it, in the writer's part).
+    since: i64,
 }
 
 impl<'a> ExchangeReading<'a> {
@@ -473,6 +486,7 @@ impl<'a> ExchangeReading<'a> {
             emitted: i64::MIN,
             rows: 0,
             pending: VecDeque::new(),
+            idle_since: BTreeMap::new(),
         };
         if let Some(position) = start {
             reading.resume(position)?;
@@ -501,6 +515,8 @@ impl<'a> ExchangeReading<'a> {
         self.offsets = numbers("offsets")?;
         self.watermarks = numbers("writers")?;
         self.idle = numbers("idle")?;
+        let now = Instant::now();
+        self.idle_since = self.idle.keys().map(|&w| (w, now)).collect();
         self.emitted = self.merged().unwrap_or(i64::MIN);
         self.rows = position.rows;
         self.stats.rows.store(position.rows, Ordering::Relaxed);
@@ -515,7 +531,7 @@ impl<'a> ExchangeReading<'a> {
                 return Ok(());
             }
             let out = match self.consumer.poll(POLL) {
-                None => Vec::new(),
+                None => self.tick(&schema)?,
                 Some(Err(e)) => {
                     self.consumer.context().warn(&e.to_string());
                     Vec::new()
@@ -556,9 +572,8 @@ impl<'a> ExchangeReading<'a> {
             .map_err(|e| kafka_error(&format!("assigning the partitions of {topic}"), e))
     }
 
-    /// Takes message `m` in; returns what may go on now: rows whose
-    /// writer's watermark after them is passed by the merged one, in the
-    /// order of those watermarks, then the merged watermark.
+    /// Takes message `m` in; returns what may go on now: when the merged
+    /// watermark moved, the rows waiting, then it.
     fn take(&mut self, m: &OwnedMessage, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
         let partition = m.partition();
         self.offsets.insert(partition, m.offset() + 1);
@@ -585,18 +600,15 @@ impl<'a> ExchangeReading<'a> {
         if let Some(offset) = header(IDLE_HEADER) {
             let offset = number(offset, "idle offset")?;
             self.idle.insert(writer, offset);
-            // Rows it sent after its last watermark go with the next
-            // merged one.
-            let last = self.watermarks.get(&writer).copied().unwrap_or(i64::MIN);
-            self.tag(writer, last);
+            self.idle_since.insert(writer, Instant::now());
             return self.advance(schema);
         }
         self.idle.remove(&writer);
+        self.idle_since.remove(&writer);
         if let Some(watermark) = header(WATERMARK_HEADER) {
             let watermark = number(watermark, "watermark")?;
             let slot = self.watermarks.entry(writer).or_insert(i64::MIN);
             *slot = (*slot).max(watermark);
-            self.tag(writer, watermark);
             return self.advance(schema);
         }
         let code = header(KIND_HEADER).and_then(|k| k.parse::<i8>().ok());
@@ -609,36 +621,54 @@ impl<'a> ExchangeReading<'a> {
             offset: m.offset(),
             writer,
             rows: result_rows(schema, &rows, kind)?,
-            after: None,
+            since: self.watermarks.get(&writer).copied().unwrap_or(i64::MIN),
         });
         Ok(Vec::new())
     }
 
-    /// Rows of `writer` not followed by a watermark yet come before
-    /// `watermark`: they were emitted before it.
-    fn tag(&mut self, writer: i32, watermark: i64) {
-        for pending in self.pending.iter_mut().rev() {
-            if pending.writer != writer {
-                continue;
-            }
-            if pending.after.is_some() {
-                break;
-            }
-            pending.after = Some(watermark);
+    /// With nothing read: an idle writer may have just been idle long
+    /// enough to stop holding event time back.
+    fn tick(&mut self, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
+        if self.reader.idle_timeout.is_none() || self.idle.is_empty() {
+            return Ok(Vec::new());
         }
+        self.advance(schema)
     }
 
-    /// The minimum of the watermarks of the writers not idle, once each
-    /// of them sent one (`None` while one has not); when every writer is
-    /// idle, the largest watermark any sent, since all they had is in.
+    /// Whether writer `w` holds the merged watermark back. Every writer
+    /// does but one that said it is idle and either never sent a
+    /// watermark (it has had no rows, so its part holds no state) or has
+    /// been idle longer than the stream's `idle_timeout`. An idle writer
+    /// that had rows holds it back at its last watermark: its part may keep
+    /// windows open that only its own next rows close (its event time is
+    /// its partition's alone), and their rows would come after the others'
+    /// event time had passed them.
+    fn holds_back(&self, w: i32, now: Instant) -> bool {
+        if !self.idle.contains_key(&w) {
+            return true;
+        }
+        if !self.watermarks.contains_key(&w) {
+            return false;
+        }
+        let since = self.idle_since.get(&w).copied().unwrap_or(now);
+        self.reader
+            .idle_timeout
+            .is_none_or(|limit| now.duration_since(since) < limit)
+    }
+
+    /// The minimum of the watermarks of the writers that hold it back
+    /// (see [`ExchangeReading::holds_back`]), once each of them sent one
+    /// (`None` while one has not); when none does, the largest watermark
+    /// any sent, since all they had is in.
     fn merged(&self) -> Option<i64> {
-        let active: Vec<i32> = (0..self.reader.writers)
-            .filter(|w| !self.idle.contains_key(w))
+        let now = Instant::now();
+        let holding: Vec<i32> = (0..self.reader.writers)
+            .filter(|&w| self.holds_back(w, now))
             .collect();
-        if active.is_empty() {
+        if holding.is_empty() {
             return self.watermarks.values().copied().max();
         }
-        active
+        holding
             .iter()
             .map(|w| self.watermarks.get(w).copied())
             .collect::<Option<Vec<i64>>>()?
@@ -646,11 +676,11 @@ impl<'a> ExchangeReading<'a> {
             .min()
     }
 
-    /// Hands on the merged watermark if it moved, after the rows it
-    /// completes. Before it moves past a writer that said it is idle, the
-    /// writer's partition of the group's topic is checked: messages past
-    /// the offset it was idle at mean it has rows to send (or its process
-    /// died before it read them), so it holds event time back again.
+    /// Hands on the merged watermark if it moved, after every row waiting.
+    /// Before it moves past a writer that said it is idle, the writer's
+    /// partition of the group's topic is checked: messages past the offset
+    /// it was idle at mean it has rows to send (or its process died before
+    /// it read them), so it holds event time back again.
     fn advance(&mut self, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
         if !self.idle.is_empty() && self.merged().is_some_and(|w| w > self.emitted) {
             self.wake_idle_writers();
@@ -659,7 +689,7 @@ impl<'a> ExchangeReading<'a> {
             return Ok(Vec::new());
         };
         self.emitted = merged;
-        let mut out = self.release(merged);
+        let mut out = self.release();
         if merged != END_OF_INPUT {
             // At the end, the runtime sends the last watermark itself.
             out.push(watermark_row(schema, merged)?);
@@ -667,15 +697,15 @@ impl<'a> ExchangeReading<'a> {
         Ok(out)
     }
 
-    /// Takes out the rows that come before watermark `merged`, ordered by
-    /// the watermark after them, then writer, then offset, as one process
-    /// would hand them on. At the end of input, every row goes.
-    fn release(&mut self, merged: i64) -> Vec<RecordBatch> {
-        let due = |p: &Pending| merged == END_OF_INPUT || p.after.is_some_and(|a| a <= merged);
-        let (mut ready, waiting): (Vec<Pending>, Vec<Pending>) =
-            self.pending.drain(..).partition(|p| due(p));
-        self.pending = waiting.into();
-        ready.sort_by_key(|p| (p.after, p.writer, p.offset));
+    /// Takes out every row waiting, ordered by its writer's watermark when
+    /// it came, then writer, then offset, as one process would hand them
+    /// on. All of them go before the merged watermark that made them due:
+    /// a row is on time against its writer's watermark before it, and the
+    /// merged one was at most that, so none of them is late yet; one held
+    /// past the merged watermark could be.
+    fn release(&mut self) -> Vec<RecordBatch> {
+        let mut ready: Vec<Pending> = self.pending.drain(..).collect();
+        ready.sort_by_key(|p| (p.since, p.writer, p.offset));
         for p in &ready {
             self.rows += p.rows.num_rows() as u64;
         }
@@ -701,6 +731,7 @@ impl<'a> ExchangeReading<'a> {
                     "the ends of {topic}'s partitions: {e}; idle partitions hold event time back"
                 ));
                 self.idle.clear();
+                self.idle_since.clear();
                 return;
             }
         };
@@ -711,6 +742,8 @@ impl<'a> ExchangeReading<'a> {
                 .map(|e| e.offset());
             matches!(end, Some(Offset::Offset(high)) if high <= offset)
         });
+        let idle = &self.idle;
+        self.idle_since.retain(|w, _| idle.contains_key(w));
     }
 
     fn store_position(&self) {
@@ -752,8 +785,11 @@ fn decode(bytes: &[u8]) -> Result<RecordBatch> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::arrow::array::{Float64Array, StringArray};
+    use crate::connectors::{Decoding, Format, Replay, SourceLocation};
+    use datafusion::arrow::array::{Array, Float64Array, Int64Array, StringArray};
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use rdkafka::message::{Header, OwnedHeaders, Timestamp};
+    use rdkafka::mocking::MockCluster;
 
     #[test]
     fn rows_go_through_messages_exactly_as_they_were() {
@@ -783,5 +819,198 @@ mod tests {
     #[test]
     fn a_damaged_message_is_an_error() {
         assert!(decode(b"not arrow").is_err());
+    }
+
+    fn boundary() -> SchemaRef {
+        Arc::new(Schema::new(vec![Field::new("host", DataType::Utf8, false)]))
+    }
+
+    /// A reader of `writers` writers on `cluster`, whose group's topic `in`
+    /// has that many (empty) partitions.
+    fn reader(
+        cluster: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+        writers: i32,
+        idle_timeout: Option<Duration>,
+    ) -> ExchangeReader {
+        cluster.create_topic("in", writers, 1).unwrap();
+        ExchangeReader {
+            endpoint: Endpoint {
+                bootstrap: cluster.bootstrap_servers(),
+                topic: "x".into(),
+                properties: Vec::new(),
+            },
+            partitions: (0..writers).collect(),
+            writers,
+            boundary: boundary(),
+            input_topic: "in".into(),
+            idle_timeout,
+        }
+    }
+
+    fn config(reader: &ExchangeReader) -> SourceConfig {
+        SourceConfig {
+            stream: "exchange(q)".into(),
+            schema: reader.schema(),
+            connector: "kafka",
+            location: SourceLocation::Push,
+            format: Format::Jsonl,
+            replay: Replay::Fast,
+            event_time: None,
+            batch_size: 8192,
+            dead_letter: None,
+            follow: false,
+            decode: Decoding::default(),
+            decode_threads: 1,
+        }
+    }
+
+    /// What a writer sends, as the reader gets it.
+    enum Sent<'a> {
+        Rows(&'a str),
+        Watermark(i64),
+        Idle(i64),
+    }
+
+    fn message(writer: i32, offset: i64, sent: &Sent<'_>) -> OwnedMessage {
+        let (payload, name, value) = match sent {
+            Sent::Rows(host) => {
+                let rows = RecordBatch::try_new(
+                    boundary(),
+                    vec![Arc::new(StringArray::from(vec![*host]))],
+                )
+                .unwrap();
+                (
+                    encode(&rows).unwrap().remove(0),
+                    KIND_HEADER,
+                    "0".to_string(),
+                )
+            }
+            Sent::Watermark(ms) => (Vec::new(), WATERMARK_HEADER, ms.to_string()),
+            Sent::Idle(at) => (Vec::new(), IDLE_HEADER, at.to_string()),
+        };
+        let writer_text = writer.to_string();
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: WRITER_HEADER,
+                value: Some(writer_text.as_bytes()),
+            })
+            .insert(Header {
+                key: name,
+                value: Some(value.as_bytes()),
+            });
+        OwnedMessage::new(
+            Some(payload),
+            None,
+            "x".into(),
+            Timestamp::NotAvailable,
+            writer,
+            offset,
+            Some(headers),
+        )
+    }
+
+    /// What the reader hands on as each message comes: hosts, and
+    /// watermarks as `wm:<ms>`.
+    fn handed_on(reading: &mut ExchangeReading<'_>, sent: &[(i32, Sent<'_>)]) -> Vec<String> {
+        let schema = reading.config.schema.clone();
+        let mut out = Vec::new();
+        for (offset, (writer, s)) in sent.iter().enumerate() {
+            for batch in reading
+                .take(&message(*writer, offset as i64, s), &schema)
+                .unwrap()
+            {
+                let watermarks = batch
+                    .column(1)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap();
+                let hosts = batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .unwrap();
+                for row in 0..batch.num_rows() {
+                    out.push(match watermarks.is_valid(row) {
+                        true => format!("wm:{}", watermarks.value(row)),
+                        false => hosts.value(row).to_string(),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn rows_of_a_writer_ahead_go_before_the_merged_watermark_passes_them() {
+        let cluster = MockCluster::new(1).unwrap();
+        let reader = reader(&cluster, 2, None);
+        let (config, stats) = (config(&reader), SourceStats::default());
+        let mut reading = ExchangeReading::open(&reader, &config, &stats, None).unwrap();
+        // Writer 0 jumped ahead: its rows of every window up to 700 came
+        // before its watermark 700. When writer 1 reaches 300, those of
+        // the windows up to 300 must reach the part after first.
+        let got = handed_on(
+            &mut reading,
+            &[
+                (0, Sent::Rows("a")),
+                (0, Sent::Watermark(700)),
+                (1, Sent::Rows("b")),
+                (1, Sent::Watermark(300)),
+                (1, Sent::Rows("c")),
+                (1, Sent::Watermark(800)),
+            ],
+        );
+        assert_eq!(got, ["a", "b", "wm:300", "c", "wm:700"]);
+    }
+
+    #[test]
+    fn an_idle_writer_that_had_rows_holds_event_time_back_one_without_does_not() {
+        let cluster = MockCluster::new(1).unwrap();
+        let reader = reader(&cluster, 3, None);
+        let (config, stats) = (config(&reader), SourceStats::default());
+        let mut reading = ExchangeReading::open(&reader, &config, &stats, None).unwrap();
+        let got = handed_on(
+            &mut reading,
+            &[
+                // Writer 2 never had a row: its idleness lets the others on.
+                (2, Sent::Idle(0)),
+                (0, Sent::Rows("a")),
+                (0, Sent::Watermark(100)),
+                (1, Sent::Watermark(500)),
+                // Writer 0 went idle with windows maybe still open past 100:
+                // event time stays there until it sends again.
+                (0, Sent::Idle(1)),
+                (1, Sent::Watermark(900)),
+                (0, Sent::Watermark(600)),
+            ],
+        );
+        assert_eq!(got, ["a", "wm:100", "wm:600"]);
+    }
+
+    #[test]
+    fn an_idle_writer_stops_holding_event_time_back_after_the_idle_timeout() {
+        let cluster = MockCluster::new(1).unwrap();
+        let reader = reader(&cluster, 2, Some(Duration::from_millis(50)));
+        let (config, stats) = (config(&reader), SourceStats::default());
+        let mut reading = ExchangeReading::open(&reader, &config, &stats, None).unwrap();
+        let got = handed_on(
+            &mut reading,
+            &[
+                (0, Sent::Watermark(100)),
+                (0, Sent::Idle(0)),
+                (1, Sent::Watermark(500)),
+            ],
+        );
+        assert_eq!(got, ["wm:100"]);
+        std::thread::sleep(Duration::from_millis(60));
+        let schema = config.schema.clone();
+        let out = reading.tick(&schema).unwrap();
+        assert_eq!(out.len(), 1, "the watermark moves on by itself");
+        let watermarks = out[0]
+            .column(1)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        assert_eq!(watermarks.value(0), 500);
     }
 }
