@@ -31,21 +31,9 @@ use crate::state::store::Location;
 /// yet across failures, so off by default.
 const GLOBAL_STAGES: &str = "VIGIL_GROUP_GLOBAL_STAGES";
 
-/// Runs this process as a member of group `name` until a signal: `queries`
-/// (planned once over every partition) say what the group reads.
-pub(super) async fn run(
-    args: &RunArgs,
-    name: &str,
-    queries: &[PreparedQuery],
-    stopper: Option<&Stopper>,
-) -> Result<()> {
-    let endpoint = group_topic(queries)?;
-    let Some(dir) = &args.checkpoints.checkpoint_dir else {
-        return Err(Error::Plan(
-            "--group needs --checkpoint-dir: the members share their state there".into(),
-        ));
-    };
-    let live = Live::with_checkpoints(checkpoint_config(dir, &args.checkpoints));
+/// A flag that SIGINT or SIGTERM sets: the member of [`run`] leaves its
+/// group.
+pub(super) fn leave_on_signal(stopper: Option<&Stopper>) -> Arc<AtomicBool> {
     let leave = Arc::new(AtomicBool::new(false));
     if let Some(stopper) = stopper {
         let leave = leave.clone();
@@ -54,13 +42,39 @@ pub(super) async fn run(
             Box::new(move || leave.store(true, Ordering::Relaxed)),
         );
     }
+    leave
+}
+
+/// Runs this process as a member of group `name` until `leave` is set,
+/// then leaves the group: `queries` (planned once over every partition)
+/// say what the group reads.
+pub(super) async fn run(
+    args: &RunArgs,
+    name: &str,
+    queries: Vec<PreparedQuery>,
+    leave: Arc<AtomicBool>,
+) -> Result<()> {
+    let endpoint = group_topic(&queries)?;
+    let Some(dir) = &args.checkpoints.checkpoint_dir else {
+        return Err(Error::Plan(
+            "--group needs --checkpoint-dir: the members share their state there".into(),
+        ));
+    };
+    let live = Live::with_checkpoints(checkpoint_config(dir, &args.checkpoints));
     let exchanges = Exchanges {
         group: name.to_string(),
         partitions: partition_count(&endpoint)?,
         endpoint: endpoint.clone(),
     };
-    for query in queries.iter().filter(|q| q.graph.global_stage().is_some()) {
-        ensure_topic(&exchanges.endpoint(query), exchanges.partitions).await?;
+    let internal: Vec<Endpoint> = queries
+        .iter()
+        .filter(|q| q.graph.global_stage().is_some())
+        .map(|q| exchanges.endpoint(q))
+        .collect();
+    // The queries are planned again per partition; these are done with.
+    drop(queries);
+    for endpoint in &internal {
+        ensure_topic(endpoint, exchanges.partitions).await?;
     }
     let config = GroupConfig {
         name: name.to_string(),
@@ -78,7 +92,7 @@ pub(super) async fn run(
 /// The topic every query reads, which the group splits. In a group each
 /// query reads that topic and keeps state per key only: a query over every
 /// key would see only the keys of its process's partitions.
-fn group_topic(queries: &[PreparedQuery]) -> Result<Endpoint> {
+pub(super) fn group_topic(queries: &[PreparedQuery]) -> Result<Endpoint> {
     let mut topic: Option<Endpoint> = None;
     for (i, query) in queries.iter().enumerate() {
         let label = format!("query {} (line {})", i + 1, query.line);
