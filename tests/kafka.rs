@@ -30,7 +30,7 @@ fn cluster() -> MockCluster<'static, rdkafka::producer::DefaultProducerContext> 
     cluster
 }
 
-fn producer(bootstrap: &str) -> BaseProducer {
+pub(crate) fn producer(bootstrap: &str) -> BaseProducer {
     ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .create()
@@ -436,7 +436,7 @@ fn a_live_topic_fires_windows_while_a_partition_stays_empty() {
 
 /// Rows of `hosts` hosts for seconds `from..to`, keyed by host (so a host
 /// stays in one partition), as the scale-out test sends them.
-fn produce_hosts(bootstrap: &str, hosts: usize, seconds: std::ops::Range<usize>) {
+pub(crate) fn produce_hosts(bootstrap: &str, hosts: usize, seconds: std::ops::Range<usize>) {
     let producer = producer(bootstrap);
     for second in seconds {
         for host in 0..hosts {
@@ -464,7 +464,7 @@ fn produce_hosts(bootstrap: &str, hosts: usize, seconds: std::ops::Range<usize>)
 
 /// One row per partition an hour after the data, so that every window of
 /// the data closes on a live topic; its host starts with `_`.
-fn produce_closing_rows(bootstrap: &str, partitions: i32, second: usize) {
+pub(crate) fn produce_closing_rows(bootstrap: &str, partitions: i32, second: usize) {
     let producer = producer(bootstrap);
     for p in 0..partitions {
         let ts = T0 + (second as i64 + 3600) * 1000;
@@ -481,7 +481,7 @@ fn produce_closing_rows(bootstrap: &str, partitions: i32, second: usize) {
 }
 
 /// What the query gives over [`produce_hosts`]' rows of `0..seconds`.
-fn expected_hosts(hosts: usize, seconds: usize) -> BTreeMap<(String, i64), (u64, u64)> {
+pub(crate) fn expected_hosts(hosts: usize, seconds: usize) -> BTreeMap<(String, i64), (u64, u64)> {
     let mut want = BTreeMap::new();
     for host in 0..hosts {
         for second in 0..seconds {
@@ -495,7 +495,7 @@ fn expected_hosts(hosts: usize, seconds: usize) -> BTreeMap<(String, i64), (u64,
 }
 
 /// The data results in `out` so far (not the closing rows').
-fn data_results(bootstrap: &str) -> BTreeMap<(String, i64), (u64, u64)> {
+pub(crate) fn data_results(bootstrap: &str) -> BTreeMap<(String, i64), (u64, u64)> {
     let mut got = results(&read_topic(bootstrap, "out"));
     got.retain(|(host, _), _| !host.starts_with('_'));
     got
@@ -503,7 +503,7 @@ fn data_results(bootstrap: &str) -> BTreeMap<(String, i64), (u64, u64)> {
 
 /// A member process, killed when dropped: a test that fails leaves none
 /// running (they would wait for the brokers the test took with it).
-struct Member(std::process::Child);
+pub(crate) struct Member(std::process::Child);
 
 impl std::ops::Deref for Member {
     type Target = std::process::Child;
@@ -527,7 +527,9 @@ impl Drop for Member {
     }
 }
 
-fn member(dir: &Path, name: &str) -> Member {
+/// Starts `vigil run q.sql --group cpu --checkpoint-dir ck` in `dir`, its
+/// stderr in `<name>.stderr`.
+pub(crate) fn member(dir: &Path, name: &str) -> Member {
     let child = Command::new(env!("CARGO_BIN_EXE_vigil"))
         .current_dir(dir)
         .args([
@@ -581,7 +583,7 @@ fn wait_for_quiet(mut count: impl FnMut() -> usize) {
 }
 
 /// Waits until `done` holds, for at most `limit`.
-fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+pub(crate) fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
         if done() {
@@ -594,7 +596,7 @@ fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
 
 /// The scale-out test's script: per host and minute into `<out>`, and an
 /// alert with `FOR` into `<alerts>`.
-fn group_script(bootstrap: &str, out: &str, alerts: &str, end: &str) -> String {
+pub(crate) fn group_script(bootstrap: &str, out: &str, alerts: &str, end: &str) -> String {
     format!(
         "CREATE STREAM metrics (ts TIMESTAMP, host TEXT, cpu DOUBLE,
            WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)

@@ -565,3 +565,76 @@ fn stats_show_the_operators_of_a_running_query() {
     type_line(&mut repl, ".quit");
     assert_eq!(exit_code(&mut repl), 0, "exit status");
 }
+
+/// `.group NAME DIR` lists a running `vigil run --group` member with the
+/// partitions it holds, as `vigil group` does; bad arguments are errors
+/// the shell survives.
+#[test]
+fn the_shell_shows_a_group_of_processes() {
+    use crate::kafka::{group_script, member, produce_hosts, wait_until};
+    let cluster = rdkafka::mocking::MockCluster::new(1).expect("the mock cluster starts");
+    cluster.create_topic("metrics", 3, 1).unwrap();
+    for topic in ["out", "alerts"] {
+        cluster.create_topic(topic, 1, 1).unwrap();
+    }
+    let bootstrap = cluster.bootstrap_servers();
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("q.sql"),
+        group_script(&bootstrap, "out", "alerts", ""),
+    )
+    .unwrap();
+    produce_hosts(&bootstrap, 6, 0..120);
+    let mut running = member(dir.path(), "a");
+    let status = dir.path().join("ck/groups/cpu");
+    let stderr = || std::fs::read_to_string(dir.path().join("a.stderr")).unwrap_or_default();
+    // Its status file lists the three partitions once it holds them.
+    let holds_all = wait_until(std::time::Duration::from_secs(60), || {
+        assert!(running.try_wait().unwrap().is_none(), "{}", stderr());
+        std::fs::read_dir(&status).is_ok_and(|files| {
+            files.flatten().any(|f| {
+                std::fs::read_to_string(f.path()).is_ok_and(|text| {
+                    serde_json::from_str::<serde_json::Value>(&text)
+                        .is_ok_and(|v| v["partitions"] == serde_json::json!([0, 1, 2]))
+                })
+            })
+        })
+    });
+    assert!(holds_all, "the member holds no partitions:\n{}", stderr());
+
+    let mut repl = start(dir.path(), &dir.path().join("history"));
+    expect(&mut repl, "vigil> ");
+    for (line, error) in [
+        (
+            ".group",
+            ".group needs a group name and the checkpoint directory",
+        ),
+        (
+            ".group cpu",
+            ".group needs a group name and the checkpoint directory",
+        ),
+        (".group cpu nowhere", "cannot read checkpoint directory"),
+        (".group cpu ftp://host/ck", "unknown scheme 'ftp'"),
+    ] {
+        type_line(&mut repl, line);
+        expect(&mut repl, error);
+        expect(&mut repl, "vigil> ");
+    }
+    type_line(&mut repl, ".group nobody ck");
+    expect(&mut repl, "group nobody: no members");
+    type_line(&mut repl, ".group cpu ck");
+    expect(&mut repl, "CHECKPOINT AGE");
+    let table = expect(&mut repl, "vigil> ");
+    // MEMBER  SEEN  PARTITION  LAG  CHECKPOINT AGE: `host:pid  0 s ago  1 ...`
+    let me = format!(":{}", running.id());
+    let mut partitions: Vec<&str> = table
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .filter(|cells| cells.first().is_some_and(|c| c.ends_with(&me)))
+        .map(|cells| cells[4])
+        .collect();
+    partitions.sort();
+    assert_eq!(partitions, ["0", "1", "2"], "{table}");
+    type_line(&mut repl, ".quit");
+    assert_eq!(exit_code(&mut repl), 0, "exit status");
+}

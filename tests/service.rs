@@ -1599,3 +1599,206 @@ fn pushed_rows_decode_nested_columns() {
         json!({"instance": "i2", "x": 2, "tag": null, "labels": {"instance": "i2"}})
     );
 }
+
+/// The members `GET /groups/cpu` lists: (member, partitions).
+fn group_members(server: &Server) -> Vec<(String, Vec<i64>)> {
+    let answer = get(server, "/groups/cpu", None);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let status = answer.json();
+    assert_eq!(status["group"], "cpu", "{status}");
+    status["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let partitions = m["partitions"].as_array().unwrap().iter();
+            let partitions = partitions.map(|p| p["partition"].as_i64().unwrap());
+            (
+                m["member"].as_str().unwrap().to_string(),
+                partitions.collect(),
+            )
+        })
+        .collect()
+}
+
+/// `vigil serve --group` is a member of a group beside a `vigil run
+/// --group` process: the two share the topic's partitions, every result
+/// reaches the Kafka sink once, and `GET /groups/{name}` lists both with
+/// their partitions and lags; the service still answers HTTP, and leaves
+/// the group on SIGTERM.
+#[test]
+fn a_service_is_a_member_of_a_group() {
+    use crate::kafka::{
+        data_results, expected_hosts, group_script, member, produce_closing_rows, produce_hosts,
+        wait_until,
+    };
+    const HOSTS: usize = 8;
+    const SECONDS: usize = 600;
+    let cluster = rdkafka::mocking::MockCluster::new(1).expect("the mock cluster starts");
+    cluster.create_topic("metrics", 4, 1).unwrap();
+    for topic in ["out", "alerts"] {
+        cluster.create_topic(topic, 1, 1).unwrap();
+    }
+    let bootstrap = cluster.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("q.sql"),
+        group_script(&bootstrap, "out", "alerts", ""),
+    )
+    .unwrap();
+    produce_hosts(&bootstrap, HOSTS, 0..SECONDS);
+    produce_closing_rows(&bootstrap, 4, SECONDS);
+    let mut server = Server::start(
+        dir.path(),
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--group",
+            "cpu",
+            "--checkpoint-dir",
+            "ck",
+            "--checkpoint-interval",
+            "200ms",
+            "q.sql",
+        ],
+    );
+    let mut other = member(dir.path(), "other");
+    let other_stderr =
+        || std::fs::read_to_string(dir.path().join("other.stderr")).unwrap_or_default();
+
+    let want = expected_hosts(HOSTS, SECONDS);
+    let complete = wait_until(Duration::from_secs(90), || {
+        assert!(other.try_wait().unwrap().is_none(), "{}", other_stderr());
+        data_results(&bootstrap).len() >= want.len()
+    });
+    assert!(
+        complete,
+        "results missing\nservice:\n{}\nother:\n{}",
+        server.stderr(),
+        other_stderr()
+    );
+    // Every result once (`data_results` checks), none missing, none wrong.
+    assert_eq!(data_results(&bootstrap), want);
+
+    // Both members, each partition held once, the service among them.
+    let service = format!(":{}", server.pid());
+    let shared = wait_until(Duration::from_secs(60), || {
+        let members = group_members(&server);
+        let mut held: Vec<i64> = members.iter().flat_map(|(_, p)| p.clone()).collect();
+        held.sort();
+        members.len() == 2
+            && members.iter().all(|(_, p)| !p.is_empty())
+            && members.iter().any(|(m, _)| m.ends_with(&service))
+            && held == [0, 1, 2, 3]
+    });
+    assert!(
+        shared,
+        "the members do not share the partitions: {:?}\nservice:\n{}",
+        group_members(&server),
+        server.stderr()
+    );
+    // Its own pipelines ran, checkpointed under the shared directory.
+    assert!(
+        server.stderr().contains(": pipeline started"),
+        "{}",
+        server.stderr()
+    );
+    // Read to the end and checkpointed: no lag left.
+    let caught_up = wait_until(Duration::from_secs(30), || {
+        let status = get(&server, "/groups/cpu", None).json();
+        status["members"].as_array().unwrap().iter().all(|m| {
+            m["partitions"].as_array().unwrap().iter().all(|p| {
+                p["lag"] == 0 && p["end_offset"].is_i64() && p["checkpoint_age_ms"].is_i64()
+            })
+        })
+    });
+    assert!(caught_up, "{}", get(&server, "/groups/cpu", None).body);
+    // Another group, another directory, or none that is a group's.
+    let nobody = get(&server, "/groups/nobody", None);
+    assert_eq!(nobody.json()["members"], json!([]), "{}", nobody.body);
+    let elsewhere = get(&server, "/groups/cpu?checkpoint_dir=nowhere", None);
+    assert_eq!(elsewhere.status, 400, "{}", elsewhere.body);
+    assert!(
+        elsewhere.error().contains("cannot read"),
+        "{}",
+        elsewhere.body
+    );
+    let bad_url = get(
+        &server,
+        "/groups/cpu?checkpoint_dir=ftp%3A%2F%2Fh%2Fck",
+        None,
+    );
+    assert_eq!(bad_url.status, 400, "{}", bad_url.body);
+    assert!(
+        bad_url.error().contains("unknown scheme"),
+        "{}",
+        bad_url.body
+    );
+    // The service goes on serving meanwhile.
+    assert_eq!(get(&server, "/health", None).status, 200);
+    assert_eq!(get(&server, "/metrics", None).status, 200);
+
+    let status = server.terminate();
+    assert!(status.success(), "{status}\n{}", server.stderr());
+    assert!(
+        server.stderr().contains("left group cpu"),
+        "{}",
+        server.stderr()
+    );
+}
+
+/// A script the group cannot run stops the service before it listens.
+#[test]
+fn a_service_refuses_a_group_script_it_would_answer_in_part() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("q.sql"),
+        "CREATE STREAM local (ts TIMESTAMP, host TEXT, WATERMARK FOR ts AS ts) WITH (path = 'l.csv');
+         SELECT host, count(*) FROM TUMBLE(local, ts, INTERVAL '1' MINUTE)
+         GROUP BY window_start, window_end, host;",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("l.csv"), "ts,host\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .current_dir(dir.path())
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--group",
+            "g",
+            "--checkpoint-dir",
+            "ck",
+            "q.sql",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("which is not a kafka stream"), "{stderr}");
+    assert!(!stderr.contains("listening on"), "{stderr}");
+}
+
+/// A service in no group needs to be told where a group's checkpoints
+/// are.
+#[test]
+fn a_group_status_needs_a_checkpoint_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--addr", "127.0.0.1:0"]);
+    let answer = get(&server, "/groups/cpu", None);
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    assert!(
+        answer.error().contains("?checkpoint_dir="),
+        "{}",
+        answer.body
+    );
+    std::fs::create_dir(dir.path().join("empty")).unwrap();
+    let answer = get(&server, "/groups/cpu?checkpoint_dir=empty", None);
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    assert!(
+        answer.error().contains("is not a checkpoint directory"),
+        "{}",
+        answer.body
+    );
+}

@@ -8,6 +8,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use datafusion::arrow::row::{RowConverter, SortField};
 
 use crate::error::{Error, Result};
+use crate::plan::listing::aligned;
 use crate::state::StateTable;
 use crate::state::store::{
     Checkpoint, CheckpointSummary, Location, Manifest, QueryStore, SourceEntry, query_folders,
@@ -90,31 +91,6 @@ fn listing_row(query: &str, summary: &CheckpointSummary) -> [String; 6] {
         size(summary.bytes),
         sources.join(" "),
     ]
-}
-
-/// Columns padded to their widest cell; the last is not padded.
-pub(super) fn aligned<const N: usize>(rows: &[[String; N]]) -> String {
-    let mut widths = [0; N];
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut text = String::new();
-    for row in rows {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            match i + 1 == row.len() {
-                true => line.push_str(cell),
-                false => {
-                    let _ = write!(line, "{cell:<width$}  ", width = widths[i]);
-                }
-            }
-        }
-        text.push_str(line.trim_end());
-        text.push('\n');
-    }
-    text
 }
 
 /// `stream=offset/line`; `stream=rows:N` for a source that counts rows

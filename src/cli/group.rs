@@ -1,14 +1,12 @@
 //! `vigil run --group NAME` (one member of a group sharing a Kafka topic)
 //! and `vigil group NAME` (what the members hold).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use super::checkpoints::aligned;
 use super::{RunArgs, Stopper, checkpoint_config, prepare_queries};
 use crate::connectors::kafka::exchange::{ExchangeReader, ExchangeSink, Route, ensure_topic};
 use crate::connectors::kafka::{Endpoint, KafkaSource};
@@ -22,31 +20,20 @@ use crate::error::{Error, Result};
 use crate::plan::StreamDef;
 use crate::plan::catalog::BufferSetting;
 use crate::planner::QueryGraph;
-use crate::runtime::group::{GroupConfig, MemberStatus, Pipelines, run_group, status_dir};
+use crate::runtime::group::status::status_text;
+use crate::runtime::group::{GroupConfig, Pipelines, run_group};
 use crate::runtime::live::{Live, NamedQuery};
 use crate::runtime::{RunReport, RunnableQuery};
-use crate::state::store::{Location, QueryStore, query_folders};
+use crate::state::store::Location;
 
 /// Set, lets a group run queries that keep state over every key through
 /// an exchange (see [`crate::connectors::kafka::exchange`]); not reliable
 /// yet across failures, so off by default.
 const GLOBAL_STAGES: &str = "VIGIL_GROUP_GLOBAL_STAGES";
 
-/// Runs this process as a member of group `name` until a signal: `queries`
-/// (planned once over every partition) say what the group reads.
-pub(super) async fn run(
-    args: &RunArgs,
-    name: &str,
-    queries: &[PreparedQuery],
-    stopper: Option<&Stopper>,
-) -> Result<()> {
-    let endpoint = group_topic(queries)?;
-    let Some(dir) = &args.checkpoints.checkpoint_dir else {
-        return Err(Error::Plan(
-            "--group needs --checkpoint-dir: the members share their state there".into(),
-        ));
-    };
-    let live = Live::with_checkpoints(checkpoint_config(dir, &args.checkpoints));
+/// A flag that SIGINT or SIGTERM sets: the member of [`run`] leaves its
+/// group.
+pub(super) fn leave_on_signal(stopper: Option<&Stopper>) -> Arc<AtomicBool> {
     let leave = Arc::new(AtomicBool::new(false));
     if let Some(stopper) = stopper {
         let leave = leave.clone();
@@ -55,13 +42,39 @@ pub(super) async fn run(
             Box::new(move || leave.store(true, Ordering::Relaxed)),
         );
     }
+    leave
+}
+
+/// Runs this process as a member of group `name` until `leave` is set,
+/// then leaves the group: `queries` (planned once over every partition)
+/// say what the group reads.
+pub(super) async fn run(
+    args: &RunArgs,
+    name: &str,
+    queries: Vec<PreparedQuery>,
+    leave: Arc<AtomicBool>,
+) -> Result<()> {
+    let endpoint = group_topic(&queries)?;
+    let Some(dir) = &args.checkpoints.checkpoint_dir else {
+        return Err(Error::Plan(
+            "--group needs --checkpoint-dir: the members share their state there".into(),
+        ));
+    };
+    let live = Live::with_checkpoints(checkpoint_config(dir, &args.checkpoints));
     let exchanges = Exchanges {
         group: name.to_string(),
         partitions: partition_count(&endpoint)?,
         endpoint: endpoint.clone(),
     };
-    for query in queries.iter().filter(|q| q.graph.global_stage().is_some()) {
-        ensure_topic(&exchanges.endpoint(query), exchanges.partitions).await?;
+    let internal: Vec<Endpoint> = queries
+        .iter()
+        .filter(|q| q.graph.global_stage().is_some())
+        .map(|q| exchanges.endpoint(q))
+        .collect();
+    // The queries are planned again per partition; these are done with.
+    drop(queries);
+    for endpoint in &internal {
+        ensure_topic(endpoint, exchanges.partitions).await?;
     }
     let config = GroupConfig {
         name: name.to_string(),
@@ -79,7 +92,7 @@ pub(super) async fn run(
 /// The topic every query reads, which the group splits. In a group each
 /// query reads that topic and keeps state per key only: a query over every
 /// key would see only the keys of its process's partitions.
-fn group_topic(queries: &[PreparedQuery]) -> Result<Endpoint> {
+pub(super) fn group_topic(queries: &[PreparedQuery]) -> Result<Endpoint> {
     let mut topic: Option<Endpoint> = None;
     for (i, query) in queries.iter().enumerate() {
         let label = format!("query {} (line {})", i + 1, query.line);
@@ -321,118 +334,9 @@ pub(super) struct GroupArgs {
     checkpoint_dir: Location,
 }
 
-/// A member whose status is older than this has probably died.
-const STALE_MS: i64 = 10_000;
-
 /// Prints group `args.name`'s members, their partitions, each partition's
 /// lag (messages after its last checkpoint) and checkpoint age.
 pub(super) fn show(args: GroupArgs) -> Result<()> {
-    let members = members(&status_dir(&args.checkpoint_dir, &args.name))?;
-    if members.is_empty() {
-        println!("group {}: no members", args.name);
-        return Ok(());
-    }
-    let now = chrono::Utc::now().timestamp_millis();
-    let checkpoints = last_checkpoints(&args.checkpoint_dir)?;
-    let ends = high_watermarks(&members[0]);
-    let mut rows = vec![["MEMBER", "SEEN", "PARTITION", "LAG", "CHECKPOINT AGE"].map(String::from)];
-    for member in &members {
-        let seen = now - member.updated_ms;
-        let seen = match seen > STALE_MS {
-            true => format!("{} s ago (gone?)", seen / 1000),
-            false => format!("{} s ago", seen / 1000),
-        };
-        if member.partitions.is_empty() {
-            rows.push([
-                member.member.clone(),
-                seen.clone(),
-                "-".into(),
-                "".into(),
-                "".into(),
-            ]);
-        }
-        for p in &member.partitions {
-            let checkpoint = checkpoints.get(p);
-            let lag = match (ends.get(p), checkpoint.and_then(|c| c.1)) {
-                (Some(end), Some(offset)) => (end - offset).max(0).to_string(),
-                (Some(end), None) => format!("{end} (no checkpoint)"),
-                _ => "?".into(),
-            };
-            let age = checkpoint.map_or("none".into(), |c| format!("{} s", (now - c.0) / 1000));
-            rows.push([member.member.clone(), seen.clone(), p.to_string(), lag, age]);
-        }
-    }
-    print!("{}", aligned(&rows));
+    print!("{}", status_text(&args.checkpoint_dir, &args.name)?);
     Ok(())
-}
-
-/// The status files of a group's members, by member.
-fn members(dir: &Location) -> Result<Vec<MemberStatus>> {
-    let Ok(names) = dir.objects() else {
-        return Ok(Vec::new());
-    };
-    let mut members: Vec<MemberStatus> = names
-        .iter()
-        .filter(|name| name.ends_with(".json"))
-        .filter_map(|name| serde_json::from_slice(&dir.child(name).get().ok()??).ok())
-        .collect();
-    members.sort_by(|a, b| a.member.cmp(&b.member));
-    Ok(members)
-}
-
-/// Per partition, the time of its pipeline's newest checkpoint and the
-/// offset it would read on from (the oldest over its queries).
-fn last_checkpoints(dir: &Location) -> Result<BTreeMap<i32, (i64, Option<i64>)>> {
-    let mut out: BTreeMap<i32, (i64, Option<i64>)> = BTreeMap::new();
-    for (name, _) in query_folders(dir)? {
-        let Some(partition) = name
-            .rsplit_once("-p")
-            .and_then(|(_, p)| p.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Some(last) = QueryStore::open(dir, &name, usize::MAX)?.list()?.pop() else {
-            continue;
-        };
-        let offset = last.sources.iter().find_map(|s| {
-            let offsets = s.position.as_ref()?.extra.get("offsets")?;
-            offsets.get(partition.to_string())?.as_i64()
-        });
-        let entry = out.entry(partition).or_insert((last.time_ms, offset));
-        entry.0 = entry.0.max(last.time_ms);
-        entry.1 = match (entry.1, offset) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-    }
-    Ok(out)
-}
-
-/// The end offset of every partition of the member's topic; empty when
-/// the brokers do not answer.
-fn high_watermarks(member: &MemberStatus) -> BTreeMap<i32, i64> {
-    let endpoint = Endpoint {
-        bootstrap: member.bootstrap.clone(),
-        topic: member.topic.clone(),
-        properties: Vec::new(),
-    };
-    let Ok(consumer) = endpoint.client_config(&[]).create::<BaseConsumer>() else {
-        return BTreeMap::new();
-    };
-    let timeout = Duration::from_secs(3);
-    let Ok(metadata) = consumer.fetch_metadata(Some(&member.topic), timeout) else {
-        return BTreeMap::new();
-    };
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    partitions
-        .into_iter()
-        .filter_map(|p| {
-            let (_, high) = consumer.fetch_watermarks(&member.topic, p, timeout).ok()?;
-            Some((p, high))
-        })
-        .collect()
 }

@@ -367,7 +367,8 @@ async fn run(args: RunArgs) -> Result<()> {
         return Ok(());
     }
     if let Some(name) = &args.group {
-        return group::run(&args, name, &queries, stopper.as_ref()).await;
+        let leave = group::leave_on_signal(stopper.as_ref());
+        return group::run(&args, name, queries, leave).await;
     }
     let to_terminal = args.output.is_none() && std::io::stdout().is_terminal();
     let format = args

@@ -1,10 +1,16 @@
 //! `vigil serve`: the query service's command line.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
+use futures::FutureExt;
+
+use super::{CheckpointArgs, ProgressArg, RunArgs, group, prepare_queries};
 use crate::error::{Error, Result};
 use crate::service::{self, Config, DEFAULT_ADDR, DEFAULT_MAX_QUERIES};
 use crate::session::Session;
+use crate::state::store::Location;
 
 const AFTER_HELP: &str = "\
 Endpoints (JSON; errors are {\"error\": \"...\"} with a 4xx status):
@@ -21,6 +27,8 @@ Endpoints (JSON; errors are {\"error\": \"...\"} with a 4xx status):
   POST   /savepoints              with --state-dir: a savepoint of every running query
                                   under DIR/savepoints/NAME (body {\"name\": \"NAME\"},
                                   else the time); answers its path and queries
+  GET    /groups/{name}           a group's members, their partitions, lag and checkpoint
+                                  age (?checkpoint_dir=DIR, else --checkpoint-dir's)
   GET    /metrics                 Prometheus text format
   GET    /health                  {\"status\":\"ok\"}, open even with --token
 
@@ -30,6 +38,12 @@ checkpointed, and posted statements and stops are recorded; after a crash,
 `vigil serve --state-dir DIR` (same scripts) runs them again and restores every
 query from its checkpoint: rows answered 200 are counted once. A request that
 got no answer may or may not have been applied.
+
+With --group NAME --checkpoint-dir DIR, the service is also a member of group
+NAME, as `vigil run SCRIPTS --group NAME --checkpoint-dir DIR` is: the scripts'
+queries run over the Kafka partitions the group gives this process (not in the
+service's session), and it leaves the group on Ctrl-C or SIGTERM. If the member
+fails, the service stops with its error.
 
 With a token (--token or $VIGIL_TOKEN), every other request needs
 `Authorization: Bearer TOKEN`. Paths in posted statements resolve against the
@@ -44,6 +58,7 @@ Example:
 /// Arguments of `vigil serve`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]
+#[command(group(clap::ArgGroup::new("checkpointed").args(["state_dir", "checkpoint_dir"]).multiple(true)))]
 pub(super) struct ServeArgs {
     /// Address to listen on; port 0 picks a free port. The address is
     /// printed on stderr (`vigil: listening on http://ADDR`) once bound.
@@ -76,11 +91,12 @@ pub(super) struct ServeArgs {
     /// the statements posted, all picked up again on start.
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
-    /// Time between two checkpoints, e.g. `10s`, `500ms`, `1m`.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = super::parse_duration, requires = "state_dir")]
+    /// Time between two checkpoints (of the session's queries, and of the
+    /// group member's), e.g. `10s`, `500ms`, `1m`.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = super::parse_duration, requires = "checkpointed")]
     checkpoint_interval: std::time::Duration,
     /// Complete checkpoints kept per query.
-    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000), requires = "state_dir")]
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000), requires = "checkpointed")]
     keep_checkpoints: u64,
     /// Most bytes each push stream's write-ahead log may hold (sizes as
     /// for --max-body); pushes beyond it get 503 until a checkpoint lets
@@ -95,15 +111,33 @@ pub(super) struct ServeArgs {
     /// parallelism` says otherwise (default: one per core).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=128))]
     parallelism: Option<u64>,
+    /// Also be a member of the group NAME of processes sharing the
+    /// scripts' Kafka topic, as `vigil run --group NAME` is: the scripts'
+    /// queries run over the partitions the group gives this process, with
+    /// their state in --checkpoint-dir. See README, "Scaling out".
+    #[arg(long, value_name = "NAME", requires = "checkpoint_dir")]
+    group: Option<String>,
+    /// With --group: the checkpoint directory every member of the group
+    /// shares (a path, or a `file://` or `s3://` URL).
+    #[arg(long, value_name = "DIR", value_parser = Location::parse, requires = "group")]
+    checkpoint_dir: Option<Location>,
     /// Scripts executed at start, in order, e.g. to declare streams, sinks
     /// and alerts. Their queries run like posted ones. With --state-dir
     /// they run on every start, before the recorded statements, and are
-    /// not recorded.
+    /// not recorded. With --group they are the group's scripts, run by
+    /// the member rather than the session.
     files: Vec<PathBuf>,
 }
 
 /// Runs the service until Ctrl-C or SIGTERM.
 pub(super) async fn serve(args: ServeArgs) -> Result<()> {
+    // Planned before the service starts, so that a script the group
+    // cannot run is refused at once.
+    let member = args
+        .group
+        .as_deref()
+        .map(|name| group_member(&args, name))
+        .transpose()?;
     let token = match args.token {
         Some(token) if token.trim().is_empty() => {
             return Err(Error::Plan("--token must not be empty".into()));
@@ -119,9 +153,13 @@ pub(super) async fn serve(args: ServeArgs) -> Result<()> {
         max_body: args.max_body,
         max_queries: args.max_queries,
         max_result_buffer: args.max_result_buffer,
-        scripts: args.files,
+        scripts: match member {
+            Some(_) => Vec::new(),
+            None => args.files,
+        },
         state_dir: args.state_dir.clone(),
         ingest_timeout: args.ingest_timeout,
+        group_checkpoint_dir: args.checkpoint_dir,
     };
     let mut builder = Session::builder();
     if let Some(dir) = &args.state_dir {
@@ -137,7 +175,43 @@ pub(super) async fn serve(args: ServeArgs) -> Result<()> {
     if let Some(instances) = args.parallelism {
         builder = builder.parallelism(instances as usize);
     }
-    service::serve(builder.build()?, config).await
+    service::serve_with(builder.build()?, config, member).await
+}
+
+/// The member of group `name` that runs the scripts' queries, as `vigil
+/// run --group` runs them.
+fn group_member(args: &ServeArgs, name: &str) -> Result<service::Member> {
+    let run = RunArgs {
+        files: args.files.clone(),
+        format: None,
+        output: None,
+        execution_mode: None,
+        input: Vec::new(),
+        follow: false,
+        until_end: false,
+        progress: ProgressArg::Never,
+        checkpoints: CheckpointArgs {
+            checkpoint_dir: args.checkpoint_dir.clone(),
+            checkpoint_interval: args.checkpoint_interval,
+            keep_checkpoints: args.keep_checkpoints,
+            from_savepoint: None,
+            savepoint_on_stop: false,
+            allow_non_restored_state: false,
+            stop_after_rows: None,
+        },
+        batch_size: None,
+        parallelism: args.parallelism,
+        group: Some(name.to_string()),
+    };
+    let queries = prepare_queries(&run, None)?;
+    group::group_topic(&queries)?;
+    let leave = Arc::new(AtomicBool::new(false));
+    let name = name.to_string();
+    let flag = leave.clone();
+    Ok(service::Member {
+        run: async move { group::run(&run, &name, queries, flag).await }.boxed(),
+        leave,
+    })
 }
 
 /// A size such as `16MiB`, `512KiB`, `10MB` or `1048576` (bytes).

@@ -2,6 +2,7 @@
 //! `DESCRIBE` answer, and what the shell's `.streams` and `.describe`
 //! print.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, StringArray};
@@ -66,6 +67,32 @@ pub fn listing_text(listing: &Listing) -> String {
         Err(e) => text.push_str(&format!("error: {e}")),
     }
     text.push('\n');
+    text
+}
+
+/// Rows of text as lines, columns padded to their widest cell (the last
+/// is not padded): the tables of `vigil checkpoints` and `vigil group`.
+pub fn aligned<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0; N];
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut text = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            match i + 1 == row.len() {
+                true => line.push_str(cell),
+                false => {
+                    let _ = write!(line, "{cell:<width$}  ", width = widths[i]);
+                }
+            }
+        }
+        text.push_str(line.trim_end());
+        text.push('\n');
+    }
     text
 }
 

@@ -1,6 +1,7 @@
 //! The dot commands: `.help`, `.streams`, `.describe`, `.queries`,
-//! `.stats`, `.stop`, `.read`, `.format`, `.quit`; and the psql commands people type out of
-//! habit: `\q`, `\d`, `\d NAME`, `\i FILE`, `\?`, `\h`.
+//! `.stats`, `.stop`, `.read`, `.group`, `.format`, `.quit`; and the psql
+//! commands people type out of habit: `\q`, `\d`, `\d NAME`, `\i FILE`,
+//! `\?`, `\h`.
 
 use std::path::Path;
 
@@ -11,7 +12,9 @@ use super::{Flow, Repl};
 use crate::connectors::{OutputFormat, parse_output_format};
 use crate::engine::Dropped;
 use crate::plan::listing::Listing;
+use crate::runtime::group::status::status_text;
 use crate::sql::Show;
+use crate::state::store::Location;
 
 const HELP: &str = "\
 Statements end with ';' and may span lines. A query runs in the foreground,
@@ -32,6 +35,10 @@ it; end it with '&' instead of ';' to run it in the background.
   .read FILE [&]           run a script (its queries in the background
                            with '&'); its relative paths resolve against
                            its directory
+  .group NAME DIR          a group of `vigil run --group NAME` processes:
+                           its members, their Kafka partitions, each
+                           partition's lag and checkpoint age (DIR: their
+                           --checkpoint-dir, a path or a URL)
   .format table|csv|jsonl  how results are printed (now: {format})
   .quit, .exit             leave (so do Ctrl-D and Ctrl-C twice)
 
@@ -57,6 +64,7 @@ impl Repl {
             ".stats" => self.show_stats(arg),
             ".stop" => self.stop(arg),
             ".read" => self.read(arg).await,
+            ".group" => self.show_group(arg).await,
             ".format" => self.set_format(arg),
             _ => self.fail(format_args!(
                 "unknown command {name} (.help lists the commands)"
@@ -214,6 +222,36 @@ impl Repl {
         }
         let (sql, trailing) = split_background(&text);
         self.run_sql(&sql, background || trailing, Some(path)).await;
+    }
+
+    /// `.group NAME DIR`: what `vigil group NAME --checkpoint-dir DIR`
+    /// prints. It reads the checkpoint store and asks the brokers (a few
+    /// seconds if they do not answer), so it runs on the blocking pool,
+    /// leaving the background queries their threads.
+    async fn show_group(&self, arg: &str) {
+        let usage = ".group needs a group name and the checkpoint directory its members share: .group NAME DIR";
+        let Some((name, dir)) = arg.split_once(char::is_whitespace) else {
+            self.fail(usage);
+            return;
+        };
+        let dir = dir.trim().trim_matches(|c| c == '\'' || c == '"');
+        if dir.is_empty() {
+            self.fail(usage);
+            return;
+        }
+        let location = match Location::parse(dir) {
+            Ok(location) => location,
+            Err(e) => {
+                self.fail(e);
+                return;
+            }
+        };
+        let name = name.to_string();
+        match tokio::task::spawn_blocking(move || status_text(&location, &name)).await {
+            Ok(Ok(text)) => out!("{text}"),
+            Ok(Err(e)) => self.fail(e),
+            Err(e) => self.fail(format_args!("reading the group failed: {e}")),
+        }
     }
 
     fn set_format(&mut self, arg: &str) {

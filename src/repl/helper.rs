@@ -282,6 +282,7 @@ pub const DOT_COMMANDS: &[&str] = &[
     ".describe",
     ".exit",
     ".format",
+    ".group",
     ".help",
     ".queries",
     ".quit",
@@ -325,7 +326,7 @@ impl ReplHelper {
     ) -> rustyline::Result<(usize, Vec<Pair>)> {
         let before = &line[..pos];
         let trimmed = before.trim_start();
-        let Some((command, _)) = trimmed.split_once(char::is_whitespace) else {
+        let Some((command, rest)) = trimmed.split_once(char::is_whitespace) else {
             let start = pos - trimmed.len();
             return Ok((start, pairs(DOT_COMMANDS.iter().copied(), trimmed)));
         };
@@ -333,6 +334,10 @@ impl ReplHelper {
         let prefix = &line[start..pos];
         match command {
             ".read" => self.files.complete(line, pos, ctx),
+            // `.group NAME DIR`: after the name, a directory.
+            ".group" if rest.trim_start().contains(char::is_whitespace) => {
+                self.files.complete(line, pos, ctx)
+            }
             ".describe" => {
                 let names = self.shared.names.read().unwrap_or_else(|e| e.into_inner());
                 Ok((

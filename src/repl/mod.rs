@@ -6,8 +6,9 @@
 //! as its windows fire, until its input ends or Ctrl-C stops it; one that
 //! ends with `&` runs in the background, its lines tagged with its id.
 //! Dot commands (`.help`) list streams and queries, stop queries, read
-//! scripts and choose the output format; psql's `\q`, `\d` and a few more
-//! do the same as their dot commands.
+//! scripts, show a group's members (`.group`) and choose the output
+//! format; psql's `\q`, `\d` and a few more do the same as their dot
+//! commands.
 //!
 //! Piped input (standard input is not a terminal) runs as a script that
 //! stops at its first error, with a failure exit code.

@@ -23,7 +23,10 @@
 //! consumer of its own, from the checkpoint's offsets.
 //!
 //! Each process also writes what it holds to `<checkpoint dir>/groups/
-//! <NAME>/<member>.json` every second, which `vigil group` reads.
+//! <NAME>/<member>.json` every second, which `vigil group` reads (see
+//! [`status`]).
+
+pub mod status;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

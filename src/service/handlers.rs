@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path as UrlPath, Request, State};
+use axum::extract::{Path as UrlPath, RawQuery, Request, State};
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
@@ -24,7 +24,9 @@ use super::feed::Update;
 use super::{AppState, metrics};
 use crate::connectors::sink::write_json_rows;
 use crate::connectors::{BadRow, Format, SourceLocation, SourceStats, read_bytes};
+use crate::runtime::group::status::group_status as read_group_status;
 use crate::runtime::live::{QueryId, QueryInfo};
+use crate::state::store::Location;
 
 /// A JSON response, ending with a newline for terminals.
 fn reply(status: StatusCode, body: Value) -> Response {
@@ -564,6 +566,35 @@ pub(super) async fn savepoint(
             e.to_string(),
         )),
     }
+}
+
+/// `GET /groups/{name}`: what the members of group `name` hold, read from
+/// the checkpoint directory they share: `?checkpoint_dir=DIR` (a path or a
+/// URL, as `--checkpoint-dir` takes), else the service's own group's.
+/// Answers the members, each with its partitions, their lag and
+/// checkpoint age; 400 for a directory that cannot be read or is not a
+/// group's.
+pub(super) async fn group_status(
+    State(state): State<AppState>,
+    name: Result<UrlPath<String>, PathRejection>,
+    RawQuery(query): RawQuery,
+) -> Answer {
+    let UrlPath(name) = name.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let bad = |message: String| ApiError::new(StatusCode::BAD_REQUEST, message);
+    let dir = match super::ingest::params(query).remove("checkpoint_dir") {
+        Some(text) => Location::parse(&text).map_err(|e| bad(e.to_string()))?,
+        None => state.inner.group_checkpoint_dir.clone().ok_or_else(|| {
+            bad("the service is in no group: give ?checkpoint_dir=DIR, the group's checkpoint directory".into())
+        })?,
+    };
+    // The store and the brokers may take seconds to answer.
+    let status = tokio::task::spawn_blocking(move || read_group_status(&dir, &name))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| bad(e.to_string()))?;
+    let body = serde_json::to_value(&status)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(reply(StatusCode::OK, body))
 }
 
 fn describe(row: &BadRow) -> Value {

@@ -110,7 +110,7 @@ fn body_of(body: Result<Bytes, BytesRejection>) -> Result<Bytes, Refusal> {
 }
 
 /// The query parameters, decoded (a repeated one keeps its last value).
-fn params(query: Option<String>) -> HashMap<String, String> {
+pub(super) fn params(query: Option<String>) -> HashMap<String, String> {
     url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
         .into_owned()
         .collect()

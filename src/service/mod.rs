@@ -32,6 +32,12 @@
 //! `POST /savepoints` takes a savepoint of every running query under
 //! `DIR/savepoints/`.
 //!
+//! A service may also be a member of a group of processes sharing a Kafka
+//! topic (`vigil serve --group NAME`, see [`crate::runtime::group`]): the
+//! [`Member`] given to [`serve_with`] runs beside the session for as long
+//! as the service does, and leaves its group when the service shuts down.
+//! `GET /groups/{name}` answers what a group's members hold.
+//!
 //! Statements are planned on tokio's blocking pool: a long plan holds the
 //! session (other statements, pushes and listings wait for it) but not a
 //! worker thread, so the server keeps accepting connections.
@@ -43,7 +49,7 @@ mod metrics;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::Router;
@@ -56,8 +62,9 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::sql::sqlparser::tokenizer::Location;
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use tokio::sync::{RwLock, watch};
+use tokio::sync::{Notify, RwLock, watch};
 
 use feed::{End, Feed};
 
@@ -67,6 +74,7 @@ use crate::plan::listing::{Listing, listing_text};
 use crate::runtime::live::QueryId;
 use crate::session::{QueryHandle, Session};
 use crate::sql::{Statement, StatementKind, parse_script, render_error};
+use crate::state::store::Location as StoreLocation;
 
 /// Default listening address: loopback only.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:8080";
@@ -109,6 +117,10 @@ pub struct Config {
     /// How long `POST /streams/{name}/rows` waits for the stream's queries
     /// to have room for its rows before it answers 429 with `Retry-After`.
     pub ingest_timeout: std::time::Duration,
+    /// The checkpoint directory of the group the service is a member of
+    /// (`vigil serve --group`): `GET /groups/{name}` reads it unless the
+    /// request names another.
+    pub group_checkpoint_dir: Option<StoreLocation>,
 }
 
 impl Default for Config {
@@ -122,8 +134,19 @@ impl Default for Config {
             scripts: Vec::new(),
             state_dir: None,
             ingest_timeout: DEFAULT_INGEST_TIMEOUT,
+            group_checkpoint_dir: None,
         }
     }
+}
+
+/// A member of a group that the service runs besides its session
+/// (`vigil serve --group`): the group's queries over the partitions it is
+/// given.
+pub struct Member {
+    /// Runs the member until `leave` is set, then leaves the group.
+    pub run: BoxFuture<'static, Result<()>>,
+    /// Set when the service shuts down.
+    pub leave: Arc<AtomicBool>,
 }
 
 /// Runs the service until Ctrl-C or SIGTERM: executes the startup scripts,
@@ -131,6 +154,15 @@ impl Default for Config {
 /// bound), then shuts down gracefully: open event streams end, requests in
 /// flight finish, every query stops.
 pub async fn serve(session: Session, config: Config) -> Result<()> {
+    serve_with(session, config, None).await
+}
+
+/// [`serve`], with `member` running from when the service listens. On
+/// Ctrl-C or SIGTERM the member leaves its group, handing its partitions
+/// on, before the session's queries stop. A member that ends by itself
+/// has failed (its pipelines fail on any process): the service shuts down
+/// and answers its error, as `vigil run --group` does.
+pub async fn serve_with(session: Session, config: Config, member: Option<Member>) -> Result<()> {
     let state = AppState::new(session, &config);
     for script in &config.scripts {
         state.run_script(script).await?;
@@ -149,17 +181,69 @@ pub async fn serve(session: Session, config: Config) -> Result<()> {
         );
     }
     eprintln!("vigil: listening on http://{addr}");
+    let member = member.map(RunningMember::start);
+    let member_ended = member.as_ref().map(|m| m.ended.clone());
     let stopping = state.clone();
     let outcome = axum::serve(listener, router(state.clone()))
         .with_graceful_shutdown(async move {
-            shutdown_signal().await;
+            tokio::select! {
+                () = shutdown_signal() => {}
+                () = notified(member_ended) => eprintln!("vigil: the group member ended"),
+            }
             eprintln!("vigil: shutting down");
             stopping.begin_shutdown();
         })
         .await
         .map_err(|e| Error::io("serving HTTP", e));
+    let left = match member {
+        Some(member) => member.leave().await,
+        None => Ok(()),
+    };
     state.shutdown().await;
-    outcome
+    outcome.and(left)
+}
+
+/// A [`Member`] running on its own task.
+struct RunningMember {
+    task: tokio::task::JoinHandle<Result<()>>,
+    leave: Arc<AtomicBool>,
+    /// Told when the member's run has ended.
+    ended: Arc<Notify>,
+}
+
+impl RunningMember {
+    fn start(member: Member) -> Self {
+        let ended = Arc::new(Notify::new());
+        let tell = ended.clone();
+        let task = tokio::spawn(async move {
+            let outcome = member.run.await;
+            tell.notify_one();
+            outcome
+        });
+        RunningMember {
+            task,
+            leave: member.leave,
+            ended,
+        }
+    }
+
+    /// Makes the member leave its group and waits until it has: what it
+    /// ended with.
+    async fn leave(self) -> Result<()> {
+        self.leave.store(true, Ordering::Relaxed);
+        match self.task.await {
+            Ok(outcome) => outcome,
+            Err(e) => Err(Error::Plan(format!("the group member failed: {e}"))),
+        }
+    }
+}
+
+/// Waits until `notify` is told; forever without one.
+async fn notified(notify: Option<Arc<Notify>>) {
+    match notify {
+        Some(notify) => notify.notified().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Waits for Ctrl-C or, on Unix, SIGTERM.
@@ -206,6 +290,7 @@ pub fn router(state: AppState) -> Router {
         .route("/write", post(ingest::influx_v1))
         .route("/metrics", get(handlers::metrics))
         .route("/savepoints", post(handlers::savepoint))
+        .route("/groups/{name}", get(handlers::group_status))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             handlers::require_token,
@@ -245,6 +330,9 @@ struct Inner {
     log: Option<PathBuf>,
     /// Where savepoints go, when durable.
     state_dir: Option<PathBuf>,
+    /// The checkpoint directory of the service's own group, if it is a
+    /// member of one.
+    group_checkpoint_dir: Option<StoreLocation>,
 }
 
 /// The statement log's file in the state directory.
@@ -377,6 +465,7 @@ impl AppState {
                 shutdown: watch::channel(false).0,
                 log: config.state_dir.as_ref().map(|d| d.join(STATEMENT_LOG)),
                 state_dir: config.state_dir.clone(),
+                group_checkpoint_dir: config.group_checkpoint_dir.clone(),
             }),
         }
     }
