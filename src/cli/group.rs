@@ -10,11 +10,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use super::{RunArgs, Stopper, checkpoint_config, prepare_queries};
 use crate::connectors::kafka::exchange::{ExchangeReader, ExchangeSink, Route, ensure_topic};
 use crate::connectors::kafka::{Endpoint, KafkaSource};
-use crate::connectors::registry::Reader;
-use crate::connectors::{
-    Decoding, Format, OutputFormat, Replay, SourceConfig, SourceLocation, make_labelled_sink,
-    open_sink,
-};
+use crate::connectors::{OutputFormat, make_labelled_sink, open_sink};
 use crate::engine::PreparedQuery;
 use crate::error::{Error, Result};
 use crate::plan::StreamDef;
@@ -306,20 +302,7 @@ fn exchange_stream(name: &str, reader: ExchangeReader) -> Arc<StreamDef> {
         delay_ms: 0,
         lateness_ms: 0,
         idle_timeout: None,
-        source: SourceConfig {
-            stream,
-            schema,
-            connector: "kafka",
-            location: SourceLocation::Connector(Reader(Arc::new(reader))),
-            format: Format::Jsonl,
-            replay: Replay::Fast,
-            event_time: None,
-            batch_size: 8192,
-            dead_letter: None,
-            follow: false,
-            decode: Decoding::default(),
-            decode_threads: 1,
-        },
+        source: Arc::new(reader).source_config(&stream),
         late_of: None,
         buffer: BufferSetting::default(),
     })

@@ -51,8 +51,11 @@ use rdkafka::message::{Headers, Message as _, OwnedMessage};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde_json::{Value, json};
 
-use super::super::registry::SourceRead;
-use super::super::{Sink, SinkCommit, SourceConfig, SourcePosition, SourceStats};
+use super::super::registry::{Reader, SourceRead};
+use super::super::{
+    Decoding, Format, Replay, Sink, SinkCommit, SourceConfig, SourceLocation, SourcePosition,
+    SourceStats,
+};
 use super::txn::{Producing, Record};
 use super::{CALL_TIMEOUT, Endpoint, Reporter, kafka_error};
 use crate::error::{Error, Result};
@@ -366,7 +369,7 @@ async fn create_topic(
 }
 
 /// The reader end of an exchange (see the module documentation).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ExchangeReader {
     /// Brokers and internal topic.
     pub endpoint: Endpoint,
@@ -391,6 +394,24 @@ impl ExchangeReader {
     /// columns of [`crate::exec::remote`].
     pub fn schema(&self) -> SchemaRef {
         remote_schema(&self.boundary)
+    }
+
+    /// The source of stream `stream`, read by this reader.
+    pub fn source_config(self: Arc<Self>, stream: &str) -> SourceConfig {
+        SourceConfig {
+            stream: stream.to_string(),
+            schema: self.schema(),
+            connector: "kafka",
+            location: SourceLocation::Connector(Reader(self)),
+            format: Format::Jsonl,
+            replay: Replay::Fast,
+            event_time: None,
+            batch_size: 8192,
+            dead_letter: None,
+            follow: false,
+            decode: Decoding::default(),
+            decode_threads: 1,
+        }
     }
 }
 
@@ -785,7 +806,6 @@ fn decode(bytes: &[u8]) -> Result<RecordBatch> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connectors::{Decoding, Format, Replay, SourceLocation};
     use datafusion::arrow::array::{Array, Float64Array, Int64Array, StringArray};
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use rdkafka::message::{Header, OwnedHeaders, Timestamp};
@@ -848,20 +868,7 @@ mod tests {
     }
 
     fn config(reader: &ExchangeReader) -> SourceConfig {
-        SourceConfig {
-            stream: "exchange(q)".into(),
-            schema: reader.schema(),
-            connector: "kafka",
-            location: SourceLocation::Push,
-            format: Format::Jsonl,
-            replay: Replay::Fast,
-            event_time: None,
-            batch_size: 8192,
-            dead_letter: None,
-            follow: false,
-            decode: Decoding::default(),
-            decode_threads: 1,
-        }
+        Arc::new(reader.clone()).source_config("exchange(q)")
     }
 
     /// What a writer sends, as the reader gets it.
