@@ -43,7 +43,7 @@ pub use join::{WindowJoin, WindowJoinSpec};
 pub use limit::LimitOp;
 pub use mark::MarkOp;
 pub use over::{OverFunction, OverOp, OverSpec};
-pub use peer::PeerOp;
+pub use peer::{PeerOp, WindowEnd};
 pub use project::ProjectOp;
 pub use remote::RemoteInOp;
 pub use session::{SessionAggregateOp, SessionAggregateSpec, SessionAssignOp};

@@ -498,6 +498,17 @@ impl WindowColumns {
         }
     }
 
+    /// Where a row's window ends: its end column, or its start column and
+    /// the windows' length; `None` for sessions, whose end no column holds.
+    fn row_end(&self) -> Option<crate::exec::WindowEnd> {
+        let end = |column, offset_ms| crate::exec::WindowEnd { column, offset_ms };
+        match (self.end, self.start, self.kind) {
+            (Some(column), _, _) => Some(end(column, 0)),
+            (None, Some(column), Windowing::Grid(grid)) => Some(end(column, grid_size(grid))),
+            _ => None,
+        }
+    }
+
     fn slot(&self, index: usize) -> Option<GroupSlot> {
         if Some(index) == self.start {
             Some(GroupSlot::WindowStart)
@@ -1076,7 +1087,13 @@ impl Builder {
         if self.over_peers(window, windows)? {
             let mut built = built;
             // Peers are the rows of one window, of every key: one instance.
-            let op = peer::peer_op(window)?;
+            let end = windows.row_end().ok_or_else(|| {
+                unbounded(
+                    "window function",
+                    "OVER (PARTITION BY window ...) needs windows of a fixed length or a window_end column",
+                )
+            })?;
+            let op = peer::peer_op(window, end)?;
             built
                 .ops
                 .push((Box::new(op), Placement::Stage(None, arrow_schema(input))));

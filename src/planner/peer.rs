@@ -11,10 +11,11 @@ use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::prelude::SessionConfig;
 
 use crate::error::{Error, Result};
-use crate::exec::PeerOp;
+use crate::exec::{PeerOp, WindowEnd};
 
 /// A [`PeerOp`] for a `Window` node whose functions partition by window.
-pub fn peer_op(window: &datafusion::logical_expr::Window) -> Result<PeerOp> {
+/// `end` says where each input row's window ends.
+pub fn peer_op(window: &datafusion::logical_expr::Window, end: WindowEnd) -> Result<PeerOp> {
     let input = Arc::new(window.input.schema().as_arrow().clone());
     let names: Vec<&String> = input.fields().iter().map(|f| f.name()).collect();
     if let Some(dup) = names
@@ -57,8 +58,8 @@ pub fn peer_op(window: &datafusion::logical_expr::Window) -> Result<PeerOp> {
     Ok(PeerOp::new(
         physical,
         state.task_ctx(),
-        input,
-        output,
+        (input, output),
+        end,
         description,
     ))
 }
