@@ -244,7 +244,7 @@ fn pipeline(args: &RunArgs, exchanges: &Exchanges, partition: i32) -> Result<Vec
         let mode = q.graph.mode;
         let schema = q.graph.schema.clone();
         let idle_timeout = q.graph.inputs[0].stream.idle_timeout;
-        let split = q.graph.split_global(at);
+        let split = q.graph.split(at);
         out.push(NamedQuery {
             name: Some(format!("{name}-p{partition}")),
             query: RunnableQuery {

@@ -168,12 +168,11 @@ impl QueryGraph {
     }
 }
 
-/// A query cut in two at its first stage over every key (see
-/// [`QueryGraph::split_global`]).
-pub struct GlobalSplit {
-    /// The stages before: they keep state per key only.
+/// A query cut in two before one of its stages (see [`QueryGraph::split`]).
+pub struct Split {
+    /// The stages before.
     pub head: QueryGraph,
-    /// The stages from the global one on.
+    /// The stages from the cut on.
     pub tail: Stages,
     /// The rows the head emits and the tail takes.
     pub boundary: SchemaRef,
@@ -203,16 +202,17 @@ impl QueryGraph {
     }
 
     /// Cuts the query before stage `at` (from
-    /// [`QueryGraph::global_split_point`]). The head keeps the query's
-    /// input, counters and late rows; it emits the boundary rows.
-    pub fn split_global(mut self, at: usize) -> GlobalSplit {
+    /// [`QueryGraph::global_split_point`]), which must know its input. The
+    /// head keeps the query's input, counters and late rows; it emits the
+    /// boundary rows.
+    pub fn split(mut self, at: usize) -> Split {
         let tail = self.stages.split_off(at);
         let boundary = tail[0]
             .input
             .clone()
             .expect("a split point's stage knows its input");
         self.schema = boundary.clone();
-        GlobalSplit {
+        Split {
             head: self,
             tail,
             boundary,
