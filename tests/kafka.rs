@@ -264,6 +264,22 @@ fn a_crash_between_checkpoint_and_commit_loses_and_repeats_nothing() {
 }
 
 #[test]
+fn a_crash_after_a_commit_publishes_that_checkpoint_once() {
+    let (_cluster, bootstrap, dir) = with_metrics("exactly_once");
+    // Killed once its third checkpoint's transaction is committed: the
+    // restore from that checkpoint must find its epoch published.
+    let first = vigil_run(dir.path(), Some("committed:3"));
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    assert_eq!(first.status.signal(), Some(9), "not killed:\n{stderr}");
+    let second = vigil_run(dir.path(), None);
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{stderr}");
+    assert!(stderr.contains("restored from checkpoint"), "{stderr}");
+    let got = results(&read_topic(&bootstrap, "out"));
+    assert_eq!(got, expected());
+}
+
+#[test]
 fn a_stream_that_starts_at_the_end_of_its_topic_ends_at_once() {
     let cluster = cluster();
     let bootstrap = cluster.bootstrap_servers();

@@ -16,6 +16,8 @@
 //!   is not written yet;
 //! - `after-manifest`: a query's manifest is written, its sink is not yet
 //!   told (a Kafka sink has not committed the checkpoint's transaction);
+//! - `committed`: a sink was told a checkpoint is complete (a Kafka sink
+//!   committed its transaction), the next barrier has not come;
 //! - `sink-flush`: a file sink wrote a checkpoint's rows and is about to
 //!   sync them.
 

@@ -523,6 +523,7 @@ fn run_sink(
                     if checkpoints.complete(id, commit) {
                         crashpoint::hit("after-manifest");
                         sink.committed()?;
+                        crashpoint::hit("committed");
                     }
                 }
             }

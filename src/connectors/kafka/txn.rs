@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use base64::Engine as _;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -121,6 +121,25 @@ impl Marker {
         // Partition 0 always exists; the offset is only a number here.
         let _ = list.add_partition_offset(&self.topic, 0, offset);
         list
+    }
+
+    /// Commits `epoch` as the marker again, outside the transaction that
+    /// already committed it. Some brokers answer a transaction's offsets
+    /// without keeping them (librdkafka's mock cluster does): there the
+    /// restore would find no epoch and publish its checkpoint's again. A
+    /// fenced producer cannot commit its transaction, so it never gets
+    /// here; only a process stalled between the two commits could move
+    /// the marker back, and a restore would then repeat one epoch. A
+    /// failure is only a warning: the transaction holds the marker.
+    fn remember(&self, epoch: u64, reporter: &Reporter) {
+        if let Err(e) = self
+            .consumer
+            .commit(&self.list(Some(epoch)), CommitMode::Sync)
+        {
+            reporter.warn(&format!(
+                "recording epoch {epoch} outside its transaction: {e}"
+            ));
+        }
     }
 
     /// The last epoch committed, if any.
@@ -259,7 +278,9 @@ impl Producing {
         });
         if sent.is_err() {
             let _ = self.producer.abort_transaction(CALL_TIMEOUT);
+            return sent;
         }
+        marker.remember(epoch, self.producer.context());
         sent
     }
 
