@@ -31,7 +31,7 @@
 //! stream has two more columns (see [`crate::exec::remote`]) that the
 //! first operator of the part after turns back into messages.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Cursor;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -463,6 +463,23 @@ struct ExchangeReading<'a> {
     pending: VecDeque<Pending>,
     /// When each writer in `idle` said so (by this reader's clock).
     idle_since: BTreeMap<i32, Instant>,
+    /// What goes on next, in order: rows released, then the watermark
+    /// that released them. Handed on one at a time, each after the
+    /// position that includes it is stored, since a checkpoint barrier
+    /// can follow any of them.
+    outgoing: VecDeque<Outgoing>,
+    /// Per partition, the offsets of messages whose rows went on although
+    /// an earlier message of the partition's has not: a restore reads the
+    /// partition again from that earlier one and skips these.
+    sent_ahead: BTreeMap<i32, BTreeSet<i64>>,
+}
+
+/// One thing the reader hands on.
+enum Outgoing {
+    /// Rows released.
+    Rows(Pending),
+    /// A watermark row.
+    Watermark(RecordBatch),
 }
 
 /// Rows of one message, waiting for the merged watermark to move.
@@ -508,6 +525,8 @@ impl<'a> ExchangeReading<'a> {
             rows: 0,
             pending: VecDeque::new(),
             idle_since: BTreeMap::new(),
+            outgoing: VecDeque::new(),
+            sent_ahead: BTreeMap::new(),
         };
         if let Some(position) = start {
             reading.resume(position)?;
@@ -536,6 +555,16 @@ impl<'a> ExchangeReading<'a> {
         self.offsets = numbers("offsets")?;
         self.watermarks = numbers("writers")?;
         self.idle = numbers("idle")?;
+        if let Some(sent) = position.extra.get("sent_ahead") {
+            let sent = sent.as_object().ok_or_else(bad)?;
+            for (partition, offsets) in sent {
+                let partition: i32 = partition.parse().map_err(|_| bad())?;
+                let offsets = offsets.as_array().ok_or_else(bad)?;
+                let offsets = offsets.iter().map(|o| o.as_i64().ok_or_else(bad));
+                self.sent_ahead
+                    .insert(partition, offsets.collect::<Result<_>>()?);
+            }
+        }
         let now = Instant::now();
         self.idle_since = self.idle.keys().map(|&w| (w, now)).collect();
         self.emitted = self.merged().unwrap_or(i64::MIN);
@@ -551,22 +580,22 @@ impl<'a> ExchangeReading<'a> {
             if self.stats.stop.load(Ordering::Relaxed) {
                 return Ok(());
             }
-            let out = match self.consumer.poll(POLL) {
+            match self.consumer.poll(POLL) {
                 None => self.tick(&schema)?,
-                Some(Err(e)) => {
-                    self.consumer.context().warn(&e.to_string());
-                    Vec::new()
-                }
+                Some(Err(e)) => self.consumer.context().warn(&e.to_string()),
                 Some(Ok(m)) => {
                     let m = m.detach();
                     self.take(&m, &schema)?
                 }
-            };
-            self.store_position();
-            if out.is_empty() && !emit(RecordBatch::new_empty(schema.clone())) {
-                return Ok(());
             }
-            for batch in out {
+            if self.outgoing.is_empty() {
+                self.store_position();
+                if !emit(RecordBatch::new_empty(schema.clone())) {
+                    return Ok(());
+                }
+            }
+            while let Some(batch) = self.next_out() {
+                self.store_position();
                 if !emit(batch) {
                     return Ok(());
                 }
@@ -593,9 +622,9 @@ impl<'a> ExchangeReading<'a> {
             .map_err(|e| kafka_error(&format!("assigning the partitions of {topic}"), e))
     }
 
-    /// Takes message `m` in; returns what may go on now: when the merged
-    /// watermark moved, the rows waiting, then it.
-    fn take(&mut self, m: &OwnedMessage, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
+    /// Takes message `m` in; when the merged watermark moved, the rows
+    /// waiting and then it are due to go on.
+    fn take(&mut self, m: &OwnedMessage, schema: &SchemaRef) -> Result<()> {
         let partition = m.partition();
         self.offsets.insert(partition, m.offset() + 1);
         let header = |name: &str| -> Option<String> {
@@ -612,7 +641,7 @@ impl<'a> ExchangeReading<'a> {
                 "{}: a message not written by vigil, skipped",
                 at()
             ));
-            return Ok(Vec::new());
+            return Ok(());
         };
         let number = |text: String, what: &str| -> Result<i64> {
             text.parse()
@@ -632,6 +661,12 @@ impl<'a> ExchangeReading<'a> {
             *slot = (*slot).max(watermark);
             return self.advance(schema);
         }
+        if let Some(sent) = self.sent_ahead.get_mut(&partition)
+            && sent.remove(&m.offset())
+        {
+            // Handed on before the checkpoint this reading resumed from.
+            return Ok(());
+        }
         let code = header(KIND_HEADER).and_then(|k| k.parse::<i8>().ok());
         let kind =
             kind_of(code.unwrap_or(0)).map_err(|e| Error::Connector(format!("{}: {e}", at())))?;
@@ -644,14 +679,14 @@ impl<'a> ExchangeReading<'a> {
             rows: result_rows(schema, &rows, kind)?,
             since: self.watermarks.get(&writer).copied().unwrap_or(i64::MIN),
         });
-        Ok(Vec::new())
+        Ok(())
     }
 
     /// With nothing read: an idle writer may have just been idle long
     /// enough to stop holding event time back.
-    fn tick(&mut self, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
+    fn tick(&mut self, schema: &SchemaRef) -> Result<()> {
         if self.reader.idle_timeout.is_none() || self.idle.is_empty() {
-            return Ok(Vec::new());
+            return Ok(());
         }
         self.advance(schema)
     }
@@ -702,20 +737,21 @@ impl<'a> ExchangeReading<'a> {
     /// partition of the group's topic is checked: messages past the offset
     /// it was idle at mean it has rows to send (or its process died before
     /// it read them), so it holds event time back again.
-    fn advance(&mut self, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
+    fn advance(&mut self, schema: &SchemaRef) -> Result<()> {
         if !self.idle.is_empty() && self.merged().is_some_and(|w| w > self.emitted) {
             self.wake_idle_writers();
         }
         let Some(merged) = self.merged().filter(|&w| w > self.emitted) else {
-            return Ok(Vec::new());
+            return Ok(());
         };
         self.emitted = merged;
-        let mut out = self.release();
+        self.release();
         if merged != END_OF_INPUT {
             // At the end, the runtime sends the last watermark itself.
-            out.push(watermark_row(schema, merged)?);
+            let row = watermark_row(schema, merged)?;
+            self.outgoing.push_back(Outgoing::Watermark(row));
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Takes out every row waiting, ordered by its writer's watermark when
@@ -724,14 +760,26 @@ impl<'a> ExchangeReading<'a> {
     /// a row is on time against its writer's watermark before it, and the
     /// merged one was at most that, so none of them is late yet; one held
     /// past the merged watermark could be.
-    fn release(&mut self) -> Vec<RecordBatch> {
+    fn release(&mut self) {
         let mut ready: Vec<Pending> = self.pending.drain(..).collect();
         ready.sort_by_key(|p| (p.since, p.writer, p.offset));
-        for p in &ready {
-            self.rows += p.rows.num_rows() as u64;
+        self.outgoing.extend(ready.into_iter().map(Outgoing::Rows));
+    }
+
+    /// Takes out the next thing to hand on.
+    fn next_out(&mut self) -> Option<RecordBatch> {
+        match self.outgoing.pop_front()? {
+            Outgoing::Watermark(row) => Some(row),
+            Outgoing::Rows(p) => {
+                self.rows += p.rows.num_rows() as u64;
+                self.stats.rows.store(self.rows, Ordering::Relaxed);
+                self.sent_ahead
+                    .entry(p.partition)
+                    .or_default()
+                    .insert(p.offset);
+                Some(p.rows)
+            }
         }
-        self.stats.rows.store(self.rows, Ordering::Relaxed);
-        ready.into_iter().map(|p| p.rows).collect()
     }
 
     /// Takes out of `idle` the writers whose partition of the group's
@@ -767,21 +815,39 @@ impl<'a> ExchangeReading<'a> {
         self.idle_since.retain(|w, _| idle.contains_key(w));
     }
 
-    fn store_position(&self) {
+    /// Stores where the reading stands after what it has handed on.
+    fn store_position(&mut self) {
         let map = |m: &BTreeMap<i32, i64>| -> serde_json::Map<String, Value> {
             m.iter().map(|(k, v)| (k.to_string(), json!(v))).collect()
         };
-        // A partition with rows still waiting is read again from its first.
+        // A partition with rows still waiting is read again from its first;
+        // rows of its later messages that went on already are skipped then.
         let mut offsets = self.offsets.clone();
-        for p in self.pending.iter().rev() {
-            offsets.insert(p.partition, p.offset);
+        let waiting = self.outgoing.iter().filter_map(|o| match o {
+            Outgoing::Rows(p) => Some(p),
+            Outgoing::Watermark(_) => None,
+        });
+        for p in self.pending.iter().chain(waiting) {
+            let offset = offsets.entry(p.partition).or_insert(p.offset);
+            *offset = (*offset).min(p.offset);
         }
+        for (partition, sent) in &mut self.sent_ahead {
+            let from = offsets.get(partition).copied().unwrap_or(i64::MAX);
+            sent.retain(|&o| o >= from);
+        }
+        self.sent_ahead.retain(|_, sent| !sent.is_empty());
+        let sent_ahead: serde_json::Map<String, Value> = self
+            .sent_ahead
+            .iter()
+            .map(|(p, sent)| (p.to_string(), json!(sent)))
+            .collect();
         let position = SourcePosition {
             rows: self.rows,
             extra: json!({
                 "offsets": map(&offsets),
                 "writers": map(&self.watermarks),
                 "idle": map(&self.idle),
+                "sent_ahead": sent_ahead,
             }),
             ..SourcePosition::default()
         };
@@ -879,6 +945,11 @@ mod tests {
     }
 
     fn message(writer: i32, offset: i64, sent: &Sent<'_>) -> OwnedMessage {
+        message_in(writer, writer, offset, sent)
+    }
+
+    /// A message of `writer` in partition `partition`.
+    fn message_in(partition: i32, writer: i32, offset: i64, sent: &Sent<'_>) -> OwnedMessage {
         let (payload, name, value) = match sent {
             Sent::Rows(host) => {
                 let rows = RecordBatch::try_new(
@@ -910,7 +981,7 @@ mod tests {
             None,
             "x".into(),
             Timestamp::NotAvailable,
-            writer,
+            partition,
             offset,
             Some(headers),
         )
@@ -922,10 +993,10 @@ mod tests {
         let schema = reading.config.schema.clone();
         let mut out = Vec::new();
         for (offset, (writer, s)) in sent.iter().enumerate() {
-            for batch in reading
+            reading
                 .take(&message(*writer, offset as i64, s), &schema)
-                .unwrap()
-            {
+                .unwrap();
+            while let Some(batch) = reading.next_out() {
                 let watermarks = batch
                     .column(1)
                     .as_any()
@@ -1011,7 +1082,8 @@ mod tests {
         assert_eq!(got, ["wm:100"]);
         std::thread::sleep(Duration::from_millis(60));
         let schema = config.schema.clone();
-        let out = reading.tick(&schema).unwrap();
+        reading.tick(&schema).unwrap();
+        let out: Vec<RecordBatch> = std::iter::from_fn(|| reading.next_out()).collect();
         assert_eq!(out.len(), 1, "the watermark moves on by itself");
         let watermarks = out[0]
             .column(1)
@@ -1019,5 +1091,62 @@ mod tests {
             .downcast_ref::<Int64Array>()
             .unwrap();
         assert_eq!(watermarks.value(0), 500);
+    }
+
+    /// Hosts and watermarks (`wm:<ms>`) of what `reading` hands on next.
+    fn all_out(reading: &mut ExchangeReading<'_>) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some(batch) = reading.next_out() {
+            let watermarks = batch.column(1).as_any().downcast_ref::<Int64Array>();
+            let hosts = batch.column(0).as_any().downcast_ref::<StringArray>();
+            for row in 0..batch.num_rows() {
+                out.push(match watermarks.unwrap().is_valid(row) {
+                    true => format!("wm:{}", watermarks.unwrap().value(row)),
+                    false => hosts.unwrap().value(row).to_string(),
+                });
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_checkpoint_between_rows_handed_on_loses_and_repeats_none_of_them() {
+        // Two writers' rows re-partitioned into partition 0: b is behind,
+        // so its rows go first though a's came first.
+        let cluster = MockCluster::new(1).unwrap();
+        let mut reader = reader(&cluster, 2, None);
+        reader.partitions = vec![0];
+        let (config, stats) = (config(&reader), SourceStats::default());
+        let schema = config.schema.clone();
+        let sent = [
+            (0, Sent::Watermark(10)),
+            (1, Sent::Watermark(5)),
+            (0, Sent::Rows("a")),
+            (1, Sent::Rows("b")),
+            (1, Sent::Watermark(20)),
+            (0, Sent::Watermark(30)),
+        ];
+        let take = |reading: &mut ExchangeReading<'_>, offsets: std::ops::Range<usize>| {
+            for offset in offsets {
+                let (writer, s) = &sent[offset];
+                let m = message_in(0, *writer, offset as i64, s);
+                reading.take(&m, &schema).unwrap();
+            }
+        };
+        let mut reading = ExchangeReading::open(&reader, &config, &stats, None).unwrap();
+        take(&mut reading, 0..2);
+        assert_eq!(all_out(&mut reading), ["wm:5"]);
+        take(&mut reading, 2..5);
+        // b goes on, then a checkpoint barrier: a and the watermark have not.
+        let first = reading.next_out().unwrap();
+        let host = first.column(0).as_any().downcast_ref::<StringArray>();
+        assert_eq!(host.unwrap().value(0), "b");
+        reading.store_position();
+        let position = stats.position.lock().unwrap().clone().unwrap();
+        assert_eq!(position.extra["offsets"]["0"], 2, "{}", position.extra);
+        drop(reading);
+        let mut again = ExchangeReading::open(&reader, &config, &stats, Some(&position)).unwrap();
+        take(&mut again, 2..6);
+        assert_eq!(all_out(&mut again), ["a", "wm:20"], "b went on already");
     }
 }
