@@ -755,6 +755,21 @@ fn a_group_refuses_queries_it_would_answer_in_part() {
              GROUP BY window_start, window_end, host;",
             "stream local, which is not a kafka stream",
         ),
+        (
+            "CREATE STREAM scattered (ts TIMESTAMP, host TEXT, cpu DOUBLE, WATERMARK FOR ts AS ts)
+               WITH (connector = 'kafka', bootstrap = '127.0.0.1:9', topic = 'metrics',
+                     partitioned_by = 'none');
+             CREATE VIEW per_host AS SELECT window_end, host, avg(cpu) AS a
+               FROM TUMBLE(scattered, ts, INTERVAL '1' MINUTE) GROUP BY window_end, host;
+             SELECT host, robust_z(a) OVER (PARTITION BY window_end) AS z FROM per_host;",
+            "re-partitioned by host and it keeps state over every key",
+        ),
+        (
+            "CREATE STREAM odd (ts TIMESTAMP, host TEXT, WATERMARK FOR ts AS ts)
+               WITH (connector = 'kafka', bootstrap = '127.0.0.1:9', topic = 'metrics',
+                     partitioned_by = 'hots');",
+            "bad value 'hots' for option 'partitioned_by'",
+        ),
     ] {
         fs::write(dir.path().join("l.csv"), "ts,host\n").unwrap();
         fs::write(dir.path().join("q.sql"), format!("{stream}\n{query}")).unwrap();
@@ -771,6 +786,121 @@ fn a_group_refuses_queries_it_would_answer_in_part() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{stderr}");
         assert!(stderr.contains(want), "{stderr}");
+    }
+}
+
+/// Rows of `hosts` hosts for seconds `from..to`, each second's row of a
+/// host in another partition of `partitions`: not keyed by host.
+fn produce_scattered(
+    bootstrap: &str,
+    hosts: usize,
+    partitions: usize,
+    seconds: std::ops::Range<usize>,
+) {
+    let producer = producer(bootstrap);
+    for second in seconds {
+        for host in 0..hosts {
+            let ts = T0 + second as i64 * 1000;
+            let row = format!(
+                r#"{{"ts": {ts}, "host": "h{host}", "cpu": {}}}"#,
+                cpu(host, second)
+            );
+            let partition = ((host + second) % partitions) as i32;
+            while producer
+                .send(
+                    BaseRecord::<str, str>::to("metrics")
+                        .partition(partition)
+                        .payload(&row),
+                )
+                .is_err()
+            {
+                producer.poll(Duration::from_millis(20));
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+#[test]
+fn a_group_re_partitions_a_topic_keyed_otherwise_than_its_query() {
+    const GROUP_HOSTS: usize = 12;
+    const HALF: usize = 600;
+    const SECONDS_HERE: usize = 1200;
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("metrics", 6, 1).unwrap();
+    cluster.create_topic("out", 1, 1).unwrap();
+    // The mock brokers do not create topics for clients: the exchange's.
+    cluster.create_topic("cpu-q.q1-repartition", 6, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        "CREATE STREAM metrics (ts TIMESTAMP, host TEXT, cpu DOUBLE,
+           WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+         WITH (connector = 'kafka', bootstrap = '{bootstrap}', topic = 'metrics',
+               partitioned_by = 'none',
+               properties.session.timeout.ms = '6000',
+               properties.heartbeat.interval.ms = '500');
+         CREATE SINK out WITH (connector = 'kafka', bootstrap = '{bootstrap}', topic = 'out',
+               key = 'host');
+         INSERT INTO out
+           SELECT window_start, host, count(*) AS n, sum(cpu) AS total
+           FROM TUMBLE(metrics, ts, INTERVAL '1' MINUTE)
+           GROUP BY window_start, window_end, host;"
+    );
+    fs::write(dir.path().join("q.sql"), script).unwrap();
+    produce_scattered(&bootstrap, GROUP_HOSTS, 6, 0..HALF);
+    let mut a = member(dir.path(), "a");
+    let mut b = member(dir.path(), "b");
+    let stderr =
+        |name: &str| fs::read_to_string(dir.path().join(format!("{name}.stderr"))).unwrap();
+    // Each host's minute is in six partitions: only re-partitioned by host
+    // does a result count all 60 rows.
+    let first_half = expected_hosts(GROUP_HOSTS, HALF - 60).len();
+    let half_done = wait_until(Duration::from_secs(60), || {
+        for (name, child) in [("a", &mut *a), ("b", &mut *b)] {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("{name} ended: {status}\n{}", stderr(name));
+            }
+        }
+        data_results(&bootstrap).len() >= first_half
+    });
+    assert!(
+        half_done,
+        "no results:\na:\n{}\nb:\n{}",
+        stderr("a"),
+        stderr("b")
+    );
+    // SIGKILL once quiet: the mock brokers show a killed producer's open
+    // transaction (no read_committed), so it must hold no rows.
+    wait_for_quiet(|| data_results(&bootstrap).len());
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let mut c = member(dir.path(), "c");
+    produce_scattered(&bootstrap, GROUP_HOSTS, 6, HALF..SECONDS_HERE);
+    produce_closing_rows(&bootstrap, 6, SECONDS_HERE);
+    let want = expected_hosts(GROUP_HOSTS, SECONDS_HERE);
+    let complete = wait_until(Duration::from_secs(90), || {
+        data_results(&bootstrap).len() >= want.len()
+    });
+    assert!(
+        complete,
+        "results missing: {} of {}\nb:\n{}\nc:\n{}",
+        data_results(&bootstrap).len(),
+        want.len(),
+        stderr("b"),
+        stderr("c")
+    );
+    // Every result once (`results` checks), none missing, none wrong.
+    assert_eq!(data_results(&bootstrap), want);
+    for (name, child) in [("b", &mut *b), ("c", &mut *c)] {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "{name}: {status}\n{}", stderr(name));
     }
 }
 

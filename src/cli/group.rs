@@ -62,11 +62,13 @@ pub(super) async fn run(
         partitions: partition_count(&endpoint)?,
         endpoint: endpoint.clone(),
     };
-    let internal: Vec<Endpoint> = queries
-        .iter()
-        .filter(|q| q.graph.global_stage().is_some())
-        .map(|q| exchanges.endpoint(q))
-        .collect();
+    let mut internal: Vec<Endpoint> = Vec::new();
+    for q in &queries {
+        match cut_of(q)? {
+            Cut::Whole => {}
+            cut => internal.push(exchanges.endpoint(q, cut)),
+        }
+    }
     // The queries are planned again per partition; these are done with.
     drop(queries);
     for endpoint in &internal {
@@ -120,9 +122,12 @@ pub(super) fn group_topic(queries: &[PreparedQuery]) -> Result<Endpoint> {
         if kafka_inputs == 0 {
             return Err(Error::Plan(format!("--group: {label} reads no stream")));
         }
-        if let Err(why) = query.graph.global_split_point() {
+        let cut = cut_of(query).map_err(|why| {
+            Error::Plan(format!("--group: {label}: {why}; run it in one process"))
+        })?;
+        if matches!(cut, Cut::Repartition(_)) && query.name.is_none() {
             return Err(Error::Plan(format!(
-                "--group: {label}: {why}; run it in one process"
+                "--group: {label} re-partitions its rows and has no name to keep its exchange's checkpoints under: set query_name"
             )));
         }
         if let Some(operator) = query.graph.global_stage()
@@ -145,9 +150,51 @@ pub(super) fn group_topic(queries: &[PreparedQuery]) -> Result<Endpoint> {
     topic.ok_or_else(|| Error::Plan("--group: the scripts have no query".into()))
 }
 
-/// Where the queries of a group that keep state over every key hand their
-/// rows on: one internal topic per query, with as many partitions as the
-/// group's topic.
+/// Where a query of a group is cut between two processes' parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// Not at all: every pipeline runs all of it over its partition.
+    Whole,
+    /// Before stage `.0`, which keeps state over every key: partition 0's
+    /// pipeline runs it and the rest for the group.
+    Global(usize),
+    /// Before stage `.0`, keyed otherwise than the group's topic: each
+    /// pipeline runs it and the rest over the keys of its partition.
+    Repartition(usize),
+}
+
+/// Where `query` is cut in a group: first where its rows must be
+/// re-partitioned (when its stream says how its topic is partitioned),
+/// else before a stage over every key. An error says why it cannot be.
+fn cut_of(query: &PreparedQuery) -> Result<Cut> {
+    if let Some(columns) = partitioned_by(query)
+        && let Some(at) = query.graph.repartition_point(&columns)?
+    {
+        return Ok(Cut::Repartition(at));
+    }
+    Ok(query
+        .graph
+        .global_split_point()?
+        .map_or(Cut::Whole, Cut::Global))
+}
+
+/// What `query`'s Kafka stream says its topic is partitioned by.
+fn partitioned_by(query: &PreparedQuery) -> Option<Vec<String>> {
+    let reader = query
+        .graph
+        .inputs
+        .first()?
+        .stream
+        .source
+        .location
+        .reader()?;
+    let source = (reader as &dyn std::any::Any).downcast_ref::<KafkaSource>()?;
+    source.partitioned_by.clone()
+}
+
+/// Where the queries of a group that are cut hand their rows on: one
+/// internal topic per query, with as many partitions as the group's
+/// topic.
 struct Exchanges {
     group: String,
     /// The group's topic: the internal topics are on its brokers.
@@ -157,10 +204,15 @@ struct Exchanges {
 }
 
 impl Exchanges {
-    /// The internal topic of `query`: `<group>-<query>-global`.
-    fn endpoint(&self, query: &PreparedQuery) -> Endpoint {
+    /// The internal topic of `query` for `cut`: `<group>-<query>-global`
+    /// or `<group>-<query>-repartition`.
+    fn endpoint(&self, query: &PreparedQuery, cut: Cut) -> Endpoint {
         let name = query.name.as_deref().unwrap_or("query");
-        let topic: String = format!("{}-{name}-global", self.group)
+        let kind = match cut {
+            Cut::Global(_) => "global",
+            _ => "repartition",
+        };
+        let topic: String = format!("{}-{name}-{kind}", self.group)
             .chars()
             .map(|c| match c {
                 'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '_' | '-' => c,
@@ -207,9 +259,12 @@ fn partition_count(endpoint: &Endpoint) -> Result<i32> {
 }
 
 /// The queries of `partition`'s pipeline, named `<query>-p<partition>`. A
-/// query over every key runs its part per key here and writes it to its
-/// exchange; partition 0's pipeline also runs the part over every key,
-/// named `<query>-global`, from the exchange into the query's sink.
+/// query that is cut (see [`Cut`]) runs its part before the cut here and
+/// writes it to its exchange. The part after, from the exchange into the
+/// query's sink, runs here too: for a query over every key only in
+/// partition 0's pipeline, named `<query>-global`, over every partition's
+/// rows; for one re-partitioned in every pipeline, named
+/// `<query>-r<partition>`, over the rows of the keys of its partition.
 fn pipeline(args: &RunArgs, exchanges: &Exchanges, partition: i32) -> Result<Vec<NamedQuery>> {
     let mut out = Vec::new();
     for (i, q) in prepare_queries(args, Some(partition))?
@@ -217,59 +272,111 @@ fn pipeline(args: &RunArgs, exchanges: &Exchanges, partition: i32) -> Result<Vec
         .enumerate()
     {
         let label = format!("q{}-p{partition}", i + 1);
-        let Some(at) = q.graph.global_split_point()? else {
-            let sink = query_sink(args, &q, &label)?;
-            out.push(NamedQuery {
-                name: q.name.map(|n| format!("{n}-p{partition}")),
-                query: RunnableQuery {
-                    graph: q.graph,
-                    sink,
-                },
-                label,
-            });
-            continue;
-        };
-        let name = q.name.clone().unwrap_or_default();
-        let endpoint = exchanges.endpoint(&q);
-        let transactional_id = format!("vigil-{}-p{partition}", endpoint.topic);
-        let writer = ExchangeSink::open(
-            &endpoint,
-            &transactional_id,
-            partition,
-            Route::Own(partition),
-        )?;
-        let sink = (partition == 0)
-            .then(|| query_sink(args, &q, &format!("q{}", i + 1)))
-            .transpose()?;
-        let mode = q.graph.mode;
-        let schema = q.graph.schema.clone();
-        let idle_timeout = q.graph.inputs[0].stream.idle_timeout;
-        let split = q.graph.split(at);
-        out.push(NamedQuery {
-            name: Some(format!("{name}-p{partition}")),
-            query: RunnableQuery {
-                graph: split.head,
-                sink: Box::new(writer),
-            },
-            label,
-        });
-        let Some(sink) = sink else { continue };
-        let reader = ExchangeReader {
-            endpoint,
-            partitions: (0..exchanges.partitions).collect(),
-            writers: exchanges.partitions,
-            boundary: split.boundary.clone(),
-            input_topic: exchanges.endpoint.topic.clone(),
-            idle_timeout,
-        };
-        let stream = exchange_stream(&name, reader);
-        let graph = QueryGraph::remote_tail(stream, split.boundary, split.tail, schema, mode);
-        out.push(NamedQuery {
-            name: Some(format!("{name}-global")),
-            query: RunnableQuery { graph, sink },
-            label: format!("q{}-global", i + 1),
-        });
+        match cut_of(&q)? {
+            Cut::Whole => {
+                let sink = query_sink(args, &q, &label)?;
+                out.push(NamedQuery {
+                    name: q.name.map(|n| format!("{n}-p{partition}")),
+                    query: RunnableQuery {
+                        graph: q.graph,
+                        sink,
+                    },
+                    label,
+                });
+            }
+            cut => out.extend(cut_parts(args, exchanges, q, (i, partition), cut)?),
+        }
     }
+    Ok(out)
+}
+
+/// The part after a cut that a pipeline runs.
+struct Tail {
+    /// The internal topic's partitions it reads.
+    reads: Vec<i32>,
+    /// Its name, which its checkpoints are kept under.
+    name: String,
+    /// Its label in messages.
+    label: String,
+    /// The label of its results on stdout.
+    sink_label: String,
+}
+
+/// The parts of query `q` (the `i`-th of the scripts) cut at `cut` that
+/// `partition`'s pipeline runs (see [`pipeline`]).
+fn cut_parts(
+    args: &RunArgs,
+    exchanges: &Exchanges,
+    q: PreparedQuery,
+    (i, partition): (usize, i32),
+    cut: Cut,
+) -> Result<Vec<NamedQuery>> {
+    let name = q.name.clone().unwrap_or_default();
+    let (at, tail) = match cut {
+        Cut::Global(at) => (
+            at,
+            (partition == 0).then(|| Tail {
+                reads: (0..exchanges.partitions).collect(),
+                name: format!("{name}-global"),
+                label: format!("q{}-global", i + 1),
+                sink_label: format!("q{}", i + 1),
+            }),
+        ),
+        Cut::Repartition(at) => (
+            at,
+            Some(Tail {
+                reads: vec![partition],
+                name: format!("{name}-r{partition}"),
+                label: format!("q{}-r{partition}", i + 1),
+                sink_label: format!("q{}-p{partition}", i + 1),
+            }),
+        ),
+        Cut::Whole => unreachable!("a whole query is not cut"),
+    };
+    let endpoint = exchanges.endpoint(&q, cut);
+    let sink = match &tail {
+        Some(tail) => Some(query_sink(args, &q, &tail.sink_label)?),
+        None => None,
+    };
+    let mode = q.graph.mode;
+    let schema = q.graph.schema.clone();
+    let idle_timeout = q.graph.inputs[0].stream.idle_timeout;
+    let split = q.graph.split(at);
+    let route = match cut {
+        Cut::Repartition(_) => Route::ByKey {
+            keys: split.tail[0].keys.clone().unwrap_or_default(),
+            partitions: exchanges.partitions,
+        },
+        _ => Route::Own(partition),
+    };
+    let transactional_id = format!("vigil-{}-p{partition}", endpoint.topic);
+    let writer = ExchangeSink::open(&endpoint, &transactional_id, partition, route)?;
+    let mut out = vec![NamedQuery {
+        name: Some(format!("{name}-p{partition}")),
+        query: RunnableQuery {
+            graph: split.head,
+            sink: Box::new(writer),
+        },
+        label: format!("q{}-p{partition}", i + 1),
+    }];
+    let (Some(tail), Some(sink)) = (tail, sink) else {
+        return Ok(out);
+    };
+    let reader = ExchangeReader {
+        endpoint,
+        partitions: tail.reads,
+        writers: exchanges.partitions,
+        boundary: split.boundary.clone(),
+        input_topic: exchanges.endpoint.topic.clone(),
+        idle_timeout,
+    };
+    let stream = exchange_stream(&name, reader);
+    let graph = QueryGraph::remote_tail(stream, split.boundary, split.tail, schema, mode);
+    out.push(NamedQuery {
+        name: Some(tail.name),
+        query: RunnableQuery { graph, sink },
+        label: tail.label,
+    });
     Ok(out)
 }
 

@@ -113,6 +113,20 @@ impl Stage {
         }
     }
 
+    /// The names of the columns its key reads: each key that is a column,
+    /// by name, and each other one as its expression.
+    pub fn key_names(&self) -> Vec<String> {
+        self.keys
+            .iter()
+            .flatten()
+            .map(|k| {
+                (k.as_ref() as &dyn std::any::Any)
+                    .downcast_ref::<datafusion::physical_expr::expressions::Column>()
+                    .map_or_else(|| k.to_string(), |c| c.name().to_string())
+            })
+            .collect()
+    }
+
     /// The operators of its first instance (every instance has the same).
     pub fn ops(&self) -> &[Box<dyn Operator>] {
         &self.instances[0]
@@ -201,8 +215,63 @@ impl QueryGraph {
         }
     }
 
+    /// Where a query of one stream would be cut to re-partition its rows
+    /// by key, when its input is partitioned by the columns
+    /// `partitioned_by` (none: not by any column): the index of its first
+    /// key-partitioned stage whose key does not include them all, or
+    /// `None` when every key does (the rows of each key are then in one
+    /// partition already). An error says why it cannot be cut there: it
+    /// merges several streams, keeps state over every key too, or keys
+    /// its state afterwards by something the cut's key does not decide.
+    pub fn repartition_point(&self, partitioned_by: &[String]) -> Result<Option<usize>> {
+        let covered = |stage: &Stage| {
+            let names = stage.key_names();
+            !partitioned_by.is_empty() && partitioned_by.iter().all(|c| names.contains(c))
+        };
+        let uncovered =
+            |stages: &Stages| stages.iter().position(|s| s.keys.is_some() && !covered(s));
+        let merges = self.inputs.len() != 1 || self.join.is_some();
+        if merges && self.inputs.iter().any(|i| uncovered(&i.stages).is_some()) {
+            return Err(Error::Plan(
+                "its rows must be re-partitioned by key before it merges several streams, which a group cannot do yet".into(),
+            ));
+        }
+        let Some(at) = uncovered(&self.stages) else {
+            return Ok(None);
+        };
+        let key = self.stages[at].key_names().join(", ");
+        if merges || !self.inputs[0].stages.is_empty() {
+            return Err(Error::Plan(format!(
+                "its rows must be re-partitioned by {key} after it merges several streams, which a group cannot do yet"
+            )));
+        }
+        if let Some(operator) = self.global_stage() {
+            return Err(Error::Plan(format!(
+                "its rows must be re-partitioned by {key} and it keeps state over every key ({operator}), which a group cannot do both of yet"
+            )));
+        }
+        if at == 0 || self.stages[at].input.is_none() {
+            return Err(Error::Plan(format!(
+                "it keeps state by {key} from its first operator on, so no part of it runs per partition"
+            )));
+        }
+        let names = self.stages[at].key_names();
+        let rekeyed = self.stages[at + 1..]
+            .iter()
+            .filter(|s| s.keys.is_some())
+            .find(|s| !names.iter().all(|n| s.key_names().contains(n)));
+        if let Some(later) = rekeyed {
+            return Err(Error::Plan(format!(
+                "its rows would be re-partitioned by {key} and again by {}, which a group cannot do yet",
+                later.key_names().join(", ")
+            )));
+        }
+        Ok(Some(at))
+    }
+
     /// Cuts the query before stage `at` (from
-    /// [`QueryGraph::global_split_point`]), which must know its input. The
+    /// [`QueryGraph::global_split_point`] or
+    /// [`QueryGraph::repartition_point`]), which must know its input. The
     /// head keeps the query's input, counters and late rows; it emits the
     /// boundary rows.
     pub fn split(mut self, at: usize) -> Split {
@@ -231,12 +300,13 @@ impl QueryGraph {
         mode: ExecutionMode,
     ) -> QueryGraph {
         let remote: Box<dyn Operator> = Box::new(crate::exec::RemoteInOp::new(boundary));
-        if let Some(first) = tail.first_mut() {
-            // The global stage runs as one instance: its chain starts with
+        match tail.first_mut() {
+            // A global stage runs as one instance: its chain starts with
             // the turning back.
-            first.instances[0].insert(0, remote);
-        } else {
-            tail.push(Stage::single(vec![remote]));
+            Some(first) if first.keys.is_none() => first.instances[0].insert(0, remote),
+            // A keyed one routes rows to its instances by key: they are
+            // turned back before.
+            _ => tail.insert(0, Stage::single(vec![remote])),
         }
         QueryGraph {
             inputs: vec![QueryInput {

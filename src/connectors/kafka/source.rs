@@ -125,6 +125,13 @@ const OPTIONS: &[OptionSpec] = &[
         accepted: "partition numbers such as '0' or '0,2,5'",
         doc: "read only these partitions (`vigil run --group` sets it per pipeline)",
     },
+    OptionSpec {
+        name: "partitioned_by",
+        ty: OptionType::Text,
+        default: Some("not said (trusted to match)"),
+        accepted: "column names such as 'host' or 'host, task', or 'none'",
+        doc: "what the producer keyed the messages by; in a group, a query keyed otherwise re-partitions",
+    },
     TEXT_OPTIONS[3],
     TEXT_OPTIONS[4],
     TEXT_OPTIONS[7],
@@ -184,6 +191,7 @@ impl SourceConnector for KafkaSourceConnector {
                 }
             },
             columns: MessageColumns::of(decl, format, opts.choice("ts_from")? == Some("kafka"))?,
+            partitioned_by: partitioned_by(decl, opts)?,
         };
         let text_format = match format {
             MessageFormat::Csv => Format::Csv,
@@ -327,6 +335,27 @@ pub struct KafkaSource {
     pub only: Option<Vec<i32>>,
     /// How messages become rows.
     pub columns: MessageColumns,
+    /// The columns the producer keyed the messages by (`Some` of none for
+    /// messages not keyed by any column); `None` when not declared.
+    pub partitioned_by: Option<Vec<String>>,
+}
+
+/// The `partitioned_by` option: columns of the stream, or `none`.
+fn partitioned_by(decl: &StreamDecl<'_>, opts: &Options<'_>) -> Result<Option<Vec<String>>> {
+    let Some(text) = opts.text("partitioned_by") else {
+        return Ok(None);
+    };
+    if text.trim().eq_ignore_ascii_case("none") {
+        return Ok(Some(Vec::new()));
+    }
+    let columns: Vec<String> = text.split(',').map(|c| c.trim().to_string()).collect();
+    if columns
+        .iter()
+        .any(|c| decl.schema.field_with_name(c).is_err())
+    {
+        return Err(opts.bad_value("partitioned_by", text));
+    }
+    Ok(Some(columns))
 }
 
 impl SourceRead for KafkaSource {
