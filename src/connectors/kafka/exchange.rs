@@ -25,7 +25,12 @@
 //!   `idle_timeout`, but not before: its part keeps its own event time, so
 //!   windows it holds open would close only with its next rows, and come
 //!   late. Its position in checkpoints is its offsets and the writers'
-//!   watermarks.
+//!   watermarks, with what a restore must not repeat or hold back: rows
+//!   are handed on one message at a time, so a checkpoint can fall
+//!   between rows that went on ahead of an earlier message of their
+//!   partition (skipped when read again), rows released but not yet gone
+//!   on (they go on at once when read again) and the watermark that
+//!   released them (it follows them then).
 //!
 //! Watermarks cannot travel in a stream's rows as such, so the reader's
 //! stream has two more columns (see [`crate::exec::remote`]) that the
@@ -456,8 +461,16 @@ struct ExchangeReading<'a> {
     /// the offset of their partition of the group's topic they had read
     /// to.
     idle: BTreeMap<i32, i64>,
-    /// The watermark handed on last.
+    /// The merged watermark last moved to (its row may not have gone on
+    /// yet: see `handed`).
     emitted: i64,
+    /// The watermark row handed on last.
+    handed: i64,
+    /// Per partition, the offsets of messages whose rows were released
+    /// but had not gone on at the checkpoint this reading resumed from:
+    /// read again, they go on at once, not waiting for a move of the
+    /// merged watermark that has already been.
+    due: BTreeMap<i32, BTreeSet<i64>>,
     rows: u64,
     /// Rows waiting for the merged watermark to move, in arrival order.
     pending: VecDeque<Pending>,
@@ -478,8 +491,8 @@ struct ExchangeReading<'a> {
 enum Outgoing {
     /// Rows released.
     Rows(Pending),
-    /// A watermark row.
-    Watermark(RecordBatch),
+    /// A watermark row, of this watermark.
+    Watermark(i64, RecordBatch),
 }
 
 /// Rows of one message, waiting for the merged watermark to move.
@@ -522,6 +535,8 @@ impl<'a> ExchangeReading<'a> {
             watermarks: BTreeMap::new(),
             idle: BTreeMap::new(),
             emitted: i64::MIN,
+            handed: i64::MIN,
+            due: BTreeMap::new(),
             rows: 0,
             pending: VecDeque::new(),
             idle_since: BTreeMap::new(),
@@ -555,19 +570,31 @@ impl<'a> ExchangeReading<'a> {
         self.offsets = numbers("offsets")?;
         self.watermarks = numbers("writers")?;
         self.idle = numbers("idle")?;
-        if let Some(sent) = position.extra.get("sent_ahead") {
-            let sent = sent.as_object().ok_or_else(bad)?;
-            for (partition, offsets) in sent {
+        let offset_sets = |key: &str| -> Result<BTreeMap<i32, BTreeSet<i64>>> {
+            let Some(sets) = position.extra.get(key) else {
+                return Ok(BTreeMap::new());
+            };
+            let mut out = BTreeMap::new();
+            for (partition, offsets) in sets.as_object().ok_or_else(bad)? {
                 let partition: i32 = partition.parse().map_err(|_| bad())?;
                 let offsets = offsets.as_array().ok_or_else(bad)?;
                 let offsets = offsets.iter().map(|o| o.as_i64().ok_or_else(bad));
-                self.sent_ahead
-                    .insert(partition, offsets.collect::<Result<_>>()?);
+                out.insert(partition, offsets.collect::<Result<_>>()?);
             }
-        }
+            Ok(out)
+        };
+        self.sent_ahead = offset_sets("sent_ahead")?;
+        self.due = offset_sets("due")?;
         let now = Instant::now();
         self.idle_since = self.idle.keys().map(|&w| (w, now)).collect();
-        self.emitted = self.merged().unwrap_or(i64::MIN);
+        let merged = self.merged().unwrap_or(i64::MIN);
+        self.handed = match position.extra.get("handed") {
+            Some(handed) => handed.as_i64().ok_or_else(bad)?,
+            None => merged,
+        };
+        // Once the rows it had released are in again, the watermark that
+        // released them goes on (see `take`).
+        self.emitted = self.handed;
         self.rows = position.rows;
         self.stats.rows.store(position.rows, Ordering::Relaxed);
         Ok(())
@@ -576,6 +603,8 @@ impl<'a> ExchangeReading<'a> {
     fn run(mut self, emit: &mut dyn FnMut(RecordBatch) -> bool) -> Result<()> {
         self.assign()?;
         let schema = self.config.schema.clone();
+        // A restore may owe the watermark of rows that went on before it.
+        self.advance(&schema)?;
         loop {
             if self.stats.stop.load(Ordering::Relaxed) {
                 return Ok(());
@@ -667,18 +696,31 @@ impl<'a> ExchangeReading<'a> {
             // Handed on before the checkpoint this reading resumed from.
             return Ok(());
         }
+        let due = self
+            .due
+            .get_mut(&partition)
+            .is_some_and(|due| due.remove(&m.offset()));
         let code = header(KIND_HEADER).and_then(|k| k.parse::<i8>().ok());
         let kind =
             kind_of(code.unwrap_or(0)).map_err(|e| Error::Connector(format!("{}: {e}", at())))?;
         let rows = decode(m.payload().unwrap_or_default())
             .map_err(|e| Error::Connector(format!("{}: rows that do not decode: {e}", at())))?;
-        self.pending.push_back(Pending {
+        let pending = Pending {
             partition,
             offset: m.offset(),
             writer,
             rows: result_rows(schema, &rows, kind)?,
             since: self.watermarks.get(&writer).copied().unwrap_or(i64::MIN),
-        });
+        };
+        if !due {
+            self.pending.push_back(pending);
+            return Ok(());
+        }
+        self.outgoing.push_back(Outgoing::Rows(pending));
+        self.due.retain(|_, due| !due.is_empty());
+        if self.due.is_empty() {
+            self.advance(schema)?;
+        }
         Ok(())
     }
 
@@ -738,6 +780,11 @@ impl<'a> ExchangeReading<'a> {
     /// it was idle at mean it has rows to send (or its process died before
     /// it read them), so it holds event time back again.
     fn advance(&mut self, schema: &SchemaRef) -> Result<()> {
+        if !self.due.is_empty() {
+            // Rows released before the restore are not all in again: the
+            // watermark must not pass them.
+            return Ok(());
+        }
         if !self.idle.is_empty() && self.merged().is_some_and(|w| w > self.emitted) {
             self.wake_idle_writers();
         }
@@ -749,7 +796,7 @@ impl<'a> ExchangeReading<'a> {
         if merged != END_OF_INPUT {
             // At the end, the runtime sends the last watermark itself.
             let row = watermark_row(schema, merged)?;
-            self.outgoing.push_back(Outgoing::Watermark(row));
+            self.outgoing.push_back(Outgoing::Watermark(merged, row));
         }
         Ok(())
     }
@@ -769,7 +816,10 @@ impl<'a> ExchangeReading<'a> {
     /// Takes out the next thing to hand on.
     fn next_out(&mut self) -> Option<RecordBatch> {
         match self.outgoing.pop_front()? {
-            Outgoing::Watermark(row) => Some(row),
+            Outgoing::Watermark(watermark, row) => {
+                self.handed = watermark;
+                Some(row)
+            }
             Outgoing::Rows(p) => {
                 self.rows += p.rows.num_rows() as u64;
                 self.stats.rows.store(self.rows, Ordering::Relaxed);
@@ -825,7 +875,7 @@ impl<'a> ExchangeReading<'a> {
         let mut offsets = self.offsets.clone();
         let waiting = self.outgoing.iter().filter_map(|o| match o {
             Outgoing::Rows(p) => Some(p),
-            Outgoing::Watermark(_) => None,
+            Outgoing::Watermark(..) => None,
         });
         for p in self.pending.iter().chain(waiting) {
             let offset = offsets.entry(p.partition).or_insert(p.offset);
@@ -836,18 +886,28 @@ impl<'a> ExchangeReading<'a> {
             sent.retain(|&o| o >= from);
         }
         self.sent_ahead.retain(|_, sent| !sent.is_empty());
-        let sent_ahead: serde_json::Map<String, Value> = self
-            .sent_ahead
-            .iter()
-            .map(|(p, sent)| (p.to_string(), json!(sent)))
-            .collect();
+        let sets = |m: &BTreeMap<i32, BTreeSet<i64>>| -> serde_json::Map<String, Value> {
+            m.iter()
+                .map(|(p, set)| (p.to_string(), json!(set)))
+                .collect()
+        };
+        // Rows released and not gone on, and those due that are not in
+        // again yet, go on at once when read again.
+        let mut due = self.due.clone();
+        for o in &self.outgoing {
+            if let Outgoing::Rows(p) = o {
+                due.entry(p.partition).or_default().insert(p.offset);
+            }
+        }
         let position = SourcePosition {
             rows: self.rows,
             extra: json!({
                 "offsets": map(&offsets),
                 "writers": map(&self.watermarks),
                 "idle": map(&self.idle),
-                "sent_ahead": sent_ahead,
+                "sent_ahead": sets(&self.sent_ahead),
+                "due": sets(&due),
+                "handed": self.handed,
             }),
             ..SourcePosition::default()
         };
@@ -1147,6 +1207,54 @@ mod tests {
         drop(reading);
         let mut again = ExchangeReading::open(&reader, &config, &stats, Some(&position)).unwrap();
         take(&mut again, 2..6);
-        assert_eq!(all_out(&mut again), ["a", "wm:20"], "b went on already");
+        // a was released with watermark 10: both go on once a is in again.
+        assert_eq!(
+            all_out(&mut again),
+            ["a", "wm:10", "wm:20"],
+            "b went on already"
+        );
+    }
+
+    #[test]
+    fn rows_released_but_not_gone_on_at_a_checkpoint_go_on_when_read_again() {
+        let cluster = MockCluster::new(1).unwrap();
+        let reader = reader(&cluster, 2, None);
+        let (config, stats) = (config(&reader), SourceStats::default());
+        let schema = config.schema.clone();
+        let take = |reading: &mut ExchangeReading<'_>, sent: &[(i32, i64, Sent<'_>)]| {
+            for (writer, offset, s) in sent {
+                let m = message_in(*writer, *writer, *offset, s);
+                reading.take(&m, &schema).unwrap();
+            }
+        };
+        let mut reading = ExchangeReading::open(&reader, &config, &stats, None).unwrap();
+        take(
+            &mut reading,
+            &[(0, 0, Sent::Watermark(10)), (1, 0, Sent::Watermark(10))],
+        );
+        assert_eq!(all_out(&mut reading), ["wm:10"]);
+        take(
+            &mut reading,
+            &[
+                (0, 1, Sent::Rows("a")),
+                (0, 2, Sent::Watermark(20)),
+                (1, 1, Sent::Watermark(30)),
+            ],
+        );
+        // Released with watermark 20, then stopped before either went on.
+        reading.store_position();
+        let position = stats.position.lock().unwrap().clone().unwrap();
+        drop(reading);
+        let mut again = ExchangeReading::open(&reader, &config, &stats, Some(&position)).unwrap();
+        again.advance(&schema).unwrap();
+        assert!(all_out(&mut again).is_empty(), "a is not in again yet");
+        take(&mut again, &[(0, 1, Sent::Rows("a"))]);
+        assert_eq!(
+            all_out(&mut again),
+            ["a", "wm:20"],
+            "no later watermark comes"
+        );
+        take(&mut again, &[(0, 2, Sent::Watermark(20))]);
+        assert!(all_out(&mut again).is_empty());
     }
 }
