@@ -20,15 +20,14 @@ pub mod source;
 mod txn;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::ProducerContext;
 
 use super::options::Options;
 use super::registry::{OptionSpec, OptionType};
@@ -181,16 +180,6 @@ impl ClientContext for Reporter {
 }
 
 impl ConsumerContext for Reporter {}
-
-impl ProducerContext for Reporter {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: Self::DeliveryOpaque) {
-        if let Err((e, _)) = result {
-            self.warn(&format!("a result was not delivered: {e}"));
-        }
-    }
-}
 
 fn is_kafka(options: &[(String, String)]) -> bool {
     options
