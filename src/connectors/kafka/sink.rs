@@ -247,6 +247,10 @@ impl Sink for TopicSink {
         self.producing.restore(commit)
     }
 
+    fn client_errors(&self) -> Option<Arc<std::sync::atomic::AtomicU64>> {
+        Some(self.producing.errors())
+    }
+
     fn needs_checkpoints(&self) -> Option<String> {
         self.producing.exactly_once().then(|| {
             format!(

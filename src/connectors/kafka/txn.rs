@@ -4,7 +4,8 @@
 //! The `kafka` sink and the exchanges between a group's processes (see
 //! [`exchange`](super::exchange)) differ only in the records they make.
 
-use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -248,6 +249,9 @@ pub(super) struct Producing {
     what: String,
     topic: String,
     producer: BaseProducer<Delivery>,
+    /// The errors its clients reported (failed deliveries, transactions,
+    /// unreachable brokers), each retried.
+    errors: Arc<AtomicU64>,
     /// `Some` for exactly-once delivery.
     marker: Option<Marker>,
     /// Exactly once: the records since the last barrier.
@@ -263,7 +267,8 @@ impl Producing {
     /// A producer of `endpoint`'s topic for `what` (`sink out`): exactly
     /// once with `transactional_id`, at least once without.
     pub fn open(endpoint: &Endpoint, what: &str, transactional_id: Option<&str>) -> Result<Self> {
-        let reporter = || Reporter::new(what.to_string());
+        let errors = Arc::new(AtomicU64::new(0));
+        let reporter = || Reporter::counting(what.to_string(), errors.clone());
         let mut defaults = vec![("enable.idempotence", "true")];
         if let Some(id) = transactional_id {
             defaults.push(("transactional.id", id));
@@ -285,6 +290,7 @@ impl Producing {
             what: what.to_string(),
             topic: endpoint.topic.clone(),
             producer,
+            errors,
             marker,
             pending: Vec::new(),
             staged: None,
@@ -301,6 +307,11 @@ impl Producing {
     /// Whether it delivers exactly once.
     pub fn exactly_once(&self) -> bool {
         self.marker.is_some()
+    }
+
+    /// The count of the errors its clients reported, live.
+    pub fn errors(&self) -> Arc<AtomicU64> {
+        self.errors.clone()
     }
 
     /// Produces `records` now (at least once), or with the epoch's
