@@ -1872,6 +1872,78 @@ fn a_service_is_a_member_of_a_group() {
     );
 }
 
+/// The pipelines `vigil serve --group` runs as a member are in `GET
+/// /metrics` like the service's own queries, by label (`q1-p0`): one per
+/// partition it holds, their input rows adding up to the topic's.
+#[test]
+fn a_service_shows_its_group_pipelines_in_metrics() {
+    use crate::kafka::{group_script, produce_hosts, wait_until};
+    const HOSTS: usize = 8;
+    const SECONDS: usize = 300;
+    let cluster = rdkafka::mocking::MockCluster::new(1).expect("the mock cluster starts");
+    cluster.create_topic("metrics", 4, 1).unwrap();
+    for topic in ["out", "alerts"] {
+        cluster.create_topic(topic, 1, 1).unwrap();
+    }
+    let bootstrap = cluster.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("q.sql"),
+        group_script(&bootstrap, "out", "alerts", ""),
+    )
+    .unwrap();
+    produce_hosts(&bootstrap, HOSTS, 0..SECONDS);
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--group",
+            "cpu",
+            "--checkpoint-dir",
+            "ck",
+            "--checkpoint-interval",
+            "200ms",
+            "q.sql",
+        ],
+    );
+    let partitions = ["q1-p0", "q1-p1", "q1-p2", "q1-p3"];
+    let mut read = 0.0;
+    let shown = wait_until(Duration::from_secs(90), || {
+        let page = get(&server, "/metrics", None);
+        assert_eq!(page.status, 200, "{}", page.body);
+        let scrape = scrape(&page.body);
+        let listed = partitions.iter().all(|q| {
+            scrape.samples.iter().any(|s| {
+                s.metric == "vigil_query_rows_out_total" && s.labels.get("query") == Some(q)
+            })
+        });
+        read = partitions
+            .iter()
+            .map(|q| sum_of(&scrape, "vigil_query_input_rows_total", &[("query", q)]))
+            .sum();
+        listed && read == (HOSTS * SECONDS) as f64
+    });
+    assert!(
+        shown,
+        "{read} rows read; metrics:\n{}\nstderr:\n{}",
+        get(&server, "/metrics", None).body,
+        server.stderr()
+    );
+    // The member's queries count among the running ones; the service runs
+    // none of its own.
+    let page = get(&server, "/metrics", None);
+    let running = value_of(&scrape(&page.body), "vigil_running_queries", &[]);
+    assert!(running >= partitions.len() as f64, "{}", page.body);
+    // Its sinks are Kafka's: their error counters are there, at 0.
+    let sink_errors = value_of(
+        &scrape(&page.body),
+        "vigil_query_sink_errors_total",
+        &[("query", "q1-p0")],
+    );
+    assert_eq!(sink_errors, 0.0, "{}", page.body);
+}
+
 /// A script the group cannot run stops the service before it listens.
 #[test]
 fn a_service_refuses_a_group_script_it_would_answer_in_part() {

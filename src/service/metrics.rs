@@ -13,42 +13,59 @@
 //! over the instances of its stage). Per input they also count the rows
 //! that did not decode and the errors the source's client reported while
 //! it retried (a Kafka stream's unreachable broker), and per query the
-//! errors of its sink's client (a Kafka sink's failed deliveries).
-//! Durations are in seconds, as Prometheus has them.
+//! errors of its sink's client (a Kafka sink's failed deliveries). The
+//! queries are the session's, labelled by id, and those of the group
+//! member the service runs (`vigil serve --group`), labelled as the member
+//! names them (`q1-p0`). Durations are in seconds, as Prometheus has them.
 
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
 use crate::connectors::{SourceLocation, SourceStats};
 use crate::exec::metrics::{LATENCY_BUCKETS_MS, LatencyHistogram};
-use crate::runtime::live::{QueryId, QueryInfo};
+use crate::runtime::live::{Live, QueryId, QueryInfo};
 use crate::session::{QueryState, Session};
 
-/// A running query as the series name it: by id.
+/// A running query as the series name it: the session's by id, a group
+/// member's by its label (`q1-p0`, `q1-global`).
 struct Shown {
     /// The value of its `query` label.
     label: String,
-    /// The session's id, for the results kept for followers.
+    /// The session's id, for the results kept for followers (a member's
+    /// query has none).
     id: Option<QueryId>,
     info: QueryInfo,
 }
 
-/// The running queries of `all`.
-fn running(all: Vec<QueryInfo>) -> Vec<Shown> {
-    all.into_iter()
+/// The running queries of `session`, then those of the group member's
+/// runtime `member`.
+fn running(all: Vec<QueryInfo>, member: Option<&Live>) -> Vec<Shown> {
+    let own = all
+        .into_iter()
         .filter(|q| q.state == QueryState::Running)
         .map(|info| Shown {
             label: info.id.to_string(),
             id: Some(info.id),
             info,
-        })
-        .collect()
+        });
+    let members = member
+        .map(Live::queries)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|info| Shown {
+            label: info.label.clone(),
+            id: None,
+            info,
+        });
+    own.chain(members).collect()
 }
 
-/// The metrics of `session`, plus the count of alert rows seen firing and
-/// the result bytes kept for each query's followers.
+/// The metrics of `session` and of the queries the group member's runtime
+/// `member` runs, plus the count of alert rows seen firing and the result
+/// bytes kept for each query's followers.
 pub(super) fn render(
     session: &Session,
+    member: Option<&Live>,
     alerts_fired: u64,
     result_buffer_bytes: impl Fn(QueryId) -> usize,
 ) -> String {
@@ -75,7 +92,7 @@ pub(super) fn render(
         .iter()
         .filter(|q| q.state == QueryState::Failed)
         .count();
-    let queries = running(all_queries);
+    let queries = running(all_queries, member);
 
     header(
         &mut out,
@@ -633,7 +650,7 @@ mod tests {
             stats: std::sync::Arc::new(stats),
             inputs: Vec::new(),
         };
-        running(vec![info]).remove(0)
+        running(vec![info], None).remove(0)
     }
 
     #[test]
