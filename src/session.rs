@@ -1097,4 +1097,8 @@ impl Sink for AlertTee {
     fn needs_checkpoints(&self) -> Option<String> {
         self.inner.needs_checkpoints()
     }
+
+    fn client_errors(&self) -> Option<Arc<std::sync::atomic::AtomicU64>> {
+        self.inner.client_errors()
+    }
 }

@@ -335,6 +335,111 @@ fn at_least_once_writes_every_result_without_checkpoints() {
     assert_eq!(results(&read_topic(&bootstrap, "out")), expected());
 }
 
+/// The results in `messages`, at least once: a message that came more
+/// than once counts once.
+fn results_at_least_once(
+    messages: &[(Option<String>, String)],
+) -> BTreeMap<(String, i64), (u64, u64)> {
+    let mut distinct = messages.to_vec();
+    distinct.sort();
+    distinct.dedup();
+    results(&distinct)
+}
+
+/// The brokers refuse the next `count` produce requests with an error
+/// librdkafka does not retry by itself: the messages in them fail their
+/// delivery.
+fn refuse_produce_requests(
+    cluster: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    count: usize,
+) {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let refusal = RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_RECORD;
+    cluster.request_errors(RDKafkaApiKey::Produce, &vec![refusal; count]);
+}
+
+#[test]
+fn at_least_once_sends_again_the_results_whose_delivery_failed() {
+    let (cluster, bootstrap, dir) = with_metrics("at_least_once");
+    // The input is in the topic: the next produce requests are the sink's.
+    refuse_produce_requests(&cluster, 3);
+    let out = vigil_run(dir.path(), None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // The refusals happened, and were reported.
+    assert!(stderr.contains("was not delivered"), "{stderr}");
+    let got = results_at_least_once(&read_topic(&bootstrap, "out"));
+    let want = expected();
+    let missing: Vec<_> = want.keys().filter(|k| !got.contains_key(k)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} results lost, such as {:?}",
+        missing.len(),
+        want.len(),
+        missing.first()
+    );
+    assert_eq!(got, want);
+}
+
+#[test]
+fn at_least_once_sends_again_the_results_that_timed_out_while_the_broker_was_down() {
+    let (_cluster, bootstrap, dir) = with_metrics("at_least_once");
+    // The sink writes to a cluster of its own, down when the query starts:
+    // its messages time out after a second (`message.timeout.ms`), and
+    // librdkafka gives up on them.
+    let sink_cluster = cluster();
+    let sink_bootstrap = sink_cluster.bootstrap_servers();
+    let sql = fs::read_to_string(dir.path().join("q.sql")).unwrap();
+    let (source, sink) = sql.split_once("CREATE SINK").unwrap();
+    let sink = sink.replacen(&bootstrap, &sink_bootstrap, 1).replacen(
+        "delivery = 'at_least_once'",
+        "delivery = 'at_least_once', properties.message.timeout.ms = '1000'",
+        1,
+    );
+    fs::write(
+        dir.path().join("q.sql"),
+        format!("{source}CREATE SINK{sink}"),
+    )
+    .unwrap();
+    sink_cluster.broker_down(1).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
+    command.current_dir(dir.path()).args(["run", "q.sql"]);
+    let run = std::thread::spawn(move || output_within(command, Duration::from_secs(120)));
+    std::thread::sleep(Duration::from_secs(4));
+    sink_cluster.broker_up(1).unwrap();
+    let out = run.join().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("timed out"), "{stderr}");
+    let got = results_at_least_once(&read_topic(&sink_bootstrap, "out"));
+    let want = expected();
+    let missing: Vec<_> = want.keys().filter(|k| !got.contains_key(k)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} results lost, such as {:?}\n{stderr}",
+        missing.len(),
+        want.len(),
+        missing.first()
+    );
+    assert_eq!(got, want);
+}
+
+#[test]
+fn at_least_once_fails_the_query_once_its_deliveries_keep_failing() {
+    let (cluster, _bootstrap, dir) = with_metrics("at_least_once");
+    refuse_produce_requests(&cluster, 1000);
+    let out = vigil_run(dir.path(), None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("vigil: error") || l.starts_with("error"))
+        .unwrap_or_else(|| panic!("no error line in {stderr}"));
+    assert!(error.contains("sink out"), "{error}");
+    assert!(error.contains("not delivered"), "{error}");
+    assert!(error.contains("InvalidRecord"), "{error}");
+}
+
 #[test]
 fn an_unreachable_broker_is_reported_and_waited_for() {
     // A port nothing listens on: the source retries and warns, and the

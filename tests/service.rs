@@ -1539,6 +1539,131 @@ fn metrics_show_operators_queues_lag_and_latency() {
 /// Pushed rows go through the decoder files use: nested JSON values and CSV
 /// cells of JSON text become struct, list and map columns, and a value of
 /// the wrong shape is a bad row whose reason names the column and path.
+/// The sum of the samples of `metric` whose labels include `labels`.
+fn sum_of(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    use prometheus_parse::Value;
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| match s.value {
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => v,
+            _ => panic!("{metric} is not a single value"),
+        })
+        .sum()
+}
+
+/// A Kafka stream and a Kafka sink whose broker is unreachable count their
+/// client's errors in `GET /metrics` (per query, labelled by the stream)
+/// while the service keeps answering, and a Kafka stream's messages that
+/// do not decode are counted there too.
+#[test]
+fn metrics_count_kafka_errors_and_bad_rows_while_the_service_stays_up() {
+    use rdkafka::producer::{BaseRecord, Producer};
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cluster = rdkafka::mocking::MockCluster::new(1).expect("the mock cluster starts");
+    cluster.create_topic("metrics", 1, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let producer = crate::kafka::producer(&bootstrap);
+    // One row and two messages that do not decode (the last has no value).
+    for payload in [
+        Some(r#"{"ts": 1000, "host": "a", "cpu": 1}"#),
+        Some("not json"),
+        None,
+    ] {
+        let mut record = BaseRecord::<str, str>::to("metrics").key("a");
+        if let Some(p) = payload {
+            record = record.payload(p);
+        }
+        producer.send(record).unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--addr", "127.0.0.1:0"]);
+    let started = statements(
+        &server,
+        &format!(
+            "CREATE STREAM gone (ts TIMESTAMP, host TEXT, WATERMARK FOR ts AS ts)
+               WITH (connector = 'kafka', bootstrap = '127.0.0.1:{closed}', topic = 'metrics');
+             CREATE STREAM read (ts TIMESTAMP, host TEXT, cpu DOUBLE, WATERMARK FOR ts AS ts)
+               WITH (connector = 'kafka', bootstrap = '{bootstrap}', topic = 'metrics');
+             CREATE STREAM events (ts TIMESTAMP, host TEXT) WITH (connector = 'push');
+             CREATE SINK out WITH (connector = 'kafka', bootstrap = '127.0.0.1:{closed}',
+               topic = 'out', delivery = 'at_least_once');
+             SELECT host, count(*) FROM TUMBLE(gone, ts, INTERVAL '1' MINUTE)
+               GROUP BY window_start, window_end, host;
+             SELECT host, cpu FROM read;
+             INSERT INTO out SELECT ts, host FROM events;"
+        ),
+    );
+    assert_eq!(started.status, 200, "{}", started.body);
+    let pushed = post(
+        &server,
+        "/streams/events/rows",
+        Some("application/x-ndjson"),
+        "{\"ts\": 1000, \"host\": \"a\"}\n",
+    );
+    assert_eq!(pushed.status, 200, "{}", pushed.body);
+
+    let counts = || {
+        let page = get(&server, "/metrics", None);
+        assert_eq!(page.status, 200, "{}", page.body);
+        let scrape = scrape(&page.body);
+        (
+            sum_of(
+                &scrape,
+                "vigil_query_input_errors_total",
+                &[("stream", "gone")],
+            ),
+            sum_of(&scrape, "vigil_query_sink_errors_total", &[]),
+            sum_of(
+                &scrape,
+                "vigil_query_input_bad_rows_total",
+                &[("stream", "read")],
+            ),
+            sum_of(
+                &scrape,
+                "vigil_query_input_errors_total",
+                &[("stream", "read")],
+            ),
+        )
+    };
+    let mut first = (0.0, 0.0, 0.0, 0.0);
+    let counted = crate::kafka::wait_until(WAIT, || {
+        first = counts();
+        first.0 > 0.0 && first.1 > 0.0 && first.2 == 2.0
+    });
+    assert!(counted, "{first:?}\n{}", server.stderr());
+    // The reachable stream met no error.
+    assert_eq!(first.3, 0.0, "{first:?}");
+    // The broker stays unreachable: the stream's counter keeps rising as
+    // it retries (librdkafka reports the same connection failure at most
+    // every 30 s, so the sink's may not yet), the service keeps answering
+    // and the queries keep running.
+    let rising = crate::kafka::wait_until(WAIT, || counts().0 > first.0);
+    assert!(rising, "{first:?} then {:?}\n{}", counts(), server.stderr());
+    assert_eq!(get(&server, "/health", None).status, 200);
+    let page = get(&server, "/metrics", None);
+    assert_eq!(
+        value_of(&scrape(&page.body), "vigil_running_queries", &[]),
+        3.0
+    );
+    assert!(
+        server.stderr().contains("stream gone: kafka:"),
+        "{}",
+        server.stderr()
+    );
+    assert!(
+        server.stderr().contains("sink out: kafka:"),
+        "{}",
+        server.stderr()
+    );
+}
+
 #[test]
 fn pushed_rows_decode_nested_columns() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -1745,6 +1870,78 @@ fn a_service_is_a_member_of_a_group() {
         "{}",
         server.stderr()
     );
+}
+
+/// The pipelines `vigil serve --group` runs as a member are in `GET
+/// /metrics` like the service's own queries, by label (`q1-p0`): one per
+/// partition it holds, their input rows adding up to the topic's.
+#[test]
+fn a_service_shows_its_group_pipelines_in_metrics() {
+    use crate::kafka::{group_script, produce_hosts, wait_until};
+    const HOSTS: usize = 8;
+    const SECONDS: usize = 300;
+    let cluster = rdkafka::mocking::MockCluster::new(1).expect("the mock cluster starts");
+    cluster.create_topic("metrics", 4, 1).unwrap();
+    for topic in ["out", "alerts"] {
+        cluster.create_topic(topic, 1, 1).unwrap();
+    }
+    let bootstrap = cluster.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("q.sql"),
+        group_script(&bootstrap, "out", "alerts", ""),
+    )
+    .unwrap();
+    produce_hosts(&bootstrap, HOSTS, 0..SECONDS);
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--group",
+            "cpu",
+            "--checkpoint-dir",
+            "ck",
+            "--checkpoint-interval",
+            "200ms",
+            "q.sql",
+        ],
+    );
+    let partitions = ["q1-p0", "q1-p1", "q1-p2", "q1-p3"];
+    let mut read = 0.0;
+    let shown = wait_until(Duration::from_secs(90), || {
+        let page = get(&server, "/metrics", None);
+        assert_eq!(page.status, 200, "{}", page.body);
+        let scrape = scrape(&page.body);
+        let listed = partitions.iter().all(|q| {
+            scrape.samples.iter().any(|s| {
+                s.metric == "vigil_query_rows_out_total" && s.labels.get("query") == Some(q)
+            })
+        });
+        read = partitions
+            .iter()
+            .map(|q| sum_of(&scrape, "vigil_query_input_rows_total", &[("query", q)]))
+            .sum();
+        listed && read == (HOSTS * SECONDS) as f64
+    });
+    assert!(
+        shown,
+        "{read} rows read; metrics:\n{}\nstderr:\n{}",
+        get(&server, "/metrics", None).body,
+        server.stderr()
+    );
+    // The member's queries count among the running ones; the service runs
+    // none of its own.
+    let page = get(&server, "/metrics", None);
+    let running = value_of(&scrape(&page.body), "vigil_running_queries", &[]);
+    assert!(running >= partitions.len() as f64, "{}", page.body);
+    // Its sinks are Kafka's: their error counters are there, at 0.
+    let sink_errors = value_of(
+        &scrape(&page.body),
+        "vigil_query_sink_errors_total",
+        &[("query", "q1-p0")],
+    );
+    assert_eq!(sink_errors, 0.0, "{}", page.body);
 }
 
 /// A script the group cannot run stops the service before it listens.

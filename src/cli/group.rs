@@ -41,22 +41,37 @@ pub(super) fn leave_on_signal(stopper: Option<&Stopper>) -> Arc<AtomicBool> {
     leave
 }
 
-/// Runs this process as a member of group `name` until `leave` is set,
-/// then leaves the group: `queries` (planned once over every partition)
-/// say what the group reads.
+/// The checkpoint directory the members of a group share.
+fn shared_dir(args: &RunArgs) -> Result<&Location> {
+    args.checkpoints.checkpoint_dir.as_ref().ok_or_else(|| {
+        Error::Plan("--group needs --checkpoint-dir: the members share their state there".into())
+    })
+}
+
+/// The runtime a member's pipelines run in, checkpointed in the shared
+/// directory; a caller that keeps a clone sees its queries (`vigil serve
+/// --group` shows them in `GET /metrics`).
+pub(super) fn member_runtime(args: &RunArgs) -> Result<Live> {
+    let dir = shared_dir(args)?;
+    Ok(Live::with_checkpoints(checkpoint_config(
+        dir,
+        &args.checkpoints,
+    )))
+}
+
+/// Runs this process as a member of group `name` in `live` (from
+/// [`member_runtime`]) until `leave` is set, then leaves the group:
+/// `queries` (planned once over every partition) say what the group
+/// reads.
 pub(super) async fn run(
     args: &RunArgs,
     name: &str,
     queries: Vec<PreparedQuery>,
+    live: Live,
     leave: Arc<AtomicBool>,
 ) -> Result<()> {
     let endpoint = group_topic(&queries)?;
-    let Some(dir) = &args.checkpoints.checkpoint_dir else {
-        return Err(Error::Plan(
-            "--group needs --checkpoint-dir: the members share their state there".into(),
-        ));
-    };
-    let live = Live::with_checkpoints(checkpoint_config(dir, &args.checkpoints));
+    let dir = shared_dir(args)?;
     let exchanges = Exchanges {
         group: name.to_string(),
         partitions: partition_count(&endpoint)?,

@@ -368,7 +368,10 @@ async fn run(args: RunArgs) -> Result<()> {
     }
     if let Some(name) = &args.group {
         let leave = group::leave_on_signal(stopper.as_ref());
-        return group::run(&args, name, queries, leave).await;
+        // The scripts are checked first: their errors say more.
+        group::group_topic(&queries)?;
+        let live = group::member_runtime(&args)?;
+        return group::run(&args, name, queries, live, leave).await;
     }
     let to_terminal = args.output.is_none() && std::io::stdout().is_terminal();
     let format = args

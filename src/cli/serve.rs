@@ -205,11 +205,13 @@ fn group_member(args: &ServeArgs, name: &str) -> Result<service::Member> {
     };
     let queries = prepare_queries(&run, None)?;
     group::group_topic(&queries)?;
+    let live = group::member_runtime(&run)?;
     let leave = Arc::new(AtomicBool::new(false));
     let name = name.to_string();
     let flag = leave.clone();
     Ok(service::Member {
-        run: async move { group::run(&run, &name, queries, flag).await }.boxed(),
+        queries: live.clone(),
+        run: async move { group::run(&run, &name, queries, live, flag).await }.boxed(),
         leave,
     })
 }

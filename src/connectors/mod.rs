@@ -31,8 +31,8 @@ pub mod timestamp;
 pub mod webhook;
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::datatypes::SchemaRef;
 
@@ -262,6 +262,9 @@ pub struct SourceStats {
     pub buffered_bytes: AtomicU64,
     /// A disk buffer of it is full, so back-pressure has resumed.
     pub buffer_full: AtomicBool,
+    /// Errors its client reported while it retried (a Kafka stream: an
+    /// unreachable broker, a failed fetch), shared with the client.
+    pub client_errors: Arc<AtomicU64>,
 }
 
 /// The largest event time a source has read, in epoch milliseconds.

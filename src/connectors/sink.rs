@@ -122,6 +122,13 @@ pub trait Sink: Send {
     fn needs_checkpoints(&self) -> Option<String> {
         None
     }
+
+    /// The count of the errors its client met and retried (a Kafka sink:
+    /// failed deliveries and transactions, unreachable brokers), live, for
+    /// `GET /metrics`. `None`, the default, for a sink that counts none.
+    fn client_errors(&self) -> Option<Arc<std::sync::atomic::AtomicU64>> {
+        None
+    }
 }
 
 /// What a checkpoint records of a sink: opaque to everyone but the sink.

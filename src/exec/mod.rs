@@ -194,6 +194,10 @@ pub struct QueryStats {
     /// has started their sources: its load shedder counts its dropped rows
     /// in their `shed_rows` too.
     pub sources: std::sync::OnceLock<Vec<std::sync::Arc<crate::connectors::SourceStats>>>,
+    /// The errors its sink's client met and retried, when the sink counts
+    /// them (see [`Sink::client_errors`](crate::connectors::Sink::client_errors)):
+    /// set by the runtime when it starts the query.
+    pub sink_errors: std::sync::OnceLock<std::sync::Arc<AtomicU64>>,
 }
 
 impl Default for QueryStats {
@@ -205,6 +209,7 @@ impl Default for QueryStats {
             watermark: std::sync::atomic::AtomicI64::new(i64::MIN),
             metrics: metrics::QueryMetrics::default(),
             sources: std::sync::OnceLock::new(),
+            sink_errors: std::sync::OnceLock::new(),
         }
     }
 }

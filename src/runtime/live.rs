@@ -399,6 +399,9 @@ impl Live {
                     .map(|i| stream.schema.field(i).name().as_str())
             }),
         );
+        if let Some(errors) = sink.client_errors() {
+            let _ = stats.sink_errors.set(errors);
+        }
         let mut tasks = Vec::new();
         let mut wired = Wired {
             stats: stats.clone(),

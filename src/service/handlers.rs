@@ -607,6 +607,7 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         let session = state.inner.session.read().await;
         metrics::render(
             &session,
+            state.inner.member_queries.as_ref(),
             state.inner.alerts_fired.load(Ordering::Relaxed),
             |id| state.result_buffer_bytes(id),
         )

@@ -10,21 +10,62 @@
 //! rows, watermark lag, the event-to-result latency histogram, the depth
 //! of every queue between its tasks (`vigil_queue_*`, labelled by the
 //! queue) and each operator's rows and time (`vigil_operator_*`, summed
-//! over the instances of its stage). Durations are in seconds, as
-//! Prometheus has them.
+//! over the instances of its stage). Per input they also count the rows
+//! that did not decode and the errors the source's client reported while
+//! it retried (a Kafka stream's unreachable broker), and per query the
+//! errors of its sink's client (a Kafka sink's failed deliveries). The
+//! queries are the session's, labelled by id, and those of the group
+//! member the service runs (`vigil serve --group`), labelled as the member
+//! names them (`q1-p0`). Durations are in seconds, as Prometheus has them.
 
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
 use crate::connectors::{SourceLocation, SourceStats};
 use crate::exec::metrics::{LATENCY_BUCKETS_MS, LatencyHistogram};
-use crate::runtime::live::{QueryId, QueryInfo};
+use crate::runtime::live::{Live, QueryId, QueryInfo};
 use crate::session::{QueryState, Session};
 
-/// The metrics of `session`, plus the count of alert rows seen firing and
-/// the result bytes kept for each query's followers.
+/// A running query as the series name it: the session's by id, a group
+/// member's by its label (`q1-p0`, `q1-global`).
+struct Shown {
+    /// The value of its `query` label.
+    label: String,
+    /// The session's id, for the results kept for followers (a member's
+    /// query has none).
+    id: Option<QueryId>,
+    info: QueryInfo,
+}
+
+/// The running queries of `session`, then those of the group member's
+/// runtime `member`.
+fn running(all: Vec<QueryInfo>, member: Option<&Live>) -> Vec<Shown> {
+    let own = all
+        .into_iter()
+        .filter(|q| q.state == QueryState::Running)
+        .map(|info| Shown {
+            label: info.id.to_string(),
+            id: Some(info.id),
+            info,
+        });
+    let members = member
+        .map(Live::queries)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|info| Shown {
+            label: info.label.clone(),
+            id: None,
+            info,
+        });
+    own.chain(members).collect()
+}
+
+/// The metrics of `session` and of the queries the group member's runtime
+/// `member` runs, plus the count of alert rows seen firing and the result
+/// bytes kept for each query's followers.
 pub(super) fn render(
     session: &Session,
+    member: Option<&Live>,
     alerts_fired: u64,
     result_buffer_bytes: impl Fn(QueryId) -> usize,
 ) -> String {
@@ -51,10 +92,7 @@ pub(super) fn render(
         .iter()
         .filter(|q| q.state == QueryState::Failed)
         .count();
-    let queries: Vec<_> = all_queries
-        .into_iter()
-        .filter(|q| q.state == QueryState::Running)
-        .collect();
+    let queries = running(all_queries, member);
 
     header(
         &mut out,
@@ -91,12 +129,11 @@ pub(super) fn render(
         "Result rows of a running query.",
     );
     for q in &queries {
-        let id = q.id.to_string();
         sample(
             &mut out,
             "vigil_query_rows_out_total",
-            &[("query", &id)],
-            q.rows_out,
+            &[("query", &q.label)],
+            q.info.rows_out,
         );
     }
     header(
@@ -106,12 +143,11 @@ pub(super) fn render(
         "Rows a running query dropped as late.",
     );
     for q in &queries {
-        let id = q.id.to_string();
         sample(
             &mut out,
             "vigil_query_late_rows_total",
-            &[("query", &id)],
-            q.late_rows,
+            &[("query", &q.label)],
+            q.info.late_rows,
         );
     }
     header(
@@ -121,16 +157,16 @@ pub(super) fn render(
         "Rows a running query read from a stream.",
     );
     for q in &queries {
-        let id = q.id.to_string();
-        for (stream, rows, _) in &q.sources {
+        for (stream, rows, _) in &q.info.sources {
             sample(
                 &mut out,
                 "vigil_query_input_rows_total",
-                &[("query", &id), ("stream", stream)],
+                &[("query", &q.label), ("stream", stream)],
                 *rows,
             );
         }
     }
+    input_errors(&mut out, &queries);
     header(
         &mut out,
         "vigil_query_result_buffer_bytes",
@@ -138,12 +174,12 @@ pub(super) fn render(
         "Bytes of result batches kept for the followers of a running query that have not read them.",
     );
     for q in &queries {
-        let id = q.id.to_string();
+        let Some(id) = q.id else { continue };
         sample(
             &mut out,
             "vigil_query_result_buffer_bytes",
-            &[("query", &id)],
-            result_buffer_bytes(q.id) as u64,
+            &[("query", &q.label)],
+            result_buffer_bytes(id) as u64,
         );
     }
     header(
@@ -254,7 +290,7 @@ fn load_f(n: &std::sync::atomic::AtomicU64) -> f64 {
 /// each running query.
 fn query_overload(
     out: &mut String,
-    queries: &[QueryInfo],
+    queries: &[Shown],
     push: &[(String, std::sync::Arc<SourceStats>)],
     now_ms: i64,
 ) {
@@ -265,9 +301,9 @@ fn query_overload(
         "Input rows a running query's load shedder dropped.",
     );
     for q in queries {
-        let id = q.id.to_string();
-        let shed = q.stats.shed_rows.load(Ordering::Relaxed);
-        sample(out, "vigil_query_shed_rows_total", &[("query", &id)], shed);
+        let shed = q.info.stats.shed_rows.load(Ordering::Relaxed);
+        let labels = [("query", q.label.as_str())];
+        sample(out, "vigil_query_shed_rows_total", &labels, shed);
     }
     header(
         out,
@@ -276,14 +312,13 @@ fn query_overload(
         "Wall clock minus the last watermark a running query's sink saw.",
     );
     for q in queries {
-        let watermark = q.stats.watermark.load(Ordering::Relaxed);
+        let watermark = q.info.stats.watermark.load(Ordering::Relaxed);
         if watermark != i64::MIN && watermark != crate::exec::END_OF_INPUT {
-            let id = q.id.to_string();
             let lag = lag_seconds(now_ms, watermark);
             sample(
                 out,
                 "vigil_query_watermark_lag_seconds",
-                &[("query", &id)],
+                &[("query", &q.label)],
                 lag,
             );
         }
@@ -295,9 +330,9 @@ fn query_overload(
         "Time a running query's reader of a file or other non-push stream waited for room in its queues (back-pressure).",
     );
     for q in queries {
-        let id = q.id.to_string();
         // A push stream's counters are the stream's, exported above.
         let own = q
+            .info
             .inputs
             .iter()
             .filter(|(_, s)| !push.iter().any(|(_, p)| std::sync::Arc::ptr_eq(p, s)));
@@ -305,7 +340,7 @@ fn query_overload(
             sample(
                 out,
                 "vigil_query_input_blocked_seconds_total",
-                &[("query", &id), ("stream", stream)],
+                &[("query", &q.label), ("stream", stream)],
                 seconds(stats.blocked_ns.load(Ordering::Relaxed)),
             );
         }
@@ -313,9 +348,54 @@ fn query_overload(
     latency(out, queries);
 }
 
+/// The bad rows and client errors of each running query's inputs, and the
+/// errors of its sink's client: what a Kafka stream or sink met while it
+/// retried (an unreachable broker, a failed fetch, a failed delivery or
+/// transaction), which stderr also warns of.
+fn input_errors(out: &mut String, queries: &[Shown]) {
+    type Value = fn(&SourceStats) -> u64;
+    let series: [(&str, &str, Value); 2] = [
+        (
+            "vigil_query_input_bad_rows_total",
+            "Rows of a stream a running query reads that did not decode, skipped (and dead-lettered, if the stream says where).",
+            |s| s.bad_rows.load(Ordering::Relaxed),
+        ),
+        (
+            "vigil_query_input_errors_total",
+            "Errors the client of a stream a running query reads reported while it retried (a Kafka stream: an unreachable broker, a failed fetch).",
+            |s| s.client_errors.load(Ordering::Relaxed),
+        ),
+    ];
+    for (metric, help, value) in series {
+        header(out, metric, "counter", help);
+        for q in queries {
+            for (stream, stats) in &q.info.inputs {
+                let labels = [("query", q.label.as_str()), ("stream", stream)];
+                sample(out, metric, &labels, value(stats));
+            }
+        }
+    }
+    header(
+        out,
+        "vigil_query_sink_errors_total",
+        "counter",
+        "Errors the client of a running query's sink met, each retried (a Kafka sink: an unreachable broker, a failed delivery or transaction).",
+    );
+    for q in queries {
+        let errors = q.info.stats.sink_errors.get();
+        let errors = errors.map_or(0, |e| e.load(Ordering::Relaxed));
+        sample(
+            out,
+            "vigil_query_sink_errors_total",
+            &[("query", &q.label)],
+            errors,
+        );
+    }
+}
+
 /// Each running query's event-to-result latency, as a histogram in
 /// seconds.
-fn latency(out: &mut String, queries: &[QueryInfo]) {
+fn latency(out: &mut String, queries: &[Shown]) {
     const NAME: &str = "vigil_query_result_latency_seconds";
     header(
         out,
@@ -324,8 +404,8 @@ fn latency(out: &mut String, queries: &[QueryInfo]) {
         "Wall clock at a running query's sink minus the event time of each result row.",
     );
     for q in queries {
-        let id = q.id.to_string();
-        let histogram: &LatencyHistogram = &q.stats.metrics.latency;
+        let id = &q.label;
+        let histogram: &LatencyHistogram = &q.info.stats.metrics.latency;
         let cumulative = histogram.cumulative();
         let bounds = LATENCY_BUCKETS_MS
             .iter()
@@ -335,19 +415,19 @@ fn latency(out: &mut String, queries: &[QueryInfo]) {
             sample(
                 out,
                 &format!("{NAME}_bucket"),
-                &[("query", &id), ("le", &le)],
+                &[("query", id), ("le", &le)],
                 *count,
             );
         }
         let sum = histogram.sum_ms() as f64 / 1e3;
-        sample(out, &format!("{NAME}_sum"), &[("query", &id)], sum);
+        sample(out, &format!("{NAME}_sum"), &[("query", id)], sum);
         let count = cumulative.last().copied().unwrap_or(0);
-        sample(out, &format!("{NAME}_count"), &[("query", &id)], count);
+        sample(out, &format!("{NAME}_count"), &[("query", id)], count);
     }
 }
 
 /// The depth of every queue between the tasks of each running query.
-fn queues(out: &mut String, queries: &[QueryInfo]) {
+fn queues(out: &mut String, queries: &[Shown]) {
     type Value = fn(&crate::exec::metrics::QueueGauge) -> f64;
     let series: [(&str, &str, &str, Value); 4] = [
         (
@@ -377,13 +457,13 @@ fn queues(out: &mut String, queries: &[QueryInfo]) {
     ];
     let gauges: Vec<_> = queries
         .iter()
-        .map(|q| (q.id.to_string(), q.stats.metrics.queue_list()))
+        .map(|q| (q.label.as_str(), q.info.stats.metrics.queue_list()))
         .collect();
     for (metric, kind, help, value) in series {
         header(out, metric, kind, help);
         for (id, list) in &gauges {
             for gauge in list {
-                let labels = [("query", id.as_str()), ("queue", gauge.label.as_str())];
+                let labels = [("query", *id), ("queue", gauge.label.as_str())];
                 sample(out, metric, &labels, value(gauge));
             }
         }
@@ -391,7 +471,7 @@ fn queues(out: &mut String, queries: &[QueryInfo]) {
 }
 
 /// Each operator's rows and time, summed over the instances of its stage.
-fn operators(out: &mut String, queries: &[QueryInfo]) {
+fn operators(out: &mut String, queries: &[Shown]) {
     type Value = fn(&crate::analyze::OperatorRow) -> f64;
     let series: [(&str, &str, Value); 4] = [
         (
@@ -418,8 +498,8 @@ fn operators(out: &mut String, queries: &[QueryInfo]) {
     let rows: Vec<_> = queries
         .iter()
         .map(|q| {
-            let id = q.id.to_string();
-            (id, crate::analyze::operator_rows(&q.stats.metrics))
+            let rows = crate::analyze::operator_rows(&q.info.stats.metrics);
+            (q.label.as_str(), rows)
         })
         .collect();
     for (metric, help, value) in series {
@@ -428,7 +508,7 @@ fn operators(out: &mut String, queries: &[QueryInfo]) {
             for row in list {
                 let index = (row.index + 1).to_string();
                 let labels = [
-                    ("query", id.as_str()),
+                    ("query", *id),
                     ("stage", row.stage.as_str()),
                     ("operator", index.as_str()),
                     ("name", row.name.as_str()),
@@ -558,8 +638,8 @@ mod tests {
         assert_eq!(out, "m{stream=\"a\\\"b\\\\c\\nd\",q=\"1\"} 7\nn 0\n");
     }
 
-    fn query(stats: crate::exec::QueryStats) -> QueryInfo {
-        QueryInfo {
+    fn query(stats: crate::exec::QueryStats) -> Shown {
+        let info = QueryInfo {
             id: 3,
             label: "q".into(),
             state: QueryState::Running,
@@ -569,7 +649,8 @@ mod tests {
             sources: Vec::new(),
             stats: std::sync::Arc::new(stats),
             inputs: Vec::new(),
-        }
+        };
+        running(vec![info], None).remove(0)
     }
 
     #[test]
@@ -587,6 +668,32 @@ mod tests {
             "vigil_query_result_latency_seconds_bucket{query=\"3\",le=\"+Inf\"} 3",
             "vigil_query_result_latency_seconds_sum{query=\"3\"} 400.008",
             "vigil_query_result_latency_seconds_count{query=\"3\"} 3",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
+        }
+    }
+
+    #[test]
+    fn input_and_sink_errors_are_counted_per_query() {
+        let source = std::sync::Arc::new(SourceStats::default());
+        source.bad_rows.store(2, Ordering::Relaxed);
+        source.client_errors.store(5, Ordering::Relaxed);
+        let stats = crate::exec::QueryStats::default();
+        let sink = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(7));
+        stats.sink_errors.set(sink).unwrap();
+        let mut shown = query(stats);
+        shown.info.inputs.push(("k".into(), source));
+        // A query whose sink counts no errors shows 0.
+        let mut other = query(crate::exec::QueryStats::default());
+        other.label = "q1-p0".into();
+        let mut out = String::new();
+        input_errors(&mut out, &[shown, other]);
+        for line in [
+            "# TYPE vigil_query_input_errors_total counter",
+            "vigil_query_input_bad_rows_total{query=\"3\",stream=\"k\"} 2",
+            "vigil_query_input_errors_total{query=\"3\",stream=\"k\"} 5",
+            "vigil_query_sink_errors_total{query=\"3\"} 7",
+            "vigil_query_sink_errors_total{query=\"q1-p0\"} 0",
         ] {
             assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
         }

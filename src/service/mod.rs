@@ -71,7 +71,7 @@ use feed::{End, Feed};
 use crate::engine::{Dropped, Outcome, script_dir};
 use crate::error::{Error, Result};
 use crate::plan::listing::{Listing, listing_text};
-use crate::runtime::live::QueryId;
+use crate::runtime::live::{Live, QueryId};
 use crate::session::{QueryHandle, Session};
 use crate::sql::{Statement, StatementKind, parse_script, render_error};
 use crate::state::store::Location as StoreLocation;
@@ -147,6 +147,10 @@ pub struct Member {
     pub run: BoxFuture<'static, Result<()>>,
     /// Set when the service shuts down.
     pub leave: Arc<AtomicBool>,
+    /// The runtime `run` starts the member's pipelines in: `GET /metrics`
+    /// shows its running queries beside the session's, by label
+    /// (`q1-p0`, `q1-global`).
+    pub queries: Live,
 }
 
 /// Runs the service until Ctrl-C or SIGTERM: executes the startup scripts,
@@ -163,7 +167,8 @@ pub async fn serve(session: Session, config: Config) -> Result<()> {
 /// has failed (its pipelines fail on any process): the service shuts down
 /// and answers its error, as `vigil run --group` does.
 pub async fn serve_with(session: Session, config: Config, member: Option<Member>) -> Result<()> {
-    let state = AppState::new(session, &config);
+    let member_queries = member.as_ref().map(|m| m.queries.clone());
+    let state = AppState::with_member(session, &config, member_queries);
     for script in &config.scripts {
         state.run_script(script).await?;
     }
@@ -333,6 +338,9 @@ struct Inner {
     /// The checkpoint directory of the service's own group, if it is a
     /// member of one.
     group_checkpoint_dir: Option<StoreLocation>,
+    /// The runtime of the group member the service runs, if any: its
+    /// queries are in `GET /metrics`.
+    member_queries: Option<Live>,
 }
 
 /// The statement log's file in the state directory.
@@ -444,6 +452,12 @@ impl AppState {
     /// State around `session`; must be called within a tokio runtime (it
     /// starts counting alerts).
     pub fn new(session: Session, config: &Config) -> AppState {
+        Self::with_member(session, config, None)
+    }
+
+    /// [`AppState::new`] for a service that is also a group member whose
+    /// queries run in `member_queries`.
+    fn with_member(session: Session, config: &Config, member_queries: Option<Live>) -> AppState {
         let alerts_fired = Arc::new(AtomicU64::new(0));
         let mut alerts = session.alerts();
         let counter = alerts_fired.clone();
@@ -466,6 +480,7 @@ impl AppState {
                 log: config.state_dir.as_ref().map(|d| d.join(STATEMENT_LOG)),
                 state_dir: config.state_dir.clone(),
                 group_checkpoint_dir: config.group_checkpoint_dir.clone(),
+                member_queries,
             }),
         }
     }

@@ -297,6 +297,10 @@ impl Sink for ExchangeSink {
         self.producing.restore(commit)
     }
 
+    fn client_errors(&self) -> Option<std::sync::Arc<std::sync::atomic::AtomicU64>> {
+        Some(self.producing.errors())
+    }
+
     fn needs_checkpoints(&self) -> Option<String> {
         Some(format!(
             "partition {}: an exchange between the processes of a group produces when a checkpoint covers its rows: run with --checkpoint-dir",
@@ -524,7 +528,10 @@ impl<'a> ExchangeReading<'a> {
                 ("auto.offset.reset", "earliest"),
                 ("isolation.level", "read_committed"),
             ])
-            .create_with_context(Reporter::new(what.clone()))
+            .create_with_context(Reporter::counting(
+                what.clone(),
+                stats.client_errors.clone(),
+            ))
             .map_err(|e| kafka_error(&what, e))?;
         let mut reading = ExchangeReading {
             reader,

@@ -4,8 +4,9 @@
 //! from its bundled C source). What they share lives here: the client
 //! configuration (`bootstrap`, `properties.*`) and the client context that
 //! turns librdkafka's errors (an unreachable broker, a missing topic) into
-//! rate-limited warnings on stderr and a counter, instead of failing the
-//! query: librdkafka retries with back-off by itself.
+//! rate-limited warnings on stderr and a counter (`GET /metrics` shows it
+//! per query), instead of failing the query: librdkafka retries with
+//! back-off by itself.
 //!
 //! - [`source`]: reads every partition of a topic, with the offsets in
 //!   vigil's checkpoints (see [`KafkaSource`]).
@@ -20,15 +21,14 @@ pub mod source;
 mod txn;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::ProducerContext;
 
 use super::options::Options;
 use super::registry::{OptionSpec, OptionType};
@@ -128,8 +128,12 @@ impl Endpoint {
 pub struct Reporter {
     /// `stream metrics` or `sink out`, for the messages.
     what: String,
-    /// Errors reported so far.
-    pub errors: AtomicU64,
+    /// Errors reported so far; shared with whoever shows them (`GET
+    /// /metrics`: a stream's [`SourceStats::client_errors`], a sink's
+    /// [`Sink::client_errors`](super::Sink::client_errors)).
+    ///
+    /// [`SourceStats::client_errors`]: super::SourceStats::client_errors
+    pub errors: Arc<AtomicU64>,
     /// When each message was last printed.
     printed: Mutex<HashMap<String, Instant>>,
 }
@@ -137,9 +141,14 @@ pub struct Reporter {
 impl Reporter {
     /// A reporter for `what` (`stream metrics`).
     pub fn new(what: impl Into<String>) -> Self {
+        Self::counting(what, Arc::new(AtomicU64::new(0)))
+    }
+
+    /// A reporter for `what` that counts its errors in `errors`.
+    pub fn counting(what: impl Into<String>, errors: Arc<AtomicU64>) -> Self {
         Reporter {
             what: what.into(),
-            errors: AtomicU64::new(0),
+            errors,
             printed: Mutex::new(HashMap::new()),
         }
     }
@@ -181,16 +190,6 @@ impl ClientContext for Reporter {
 }
 
 impl ConsumerContext for Reporter {}
-
-impl ProducerContext for Reporter {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: Self::DeliveryOpaque) {
-        if let Err((e, _)) = result {
-            self.warn(&format!("a result was not delivered: {e}"));
-        }
-    }
-}
 
 fn is_kafka(options: &[(String, String)]) -> bool {
     options

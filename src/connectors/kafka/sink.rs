@@ -4,8 +4,11 @@
 //! # Delivery
 //!
 //! - `at_least_once`: rows are produced as they come; a checkpoint waits
-//!   until the brokers have every row before it. After a restore, the
-//!   rows since the checkpoint are produced again.
+//!   until the brokers have every row before it. A row whose delivery
+//!   failed (librdkafka gave up on it) is produced again, with the back-off
+//!   of a failed transaction, until the brokers have it; the query fails
+//!   if they still refuse it after the last try. After a restore, the rows
+//!   since the checkpoint are produced again.
 //! - `exactly_once` (the default; needs checkpoints): the rows of an epoch
 //!   (between two checkpoint barriers) are held back. At the barrier they
 //!   go into the checkpoint itself, so the checkpoint holds what it owes
@@ -242,6 +245,10 @@ impl Sink for TopicSink {
 
     fn restore(&mut self, commit: &SinkCommit) -> Result<()> {
         self.producing.restore(commit)
+    }
+
+    fn client_errors(&self) -> Option<Arc<std::sync::atomic::AtomicU64>> {
+        Some(self.producing.errors())
     }
 
     fn needs_checkpoints(&self) -> Option<String> {

@@ -426,7 +426,10 @@ impl<'a> Reading<'a> {
         stats: &'a SourceStats,
         start: Option<&SourcePosition>,
     ) -> Result<Self> {
-        let reporter = Reporter::new(format!("stream {}", config.stream));
+        let reporter = Reporter::counting(
+            format!("stream {}", config.stream),
+            stats.client_errors.clone(),
+        );
         let reset = match source.start {
             Start::Latest => "latest",
             _ => "earliest",

@@ -4,13 +4,16 @@
 //! The `kafka` sink and the exchanges between a group's processes (see
 //! [`exchange`](super::exchange)) differ only in the records they make.
 
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
+use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::message::{BorrowedMessage, DeliveryResult, Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde_json::{Value, json};
 
@@ -19,7 +22,8 @@ use super::{CALL_TIMEOUT, Endpoint, Reporter, kafka_error};
 use crate::error::{Error, Result};
 
 /// How many times a transaction or a flush is tried before the query
-/// fails (each failure is reported; the waits double up to 5 s).
+/// fails (each failure is reported; the waits double up to 5 s). At least
+/// once, a flush's try sends again the records whose delivery failed.
 const ATTEMPTS: u32 = 8;
 
 /// One message to produce.
@@ -43,6 +47,24 @@ impl Record {
             value,
             partition: None,
             headers: Vec::new(),
+        }
+    }
+
+    /// The record `message` was made from: a message whose delivery
+    /// failed, to send again (to the partition it was given, if any).
+    fn of_message(message: &BorrowedMessage<'_>) -> Self {
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        let headers = message.headers().map_or_else(Vec::new, |headers| {
+            headers
+                .iter()
+                .map(|h| (h.key.to_string(), h.value.map(text).unwrap_or_default()))
+                .collect()
+        });
+        Record {
+            key: message.key().map(text),
+            value: message.payload().unwrap_or_default().to_vec(),
+            partition: (message.partition() >= 0).then(|| message.partition()),
+            headers,
         }
     }
 
@@ -91,6 +113,90 @@ impl Record {
             partition,
             headers,
         })
+    }
+}
+
+/// The context of a producer: reports as [`Reporter`] does, and, at least
+/// once, keeps the records whose delivery failed (librdkafka gave up on
+/// them: a refusal it does not retry, `message.timeout.ms` passed) until
+/// they are sent again. Exactly once, a failed delivery fails the
+/// transaction's commit, and the whole transaction is tried again.
+struct Delivery {
+    reporter: Reporter,
+    /// Whether failed records are kept (at least once).
+    keeps_failed: bool,
+    failed: Mutex<Failed>,
+}
+
+/// The records whose delivery failed, and the last failure.
+#[derive(Default)]
+struct Failed {
+    records: Vec<Record>,
+    error: Option<KafkaError>,
+}
+
+impl Delivery {
+    fn failed(&self) -> std::sync::MutexGuard<'_, Failed> {
+        self.failed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes the records whose delivery failed.
+    fn take_failed(&self) -> Vec<Record> {
+        std::mem::take(&mut self.failed().records)
+    }
+
+    /// Keeps `records` to send again.
+    fn keep_failed(&self, records: Vec<Record>) {
+        let mut failed = self.failed();
+        let kept = std::mem::replace(&mut failed.records, records);
+        failed.records.extend(kept);
+    }
+
+    /// An error if some records wait to be sent again: why the last of
+    /// them failed.
+    fn undelivered(&self) -> std::result::Result<(), KafkaError> {
+        let failed = self.failed();
+        if failed.records.is_empty() {
+            return Ok(());
+        }
+        Err(failed
+            .error
+            .clone()
+            .unwrap_or(KafkaError::MessageProduction(RDKafkaErrorCode::Fail)))
+    }
+
+    fn warn(&self, message: &str) {
+        self.reporter.warn(message);
+    }
+}
+
+impl ClientContext for Delivery {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.reporter.error(error, reason);
+    }
+
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.reporter.log(level, fac, log_message);
+    }
+}
+
+impl ProducerContext for Delivery {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {
+        let Err((e, message)) = result else {
+            return;
+        };
+        if !self.keeps_failed {
+            self.warn(&format!("a result was not delivered: {e}"));
+            return;
+        }
+        self.warn(&format!(
+            "a result was not delivered: {e}; it is sent again"
+        ));
+        let mut failed = self.failed();
+        failed.records.push(Record::of_message(message));
+        failed.error = Some(e.clone());
     }
 }
 
@@ -161,7 +267,10 @@ pub(super) struct Producing {
     /// `sink out`, for messages.
     what: String,
     topic: String,
-    producer: BaseProducer<Reporter>,
+    producer: BaseProducer<Delivery>,
+    /// The errors its clients reported (failed deliveries, transactions,
+    /// unreachable brokers), each retried.
+    errors: Arc<AtomicU64>,
     /// `Some` for exactly-once delivery.
     marker: Option<Marker>,
     /// Exactly once: the records since the last barrier.
@@ -177,14 +286,20 @@ impl Producing {
     /// A producer of `endpoint`'s topic for `what` (`sink out`): exactly
     /// once with `transactional_id`, at least once without.
     pub fn open(endpoint: &Endpoint, what: &str, transactional_id: Option<&str>) -> Result<Self> {
-        let reporter = || Reporter::new(what.to_string());
+        let errors = Arc::new(AtomicU64::new(0));
+        let reporter = || Reporter::counting(what.to_string(), errors.clone());
         let mut defaults = vec![("enable.idempotence", "true")];
         if let Some(id) = transactional_id {
             defaults.push(("transactional.id", id));
         }
-        let producer: BaseProducer<Reporter> = endpoint
+        let delivery = Delivery {
+            reporter: reporter(),
+            keeps_failed: transactional_id.is_none(),
+            failed: Mutex::new(Failed::default()),
+        };
+        let producer: BaseProducer<Delivery> = endpoint
             .client_config(&defaults)
-            .create_with_context(reporter())
+            .create_with_context(delivery)
             .map_err(|e| kafka_error(what, e))?;
         let marker = match transactional_id {
             None => None,
@@ -194,6 +309,7 @@ impl Producing {
             what: what.to_string(),
             topic: endpoint.topic.clone(),
             producer,
+            errors,
             marker,
             pending: Vec::new(),
             staged: None,
@@ -212,15 +328,39 @@ impl Producing {
         self.marker.is_some()
     }
 
+    /// The count of the errors its clients reported, live.
+    pub fn errors(&self) -> Arc<AtomicU64> {
+        self.errors.clone()
+    }
+
     /// Produces `records` now (at least once), or with the epoch's
-    /// transaction (exactly once).
+    /// transaction (exactly once). At least once, once a delivery has
+    /// failed, waits until the brokers have every record (see
+    /// [`Producing::flush`]): the results wait rather than pile up.
     pub fn write(&mut self, records: Vec<Record>) -> Result<()> {
         if self.marker.is_some() {
             self.pending.extend(records);
             return Ok(());
         }
         let what = self.what.clone();
-        self.send(&records).map_err(|e| kafka_error(&what, e))
+        self.send(&records).map_err(|e| kafka_error(&what, e))?;
+        if self.producer.context().undelivered().is_err() {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// At least once: sends again the records whose delivery failed; those
+    /// it could not hand to the producer are kept for the next try.
+    fn resend(&self) -> std::result::Result<(), KafkaError> {
+        let failed = self.producer.context().take_failed();
+        for (i, record) in failed.iter().enumerate() {
+            if let Err(e) = self.send(std::slice::from_ref(record)) {
+                self.producer.context().keep_failed(failed[i..].to_vec());
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// Hands `records` to the producer, waiting while its queue is full.
@@ -280,7 +420,7 @@ impl Producing {
             let _ = self.producer.abort_transaction(CALL_TIMEOUT);
             return sent;
         }
-        marker.remember(epoch, self.producer.context());
+        marker.remember(epoch, &self.producer.context().reporter);
         sent
     }
 
@@ -356,10 +496,23 @@ impl Producing {
         unreachable!("the last attempt returns")
     }
 
+    /// Waits until the brokers have every record produced. At least once,
+    /// a record whose delivery failed is sent again, and waited for, at
+    /// each try: the flush is done only once none is left undelivered, and
+    /// fails the query when the tries are used up.
     fn flush(&mut self) -> Result<()> {
-        self.retry("waiting for the brokers to take the results", |s| {
-            s.producer.flush(CALL_TIMEOUT)
-        })
+        let flushed = self.retry("waiting for the brokers to take the results", |s| {
+            s.resend()?;
+            s.producer.flush(CALL_TIMEOUT)?;
+            s.producer.context().undelivered()
+        });
+        let left = self.producer.context().failed().records.len();
+        match flushed {
+            Err(e) if left > 0 => Err(Error::Connector(format!(
+                "{e}; {left} results were not delivered"
+            ))),
+            other => other,
+        }
     }
 
     /// The input ended: exactly once, the records after the last barrier
