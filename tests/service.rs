@@ -1746,19 +1746,18 @@ fn group_members(server: &Server) -> Vec<(String, Vec<i64>)> {
         .collect()
 }
 
-/// `vigil serve --group` is a member of a group beside a `vigil run
-/// --group` process: the two share the topic's partitions, every result
-/// reaches the Kafka sink once, and `GET /groups/{name}` lists both with
-/// their partitions and lags; the service still answers HTTP, and leaves
-/// the group on SIGTERM.
-#[test]
-fn a_service_is_a_member_of_a_group() {
-    use crate::kafka::{
-        data_results, expected_hosts, group_script, member, produce_closing_rows, produce_hosts,
-        wait_until,
-    };
-    const HOSTS: usize = 8;
-    const SECONDS: usize = 600;
+/// A mock cluster whose 4-partition topic `metrics` holds `seconds` of
+/// `hosts` hosts' rows, and a directory whose `q.sql` runs the group
+/// test's script over it into `out` and `alerts`.
+fn group_of_a_topic(
+    hosts: usize,
+    seconds: usize,
+) -> (
+    rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    String,
+    tempfile::TempDir,
+) {
+    use crate::kafka::{group_script, produce_hosts};
     let cluster = rdkafka::mocking::MockCluster::new(1).expect("the mock cluster starts");
     cluster.create_topic("metrics", 4, 1).unwrap();
     for topic in ["out", "alerts"] {
@@ -1771,7 +1770,21 @@ fn a_service_is_a_member_of_a_group() {
         group_script(&bootstrap, "out", "alerts", ""),
     )
     .unwrap();
-    produce_hosts(&bootstrap, HOSTS, 0..SECONDS);
+    produce_hosts(&bootstrap, hosts, 0..seconds);
+    (cluster, bootstrap, dir)
+}
+
+/// `vigil serve --group` is a member of a group beside a `vigil run
+/// --group` process: the two share the topic's partitions, every result
+/// reaches the Kafka sink once, and `GET /groups/{name}` lists both with
+/// their partitions and lags; the service still answers HTTP, and leaves
+/// the group on SIGTERM.
+#[test]
+fn a_service_is_a_member_of_a_group() {
+    use crate::kafka::{data_results, expected_hosts, member, produce_closing_rows, wait_until};
+    const HOSTS: usize = 8;
+    const SECONDS: usize = 600;
+    let (_cluster, bootstrap, dir) = group_of_a_topic(HOSTS, SECONDS);
     produce_closing_rows(&bootstrap, 4, SECONDS);
     let mut server = Server::start(
         dir.path(),
@@ -1877,22 +1890,10 @@ fn a_service_is_a_member_of_a_group() {
 /// partition it holds, their input rows adding up to the topic's.
 #[test]
 fn a_service_shows_its_group_pipelines_in_metrics() {
-    use crate::kafka::{group_script, produce_hosts, wait_until};
+    use crate::kafka::wait_until;
     const HOSTS: usize = 8;
     const SECONDS: usize = 300;
-    let cluster = rdkafka::mocking::MockCluster::new(1).expect("the mock cluster starts");
-    cluster.create_topic("metrics", 4, 1).unwrap();
-    for topic in ["out", "alerts"] {
-        cluster.create_topic(topic, 1, 1).unwrap();
-    }
-    let bootstrap = cluster.bootstrap_servers();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("q.sql"),
-        group_script(&bootstrap, "out", "alerts", ""),
-    )
-    .unwrap();
-    produce_hosts(&bootstrap, HOSTS, 0..SECONDS);
+    let (_cluster, _, dir) = group_of_a_topic(HOSTS, SECONDS);
     let server = Server::start(
         dir.path(),
         &[
