@@ -32,8 +32,9 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 const T0: i64 = 1_700_000_000_000;
 const HOSTS: u64 = 1000;
 const PARTITIONS: i32 = 6;
-/// Keys of state in the partition-move measurement.
-const MOVE_KEYS: u64 = 100_000;
+/// Keys of state in the partition-move measurement, over two partitions:
+/// the one that moves holds about half (100,000).
+const MOVE_KEYS: u64 = 200_000;
 
 fn main() {
     let rows: u64 = std::env::var("KAFKA_BENCH_ROWS")
