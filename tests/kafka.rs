@@ -249,26 +249,23 @@ fn a_topic_is_read_aggregated_and_written_back_exactly_once() {
 
 #[test]
 fn a_crash_between_checkpoint_and_commit_loses_and_repeats_nothing() {
-    let (_cluster, bootstrap, dir) = with_metrics("exactly_once");
     // Killed after its third checkpoint is written, before its sink
     // commits the transaction of that checkpoint's results.
-    let first = vigil_run(dir.path(), Some("after-manifest:3"));
-    let stderr = String::from_utf8_lossy(&first.stderr);
-    assert_eq!(first.status.signal(), Some(9), "not killed:\n{stderr}");
-    let second = vigil_run(dir.path(), None);
-    let stderr = String::from_utf8_lossy(&second.stderr);
-    assert!(second.status.success(), "{stderr}");
-    assert!(stderr.contains("restored from checkpoint"), "{stderr}");
-    let got = results(&read_topic(&bootstrap, "out"));
-    assert_eq!(got, expected());
+    killed_and_restored_exactly_once("after-manifest:3");
 }
 
 #[test]
 fn a_crash_after_a_commit_publishes_that_checkpoint_once() {
-    let (_cluster, bootstrap, dir) = with_metrics("exactly_once");
     // Killed once its third checkpoint's transaction is committed: the
     // restore from that checkpoint must find its epoch published.
-    let first = vigil_run(dir.path(), Some("committed:3"));
+    killed_and_restored_exactly_once("committed:3");
+}
+
+/// Runs the exactly-once query killed at crash point `point`, then again
+/// restored: every result once, none missing.
+fn killed_and_restored_exactly_once(point: &str) {
+    let (_cluster, bootstrap, dir) = with_metrics("exactly_once");
+    let first = vigil_run(dir.path(), Some(point));
     let stderr = String::from_utf8_lossy(&first.stderr);
     assert_eq!(first.status.signal(), Some(9), "not killed:\n{stderr}");
     let second = vigil_run(dir.path(), None);

@@ -1746,6 +1746,20 @@ fn group_members(server: &Server) -> Vec<(String, Vec<i64>)> {
         .collect()
 }
 
+/// The arguments of `vigil serve` as a member of group `cpu` running
+/// `q.sql`, checkpointing under `ck`.
+const MEMBER_ARGS: &[&str] = &[
+    "--addr",
+    "127.0.0.1:0",
+    "--group",
+    "cpu",
+    "--checkpoint-dir",
+    "ck",
+    "--checkpoint-interval",
+    "200ms",
+    "q.sql",
+];
+
 /// A mock cluster whose 4-partition topic `metrics` holds `seconds` of
 /// `hosts` hosts' rows, and a directory whose `q.sql` runs the group
 /// test's script over it into `out` and `alerts`.
@@ -1786,20 +1800,7 @@ fn a_service_is_a_member_of_a_group() {
     const SECONDS: usize = 600;
     let (_cluster, bootstrap, dir) = group_of_a_topic(HOSTS, SECONDS);
     produce_closing_rows(&bootstrap, 4, SECONDS);
-    let mut server = Server::start(
-        dir.path(),
-        &[
-            "--addr",
-            "127.0.0.1:0",
-            "--group",
-            "cpu",
-            "--checkpoint-dir",
-            "ck",
-            "--checkpoint-interval",
-            "200ms",
-            "q.sql",
-        ],
-    );
+    let mut server = Server::start(dir.path(), MEMBER_ARGS);
     let mut other = member(dir.path(), "other");
     let other_stderr =
         || std::fs::read_to_string(dir.path().join("other.stderr")).unwrap_or_default();
@@ -1894,20 +1895,7 @@ fn a_service_shows_its_group_pipelines_in_metrics() {
     const HOSTS: usize = 8;
     const SECONDS: usize = 300;
     let (_cluster, _, dir) = group_of_a_topic(HOSTS, SECONDS);
-    let server = Server::start(
-        dir.path(),
-        &[
-            "--addr",
-            "127.0.0.1:0",
-            "--group",
-            "cpu",
-            "--checkpoint-dir",
-            "ck",
-            "--checkpoint-interval",
-            "200ms",
-            "q.sql",
-        ],
-    );
+    let server = Server::start(dir.path(), MEMBER_ARGS);
     let partitions = ["q1-p0", "q1-p1", "q1-p2", "q1-p3"];
     let mut read = 0.0;
     let shown = wait_until(Duration::from_secs(90), || {
