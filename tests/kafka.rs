@@ -836,6 +836,75 @@ fn a_group_of_processes_shares_a_topic_and_survives_a_sigkill() {
     }
 }
 
+/// A member that leaves while rows flow stops each pipeline at a checkpoint
+/// that commits everything it wrote, so its successor repeats nothing.
+/// librdkafka's mock brokers show a producer's aborted transactions: a
+/// pipeline cancelled with rows in an open one shows them here twice.
+#[test]
+fn a_member_that_leaves_while_rows_flow_hands_its_partitions_on_at_a_checkpoint() {
+    const GROUP_HOSTS: usize = 12;
+    const CHUNK: usize = 60;
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("metrics", 6, 1).unwrap();
+    cluster.create_topic("out", 1, 1).unwrap();
+    cluster.create_topic("alerts", 1, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("q.sql"),
+        group_script(&bootstrap, "out", "alerts", ""),
+    )
+    .unwrap();
+    produce_hosts(&bootstrap, GROUP_HOSTS, 0..CHUNK);
+    let mut a = member(dir.path(), "a");
+    let mut b = member(dir.path(), "b");
+    let stderr =
+        |name: &str| fs::read_to_string(dir.path().join(format!("{name}.stderr"))).unwrap();
+    let both_run = wait_until(Duration::from_secs(60), || {
+        stderr("a").contains("pipeline started") && stderr("b").contains("pipeline started")
+    });
+    assert!(both_run, "a:\n{}\nb:\n{}", stderr("a"), stderr("b"));
+    // A minute of event time every 100 ms, while `a` leaves.
+    let producing = {
+        let bootstrap = bootstrap.clone();
+        std::thread::spawn(move || {
+            for from in (CHUNK..SECONDS).step_by(CHUNK) {
+                produce_hosts(&bootstrap, GROUP_HOSTS, from..from + CHUNK);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(a.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = a.wait().unwrap();
+    assert!(status.success(), "a: {status}\n{}", stderr("a"));
+    assert!(
+        stderr("a").contains("pipeline stopped at a checkpoint")
+            && !stderr("a").contains("pipeline cancelled"),
+        "{}",
+        stderr("a")
+    );
+    producing.join().unwrap();
+    produce_closing_rows(&bootstrap, 6, SECONDS);
+    let want = expected_hosts(GROUP_HOSTS, SECONDS);
+    let complete = wait_until(Duration::from_secs(90), || {
+        data_results(&bootstrap).len() >= want.len()
+    });
+    assert!(complete, "results missing\nb:\n{}", stderr("b"));
+    // Every result once (`results` checks), none missing, none wrong.
+    assert_eq!(data_results(&bootstrap), want);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(b.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(b.wait().unwrap().success(), "{}", stderr("b"));
+}
+
 #[test]
 fn a_group_refuses_queries_it_would_answer_in_part() {
     let dir = tempfile::tempdir().unwrap();
@@ -1109,11 +1178,15 @@ fn a_group_answers_queries_over_every_key_once_whatever_its_processes() {
         stderr("a"),
         stderr("b")
     );
-    // SIGKILL once the first half is in: librdkafka's mock brokers do not
-    // implement read_committed (they show a killed producer's open
-    // transaction), so the kill must not land in a transaction with rows.
-    // With the first half read, every pipeline only commits empty ones.
-    std::thread::sleep(Duration::from_secs(3));
+    // SIGKILL once the first half's results stop coming: librdkafka's mock
+    // brokers do not implement read_committed (they show a killed
+    // producer's open transaction), so the kill must not land in a
+    // transaction with rows. With the first half read, every pipeline only
+    // commits empty ones.
+    wait_for_quiet(|| {
+        data_rows(&bootstrap, "totals", SECONDS_HERE).len()
+            + data_rows(&bootstrap, "peers", SECONDS_HERE).len()
+    });
     a.kill().unwrap();
     a.wait().unwrap();
     let mut c = member(dir.path(), "c");

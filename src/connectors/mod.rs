@@ -246,6 +246,12 @@ pub struct SourceStats {
     /// when following a file) without sending the final watermark, so the
     /// windows still open do not fire.
     pub stop: AtomicBool,
+    /// Set to a checkpoint's id to ask the source to stop right after it
+    /// has sent that checkpoint's barrier (or a later one), as `stop` does
+    /// otherwise: the query's state and results up to there are then
+    /// checkpointed and committed, and nothing after them is sent. 0 while
+    /// not asked.
+    pub stop_after: AtomicU64,
     /// Where the source stands after the rows it emitted last: set before
     /// each batch goes to `emit` (the empty batches of a waiting source
     /// too), so that a checkpoint barrier sent right after the batch

@@ -12,7 +12,8 @@
 //! directory every process shares. Given a partition, a process starts its
 //! pipeline, which restores from the partition's last complete checkpoint
 //! and reads on from the offsets in it; when the partition is taken away,
-//! it stops the pipeline before the group hands the partition on. A
+//! it stops the pipeline at a last checkpoint before the group hands the
+//! partition on, so the next owner starts where it stopped. A
 //! process that dies is noticed by the group after its session timeout;
 //! whoever gets its partitions restores them from their checkpoints, and a
 //! Kafka sink's transactional id per partition fences the dead process's
@@ -254,20 +255,40 @@ fn start(
     Ok(())
 }
 
-/// Stops the pipelines of the partitions in `list` and waits until they
-/// have ended.
+/// Stops the pipelines of the partitions in `list` after a last
+/// checkpoint and waits until they have ended. Whoever takes a partition
+/// next then restores exactly where it stopped: it repeats nothing, and no
+/// transaction of this process's is left open for it to fence (a reader
+/// of a broker without `read_committed`, as librdkafka's mock, would see
+/// that one's rows). A pipeline that does not stop in time is cancelled,
+/// as a process that dies would be.
 async fn stop(live: &Live, running: &mut BTreeMap<i32, Vec<QueryId>>, list: &[i32]) {
+    let mut stopping = Vec::new();
     for p in list {
-        let Some(ids) = running.remove(p) else {
-            continue;
-        };
-        for &id in &ids {
-            live.stop(id);
+        if let Some(ids) = running.remove(p) {
+            stopping.push((*p, ids));
         }
-        for id in ids {
-            let _ = tokio::time::timeout(STOP_TIMEOUT, live.wait(id)).await;
+    }
+    let ids: Vec<QueryId> = stopping.iter().flat_map(|(_, ids)| ids.clone()).collect();
+    let checkpointed = live.stop_at_checkpoint(&ids, STOP_TIMEOUT).await;
+    for (p, ids) in stopping {
+        if !checkpointed {
+            // Waited for before they are cancelled, which unlists them.
+            let ended: Vec<_> = ids.iter().map(|&id| live.wait(id)).collect();
+            for &id in &ids {
+                live.stop(id);
+            }
+            for ended in ended {
+                let _ = tokio::time::timeout(STOP_TIMEOUT, ended).await;
+            }
         }
-        eprintln!("vigil: partition {p}: pipeline stopped");
+        match checkpointed {
+            true => eprintln!("vigil: partition {p}: pipeline stopped at a checkpoint"),
+            false => eprintln!(
+                "vigil: partition {p}: pipeline cancelled: it did not stop at a checkpoint within {}s",
+                STOP_TIMEOUT.as_secs()
+            ),
+        }
     }
 }
 

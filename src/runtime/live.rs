@@ -997,6 +997,47 @@ impl Live {
             .collect()
     }
 
+    /// Stops queries `ids` after one more checkpoint, taken for them all:
+    /// their sources stop right after its barrier (without the end of
+    /// input, so open windows stay open in it), and each query ends once
+    /// its sink has written the checkpoint and committed what it holds, so
+    /// whoever restores it next repeats nothing. Queries that share a
+    /// source with them stop too. Waits up to `timeout` for them all to
+    /// end; false if one did not (it is still running: [`Live::stop`]
+    /// cancels it), if checkpoints are off, or if one reads a push stream,
+    /// whose barriers its sources do not send.
+    pub async fn stop_at_checkpoint(&self, ids: &[QueryId], timeout: std::time::Duration) -> bool {
+        let Some(coordinator) = self.coordinator.clone() else {
+            return false;
+        };
+        let sources = {
+            let state = self.lock();
+            let pushed =
+                |s: &Arc<SourceStats>| state.hubs.values().any(|hub| Arc::ptr_eq(&hub.stats, s));
+            let mut sources = Vec::new();
+            for id in ids {
+                let Some(query) = state.queries.get(id) else {
+                    continue;
+                };
+                if query.sources.iter().any(|(_, s)| pushed(s)) {
+                    return false;
+                }
+                sources.extend(query.sources.iter().map(|(_, s)| s.clone()));
+            }
+            sources
+        };
+        let id = coordinator.request();
+        for source in &sources {
+            source.stop_after.store(id, Ordering::Release);
+        }
+        let ended = async {
+            for &query in ids {
+                let _ = self.wait(query).await;
+            }
+        };
+        tokio::time::timeout(timeout, ended).await.is_ok()
+    }
+
     /// Stops query `id`: its tasks are cancelled, its sink finishes with
     /// what it has and it is no longer listed. False if no such query is
     /// running.

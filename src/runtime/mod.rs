@@ -425,6 +425,11 @@ impl Barriers {
         if self.coordinator.stop_due(rows) {
             self.coordinator.stop();
         }
+        let stop_after = stats.stop_after.load(Ordering::Acquire);
+        if stop_after != 0 && self.sent >= stop_after {
+            // Its barrier went before the stop was asked for.
+            return true;
+        }
         let id = self.coordinator.requested();
         if id <= self.sent || self.coordinator.holds_stop(id, rows) {
             return false;
@@ -435,7 +440,7 @@ impl Barriers {
             subscriber.add_source(id, &self.stream, position.clone());
             subscriber.blocking_send_message(Message::Barrier(id));
         }
-        self.coordinator.stops_at(id)
+        self.coordinator.stops_at(id) || (stop_after != 0 && id >= stop_after)
     }
 
     /// The source read all of its input: checkpoints its queries complete
