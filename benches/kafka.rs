@@ -70,11 +70,14 @@ fn main() {
     }
 
     cluster.create_topic("moves", 2, 1).unwrap();
-    let (moved, restore) = partition_move(&vigil, &bootstrap);
+    let moved = partition_move(&vigil, &bootstrap);
     println!();
     println!(
-        "A partition holding {} of {MOVE_KEYS} keys' open windows moved to a joining process in {moved:.2} s (from its start until its pipeline ran; restoring the checkpoint: {restore})",
-        MOVE_KEYS / 2
+        "A partition holding {} of {MOVE_KEYS} keys' open windows moved to a joining process in {:.2} s (from its start until its pipeline ran; the first process had stopped it at a checkpoint after {:.2} s; restoring the checkpoint: {})",
+        MOVE_KEYS / 2,
+        moved.seconds,
+        moved.stopped,
+        moved.restore
     );
 }
 
@@ -235,9 +238,8 @@ fn scale_out_run(vigil: &Path, bootstrap: &str, processes: usize, out: &str, wan
 
 /// One process takes both partitions of `moves` (one row for each of
 /// [`MOVE_KEYS`] hosts, windows left open) and checkpoints; a second joins
-/// and takes a partition over. Seconds from the second's start until its
-/// pipeline runs, and what it said about restoring.
-fn partition_move(vigil: &Path, bootstrap: &str) -> (f64, String) {
+/// and takes a partition over: how long that took (see [`Move`]).
+fn partition_move(vigil: &Path, bootstrap: &str) -> Move {
     let producer = producer(bootstrap);
     for host in 0..MOVE_KEYS {
         let row = format!(r#"{{"ts":{T0},"host":"k{host}","cpu":1}}"#);
@@ -260,9 +262,16 @@ fn partition_move(vigil: &Path, bootstrap: &str) -> (f64, String) {
     let second_err = dir.path().join("second.stderr");
     let started = Instant::now();
     let mut second = member(vigil, dir.path(), "bench-moves", &second_err);
+    let mut stopped = None;
     while !std::fs::read_to_string(&second_err).is_ok_and(|t| t.contains("pipeline started"))
         && Instant::now() < deadline + Duration::from_secs(120)
     {
+        if stopped.is_none()
+            && std::fs::read_to_string(&first_err)
+                .is_ok_and(|t| t.contains("stopped at a checkpoint"))
+        {
+            stopped = Some(started.elapsed().as_secs_f64());
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     let moved = started.elapsed().as_secs_f64();
@@ -276,5 +285,20 @@ fn partition_move(vigil: &Path, bootstrap: &str) -> (f64, String) {
         let _ = m.kill();
         let _ = m.wait();
     }
-    (moved, restore)
+    Move {
+        seconds: moved,
+        stopped: stopped.unwrap_or(f64::NAN),
+        restore,
+    }
+}
+
+/// How a partition moved in [`partition_move`].
+struct Move {
+    /// From the joining process's start until its pipeline ran.
+    seconds: f64,
+    /// From that start until the first process had stopped the partition
+    /// at a checkpoint (the group protocol's share, and the stop's).
+    stopped: f64,
+    /// What the joining process said about restoring.
+    restore: String,
 }
