@@ -90,6 +90,14 @@ enum Change {
     /// These partitions go; the sender waits for the answer until their
     /// pipelines have stopped.
     Revoked(Vec<i32>, std_mpsc::Sender<()>),
+    /// These partitions were lost: this member's session timed out (a
+    /// stall longer than `session.timeout.ms`) and the group may have
+    /// given them to another member already, which restored them from
+    /// their last checkpoint. Their pipelines are cancelled with no last
+    /// checkpoint: one written now would be newer than the new owner's
+    /// start, by a process that no longer owns the partition, and the new
+    /// owner's transactional producer has fenced this one's anyway.
+    Lost(Vec<i32>, std_mpsc::Sender<()>),
 }
 
 /// The member consumer's context: hands rebalances to the runtime.
@@ -105,14 +113,14 @@ impl rdkafka::client::ClientContext for Member {
 }
 
 impl ConsumerContext for Member {
-    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(list) = rebalance {
             let (done, wait) = std_mpsc::channel();
-            if self
-                .changes
-                .send(Change::Revoked(partitions(list), done))
-                .is_ok()
-            {
+            let change = match consumer.assignment_lost() {
+                true => Change::Lost(partitions(list), done),
+                false => Change::Revoked(partitions(list), done),
+            };
+            if self.changes.send(change).is_ok() {
                 // The partitions may go only once their pipelines stopped.
                 let _ = wait.recv_timeout(STOP_TIMEOUT);
             }
@@ -168,6 +176,16 @@ pub async fn run_group(
                 }
                 Some(Change::Revoked(list, done)) => {
                     stop(live, &mut running, &list).await;
+                    let _ = done.send(());
+                    status.write(&running);
+                }
+                Some(Change::Lost(list, done)) => {
+                    for (p, ids) in take(&mut running, &list) {
+                        cancel(live, &ids).await;
+                        eprintln!(
+                            "vigil: warning: partition {p}: lost (this member's session timed out): pipeline cancelled with no last checkpoint"
+                        );
+                    }
                     let _ = done.send(());
                     status.write(&running);
                 }
@@ -263,24 +281,12 @@ fn start(
 /// that one's rows). A pipeline that does not stop in time is cancelled,
 /// as a process that dies would be.
 async fn stop(live: &Live, running: &mut BTreeMap<i32, Vec<QueryId>>, list: &[i32]) {
-    let mut stopping = Vec::new();
-    for p in list {
-        if let Some(ids) = running.remove(p) {
-            stopping.push((*p, ids));
-        }
-    }
+    let stopping = take(running, list);
     let ids: Vec<QueryId> = stopping.iter().flat_map(|(_, ids)| ids.clone()).collect();
     let checkpointed = live.stop_at_checkpoint(&ids, STOP_TIMEOUT).await;
     for (p, ids) in stopping {
         if !checkpointed {
-            // Waited for before they are cancelled, which unlists them.
-            let ended: Vec<_> = ids.iter().map(|&id| live.wait(id)).collect();
-            for &id in &ids {
-                live.stop(id);
-            }
-            for ended in ended {
-                let _ = tokio::time::timeout(STOP_TIMEOUT, ended).await;
-            }
+            cancel(live, &ids).await;
         }
         match checkpointed {
             true => eprintln!("vigil: partition {p}: pipeline stopped at a checkpoint"),
@@ -289,6 +295,27 @@ async fn stop(live: &Live, running: &mut BTreeMap<i32, Vec<QueryId>>, list: &[i3
                 STOP_TIMEOUT.as_secs()
             ),
         }
+    }
+}
+
+/// Takes the partitions of `list` that run out of `running`, with their
+/// pipelines' queries.
+fn take(running: &mut BTreeMap<i32, Vec<QueryId>>, list: &[i32]) -> Vec<(i32, Vec<QueryId>)> {
+    list.iter()
+        .filter_map(|p| Some((*p, running.remove(p)?)))
+        .collect()
+}
+
+/// Cancels queries `ids` and waits (up to [`STOP_TIMEOUT`]) until they
+/// have ended, as a process that dies would end them.
+async fn cancel(live: &Live, ids: &[QueryId]) {
+    // Waited for from before they are cancelled, which unlists them.
+    let ended: Vec<_> = ids.iter().map(|&id| live.wait(id)).collect();
+    for &id in ids {
+        live.stop(id);
+    }
+    for ended in ended {
+        let _ = tokio::time::timeout(STOP_TIMEOUT, ended).await;
     }
 }
 
