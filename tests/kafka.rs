@@ -644,6 +644,9 @@ impl Drop for Member {
 /// Starts `vigil run q.sql --group cpu --checkpoint-dir ck` in `dir`, its
 /// stderr in `<name>.stderr`.
 pub(crate) fn member(dir: &Path, name: &str) -> Member {
+    // Set, it keeps that many checkpoints per query, for a failure's
+    // evidence.
+    let keep = std::env::var("VIGIL_TEST_KEEP_CHECKPOINTS").unwrap_or_else(|_| "3".into());
     let child = Command::new(env!("CARGO_BIN_EXE_vigil"))
         .current_dir(dir)
         .args([
@@ -655,6 +658,8 @@ pub(crate) fn member(dir: &Path, name: &str) -> Member {
             "ck",
             "--checkpoint-interval",
             "200ms",
+            "--keep-checkpoints",
+            &keep,
         ])
         .env_remove("VIGIL_CRASH_AT")
         .env("VIGIL_GROUP_GLOBAL_STAGES", "1")
@@ -903,6 +908,80 @@ fn a_member_that_leaves_while_rows_flow_hands_its_partitions_on_at_a_checkpoint(
     )
     .unwrap();
     assert!(b.wait().unwrap().success(), "{}", stderr("b"));
+}
+
+/// A member that stalls longer than its session (SIGSTOP) loses its
+/// partitions to the other member; woken (SIGCONT), it cancels their
+/// pipelines with no last checkpoint, since the new owner may already run
+/// them, and stays in the group. The stall is between two bursts of rows:
+/// librdkafka's mock brokers would show the rows of a transaction the
+/// stalled member left open.
+#[test]
+fn a_member_that_stalls_past_its_session_gives_its_partitions_up_and_goes_on() {
+    const GROUP_HOSTS: usize = 12;
+    const HALF: usize = SECONDS / 2;
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("metrics", 6, 1).unwrap();
+    cluster.create_topic("out", 1, 1).unwrap();
+    cluster.create_topic("alerts", 1, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("q.sql"),
+        group_script(&bootstrap, "out", "alerts", ""),
+    )
+    .unwrap();
+    produce_hosts(&bootstrap, GROUP_HOSTS, 0..HALF);
+    let mut a = member(dir.path(), "a");
+    let mut b = member(dir.path(), "b");
+    let stderr =
+        |name: &str| fs::read_to_string(dir.path().join(format!("{name}.stderr"))).unwrap();
+    let first_half = expected_hosts(GROUP_HOSTS, HALF).len() - GROUP_HOSTS;
+    let both_run = wait_until(Duration::from_secs(90), || {
+        data_results(&bootstrap).len() >= first_half
+    });
+    assert!(both_run, "a:\n{}\nb:\n{}", stderr("a"), stderr("b"));
+    wait_for_quiet(|| data_results(&bootstrap).len());
+    let count = |name: &str, what: &str| stderr(name).matches(what).count();
+    let held_by_a = count("a", "pipeline started") - count("a", "pipeline stopped");
+    let started_by_b = count("b", "pipeline started");
+    assert!(held_by_a > 0, "a:\n{}\nb:\n{}", stderr("a"), stderr("b"));
+    let pid = nix::unistd::Pid::from_raw(a.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    // b takes a's partitions once a's session (6 s) is over.
+    let taken = wait_until(Duration::from_secs(60), || {
+        count("b", "pipeline started") >= started_by_b + held_by_a
+    });
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert!(taken, "b:\n{}", stderr("b"));
+    let lost = wait_until(Duration::from_secs(30), || {
+        stderr("a").contains("lost (this member's session timed out)")
+    });
+    assert!(lost, "a:\n{}", stderr("a"));
+    assert!(a.try_wait().unwrap().is_none(), "a ended:\n{}", stderr("a"));
+    produce_hosts(&bootstrap, GROUP_HOSTS, HALF..SECONDS);
+    produce_closing_rows(&bootstrap, 6, SECONDS);
+    let want = expected_hosts(GROUP_HOSTS, SECONDS);
+    let complete = wait_until(Duration::from_secs(90), || {
+        data_results(&bootstrap).len() >= want.len()
+    });
+    assert!(
+        complete,
+        "results missing\na:\n{}\nb:\n{}",
+        stderr("a"),
+        stderr("b")
+    );
+    // Every result once (`results` checks), none missing, none wrong.
+    assert_eq!(data_results(&bootstrap), want);
+    for (name, child) in [("a", &mut *a), ("b", &mut *b)] {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "{name}: {status}\n{}", stderr(name));
+    }
 }
 
 #[test]
@@ -1227,21 +1306,36 @@ fn a_group_answers_queries_over_every_key_once_whatever_its_processes() {
     let missing = |got: &[String], want: &[String]| -> Vec<String> {
         want.iter().filter(|w| !got.contains(w)).cloned().collect()
     };
-    assert!(
-        complete,
-        "results missing: totals {:?} of {}, peers {:?} of {} (and {:?} not of one process's)\nb:\n{}\nc:\n{}\nwhere the parts over every key stand:\n{}",
-        missing(&data_rows(&bootstrap, "totals", SECONDS_HERE), &totals),
-        totals.len(),
-        missing(&data_rows(&bootstrap, "peers", SECONDS_HERE), &peers),
-        peers.len(),
-        missing(&peers, &data_rows(&bootstrap, "peers", SECONDS_HERE)),
-        stderr("b"),
-        stderr("c"),
-        exchange_positions(&dir.path().join("ck"))
+    let (got_totals, got_peers) = (
+        data_rows(&bootstrap, "totals", SECONDS_HERE),
+        data_rows(&bootstrap, "peers", SECONDS_HERE),
     );
     // Each once, none missing, none different.
-    assert_eq!(data_rows(&bootstrap, "totals", SECONDS_HERE), totals);
-    assert_eq!(data_rows(&bootstrap, "peers", SECONDS_HERE), peers);
+    if !complete || got_totals != totals || got_peers != peers {
+        let said = format!(
+            "results differ: totals {:?} of {} missing (and {:?} not of one process's), peers {:?} of {} missing (and {:?} not of one process's)\nb:\n{}\nc:\n{}\nwhere the parts over every key stand:\n{}",
+            missing(&got_totals, &totals),
+            totals.len(),
+            missing(&totals, &got_totals),
+            missing(&got_peers, &peers),
+            peers.len(),
+            missing(&peers, &got_peers),
+            stderr("b"),
+            stderr("c"),
+            exchange_positions(&dir.path().join("ck"))
+        );
+        for member in [&mut b, &mut c] {
+            let _ = member.kill();
+        }
+        let kept = keep_evidence(
+            dir,
+            &bootstrap,
+            &["cpu-q.q1-global", "cpu-q.q3-global"],
+            6,
+            "T22:33",
+        );
+        panic!("{said}\nthe exchange's messages: {kept}");
+    }
     for (name, child) in [("b", &mut *b), ("c", &mut *c)] {
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(child.id() as i32),
@@ -1280,6 +1374,99 @@ fn exchange_positions(ck: &Path) -> String {
         ));
     }
     out
+}
+
+/// Keeps `dir` (the members' stderr and checkpoints) and writes into it
+/// every message of the internal topic `topic` (`partitions` of them) and
+/// the rows that came more than once, for a failure message: the path.
+fn keep_evidence(
+    dir: tempfile::TempDir,
+    bootstrap: &str,
+    topics: &[&str],
+    partitions: i32,
+    mark: &str,
+) -> String {
+    use datafusion::arrow::ipc::reader::StreamReader;
+    use datafusion::arrow::util::display::array_value_to_string;
+    use rdkafka::message::Headers;
+    let path = dir.keep();
+    let mut files = Vec::new();
+    for topic in topics {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", "test-evidence")
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let mut lines = Vec::new();
+        let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for p in 0..partitions {
+            let Ok((_, high)) = consumer.fetch_watermarks(topic, p, Duration::from_secs(10)) else {
+                continue;
+            };
+            let mut list = TopicPartitionList::new();
+            list.add_partition_offset(topic, p, Offset::Beginning)
+                .unwrap();
+            consumer.assign(&list).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let mut next = 0;
+            while next < high && Instant::now() < deadline {
+                let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) else {
+                    continue;
+                };
+                next = m.offset() + 1;
+                let at = format!("p{p} o{}", m.offset());
+                let headers: Vec<String> = m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|h| {
+                                format!(
+                                    "{}={}",
+                                    h.key,
+                                    String::from_utf8_lossy(h.value.unwrap_or_default())
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let mut rows = 0;
+                let mut marked = Vec::new();
+                if let Some(payload) = m.payload().filter(|p| !p.is_empty())
+                    && let Ok(reader) = StreamReader::try_new(std::io::Cursor::new(payload), None)
+                {
+                    for batch in reader.flatten() {
+                        for row in 0..batch.num_rows() {
+                            let text: Vec<String> = batch
+                                .columns()
+                                .iter()
+                                .map(|c| array_value_to_string(c, row).unwrap_or_default())
+                                .collect();
+                            let text = text.join(",");
+                            if text.contains(mark) {
+                                marked.push(text.clone());
+                            }
+                            seen.entry(text).or_default().push(at.clone());
+                            rows += 1;
+                        }
+                    }
+                }
+                lines.push(format!(
+                    "{at} {} rows={rows} {}",
+                    headers.join(" "),
+                    marked.join("; ")
+                ));
+            }
+        }
+        lines.push("rows more than once:".into());
+        for (row, places) in seen.iter().filter(|(_, places)| places.len() > 1) {
+            lines.push(format!("{row} at {places:?}"));
+        }
+        let file = path.join(format!("{topic}.txt"));
+        fs::write(&file, lines.join("\n")).unwrap();
+        files.push(file.display().to_string());
+    }
+    files.join(", ")
 }
 
 #[test]
