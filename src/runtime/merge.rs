@@ -12,7 +12,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use super::channel::{CHANNEL_MESSAGES, Receiver, Sender};
 use super::checkpoint::QueryCheckpoints;
 use crate::error::Result;
-use crate::exec::{MergeOperator, Message};
+use crate::exec::{END_OF_INPUT, MergeOperator, Message};
 use crate::state::OperatorState;
 
 /// How often idle inputs are looked for.
@@ -22,8 +22,10 @@ const IDLE_CHECK: Duration = Duration::from_millis(100);
 /// the join) and, as the watermark, the minimum of the inputs' watermarks.
 /// An input that has ended no longer holds the minimum back, and neither
 /// does one that has sent nothing for its stream's `idle_timeout` (until it
-/// sends again). Inputs that all end without their final watermark (the
-/// run was stopped) do not fire what is still open.
+/// sends again). An input that ends without its final watermark was
+/// stopped (a stop with a savepoint, a partition leaving the process): the
+/// run is stopping, so from then on the merged watermark stays where it is
+/// and nothing still open fires, even if every other input has ended.
 ///
 /// Checkpoint barriers are aligned: once an input sends barrier `n`, what
 /// it sends next waits until every other input has sent `n` too (or ended);
@@ -210,6 +212,8 @@ struct Watermarks {
     last_seen: Vec<Instant>,
     idle_after: Vec<Option<Duration>>,
     emitted: i64,
+    /// An input ended without its final watermark.
+    stopped: bool,
 }
 
 impl Watermarks {
@@ -221,6 +225,7 @@ impl Watermarks {
             last_seen: vec![Instant::now(); n],
             idle_after,
             emitted: i64::MIN,
+            stopped: false,
         }
     }
 
@@ -279,12 +284,16 @@ impl Watermarks {
 
     fn end(&mut self, index: usize) -> Option<i64> {
         self.ended[index] = true;
+        self.stopped |= self.watermarks[index] != END_OF_INPUT;
         self.current()
     }
 
     /// The minimum over inputs that still count, if it is past what was
     /// sent.
     fn current(&mut self) -> Option<i64> {
+        if self.stopped {
+            return None;
+        }
         let now = Instant::now();
         let counted = (0..self.watermarks.len()).filter_map(|i| {
             let idle =
@@ -366,8 +375,14 @@ mod tests {
         assert_eq!(w.observe(1, Some(5)), Some(5));
         assert_eq!(w.observe(1, Some(20)), Some(10));
         assert_eq!(w.observe(0, Some(8)), None, "watermarks never go back");
-        assert_eq!(w.end(0), Some(20));
-        assert_eq!(w.observe(1, Some(i64::MAX)), Some(i64::MAX));
+        assert_eq!(w.observe(0, Some(END_OF_INPUT)), Some(20));
+        assert_eq!(w.end(0), None);
+        assert_eq!(
+            w.observe(1, Some(30)),
+            Some(30),
+            "input 0 holds nothing back"
+        );
+        assert_eq!(w.observe(1, Some(END_OF_INPUT)), Some(END_OF_INPUT));
         assert_eq!(w.end(1), None);
     }
 
@@ -376,8 +391,20 @@ mod tests {
         let mut w = Watermarks::new(vec![None, None]);
         assert_eq!(w.observe(0, Some(10)), None);
         assert_eq!(w.observe(1, Some(5)), Some(5));
-        assert_eq!(w.end(1), Some(10));
+        assert_eq!(w.end(1), None, "input 0's rows past 5 may not be in yet");
         assert_eq!(w.end(0), None);
+    }
+
+    #[test]
+    fn an_input_stopped_after_the_others_ended_fires_nothing() {
+        // A source that ended before the stop and one the stop held: the
+        // stopped one's end must not let the ended one's final watermark
+        // through (it fired a batch query over half of its input).
+        let mut w = Watermarks::new(vec![None, None]);
+        assert_eq!(w.observe(1, Some(5)), None);
+        assert_eq!(w.observe(0, Some(END_OF_INPUT)), Some(5));
+        assert_eq!(w.end(0), None, "ended with its final watermark");
+        assert_eq!(w.end(1), None, "stopped: nothing more fires");
     }
 
     #[test]
