@@ -20,6 +20,10 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 const HOSTS: usize = 6;
 /// Seconds of data per host, one row a second.
 const SECONDS: usize = 3000;
+/// The replay's speed-up: `SECONDS` of event time take 3 s, so a run
+/// passes dozens of 100 ms checkpoints on any machine and a crash point
+/// at the third is reached.
+const SPEED: usize = 1000;
 const T0: i64 = 1_700_000_000_000;
 
 /// A mock cluster with topic `metrics` (3 partitions) and `out` (1).
@@ -146,7 +150,8 @@ fn script(dir: &Path, bootstrap: &str, delivery: &str) {
         "CREATE STREAM metrics (ts TIMESTAMP, host TEXT, cpu DOUBLE, _partition BIGINT, _offset BIGINT,
            WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
          WITH (connector = 'kafka', bootstrap = '{bootstrap}', topic = 'metrics',
-               stop_at = 'latest', batch_size = '200', dead_letter = 'bad.txt');
+               stop_at = 'latest', batch_size = '200', dead_letter = 'bad.txt',
+               replay = 'realtime', speed = '{SPEED}');
          CREATE SINK out WITH (connector = 'kafka', bootstrap = '{bootstrap}', topic = 'out',
                key = 'host', delivery = '{delivery}');
          INSERT INTO out
@@ -221,9 +226,14 @@ fn output_within(mut command: Command, limit: Duration) -> Output {
 #[test]
 fn a_topic_is_read_aggregated_and_written_back_exactly_once() {
     let (_cluster, bootstrap, dir) = with_metrics("exactly_once");
+    let started = Instant::now();
     let out = vigil_run(dir.path(), None);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
+    // Paced: the last batch is not due before its event time, sped up, is
+    // (the first batch of 200 messages spans at most 200 s).
+    let paced = Duration::from_millis(((SECONDS - 200) * 1000 / SPEED) as u64);
+    assert!(started.elapsed() >= paced, "{:?}", started.elapsed());
     assert!(
         stderr.contains(&format!("rows={} bad=3", HOSTS * SECONDS)),
         "{stderr}"

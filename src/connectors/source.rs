@@ -932,15 +932,25 @@ pub(super) fn pause(
 }
 
 /// Sleeps between rows to replay event-time gaps at a given speed.
-struct Pacer {
+pub(super) struct Pacer {
     column: usize,
     speed: f64,
     origin: Option<(Instant, i64)>,
 }
 
 impl Pacer {
+    /// Paces by the event times of column `column`, `speed` times faster
+    /// than they passed.
+    pub(super) fn new(column: usize, speed: f64) -> Pacer {
+        Pacer {
+            column,
+            speed,
+            origin: None,
+        }
+    }
+
     /// How long to wait before releasing a row with event time `t`.
-    fn delay(&mut self, t: i64) -> Option<Duration> {
+    pub(super) fn delay(&mut self, t: i64) -> Option<Duration> {
         let now = Instant::now();
         let (start, t0) = *self.origin.get_or_insert((now, t));
         let offset_ms = (t.saturating_sub(t0)) as f64 / self.speed;
@@ -1110,11 +1120,9 @@ impl<'a> Driver<'a> {
         emit: &'a mut dyn FnMut(RecordBatch) -> bool,
     ) -> Result<Driver<'a>> {
         let pacer = match (config.replay, config.event_time) {
-            (Replay::Realtime { speed }, Some(column)) if speed > 0.0 => Some(Pacer {
-                column,
-                speed,
-                origin: None,
-            }),
+            (Replay::Realtime { speed }, Some(column)) if speed > 0.0 => {
+                Some(Pacer::new(column, speed))
+            }
             _ => None,
         };
         let pushed = config.location == SourceLocation::Push;

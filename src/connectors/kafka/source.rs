@@ -57,6 +57,7 @@ use super::super::options::Options;
 use super::super::registry::{
     OptionSpec, OptionType, Reader, SourceConnector, SourceRead, StreamDecl,
 };
+use super::super::source::{Pacer, pause};
 use super::super::timestamp::format_timestamp_ms;
 use super::super::{
     Format, MessageOrigin, Replay, SourceConfig, SourceLocation, SourcePosition, SourceStats,
@@ -132,6 +133,8 @@ const OPTIONS: &[OptionSpec] = &[
         accepted: "column names such as 'host' or 'host, task', or 'none'",
         doc: "what the producer keyed the messages by; in a group, a query keyed otherwise re-partitions",
     },
+    TEXT_OPTIONS[1],
+    TEXT_OPTIONS[2],
     TEXT_OPTIONS[3],
     TEXT_OPTIONS[4],
     TEXT_OPTIONS[7],
@@ -184,6 +187,10 @@ impl SourceConnector for KafkaSourceConnector {
                 _ => Start::Committed,
             },
             stop_at_latest: opts.choice("stop_at")? == Some("latest"),
+            replay_speed: match opts.choice("replay")? {
+                Some("realtime") => Some(opts.number("speed")?.unwrap_or(1.0)),
+                _ => None,
+            },
             only: match opts.text("partitions") {
                 None => None,
                 Some(text) => {
@@ -321,7 +328,7 @@ fn meta_type(name: &str) -> &'static str {
 }
 
 /// A configured `kafka` stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct KafkaSource {
     /// Brokers, topic, librdkafka settings.
     pub endpoint: Endpoint,
@@ -331,6 +338,10 @@ pub struct KafkaSource {
     pub start: Start,
     /// End at the offsets the topic had when reading began.
     pub stop_at_latest: bool,
+    /// With `replay = 'realtime'`: the speed-up at which event-time gaps
+    /// are replayed as pauses (a backtest over a topic's history at its
+    /// own pace); `None` reads as fast as the brokers give.
+    pub replay_speed: Option<f64>,
     /// Read only these partitions; `None` for all of them.
     pub only: Option<Vec<i32>>,
     /// How messages become rows.
@@ -399,6 +410,8 @@ struct Reading<'a> {
     /// With `stop_at = 'latest'`: per partition, the offset to stop at.
     end: Option<BTreeMap<i32, i64>>,
     last_commit: Instant,
+    /// With `replay = 'realtime'`: when each decoded batch is due.
+    pacer: Option<Pacer>,
 }
 
 /// What a reading has done: its position.
@@ -470,6 +483,10 @@ impl<'a> Reading<'a> {
             ended: BTreeMap::new(),
             end: None,
             last_commit: Instant::now(),
+            pacer: match (source.replay_speed, config.event_time) {
+                (Some(speed), Some(column)) if speed > 0.0 => Some(Pacer::new(column, speed)),
+                _ => None,
+            },
         })
     }
 
@@ -506,6 +523,9 @@ impl<'a> Reading<'a> {
             let (batch, origins) = self.progress.decode(decoder, &polled.messages)?;
             drop(polled);
             self.alignment.add(&batch, &origins)?;
+            if !self.wait_until_due(&batch, emit)? {
+                return Ok(());
+            }
             let end = self.at_end();
             let released = if end {
                 self.alignment.release_all()?
@@ -531,6 +551,28 @@ impl<'a> Reading<'a> {
             config: self.config,
             stats: self.stats,
         }
+    }
+
+    /// With `replay = 'realtime'`: sleeps until the newest row of `batch`
+    /// is due. Its rows wait in the alignment meanwhile, so the positions
+    /// that empty batches store read them again; `Ok(false)` when the
+    /// queries want no more.
+    fn wait_until_due(
+        &mut self,
+        batch: &RecordBatch,
+        emit: &mut dyn FnMut(RecordBatch) -> bool,
+    ) -> Result<bool> {
+        let newest = self.config.event_time.and_then(|i| {
+            let times = batch
+                .column(i)
+                .as_primitive_opt::<TimestampMillisecondType>()?;
+            datafusion::arrow::compute::max(times)
+        });
+        let Some(wait) = newest.and_then(|t| self.pacer.as_mut()?.delay(t)) else {
+            return Ok(true);
+        };
+        let stats = self.stats;
+        pause(wait, &stats.stop, &mut || Ok(self.idle(emit)))
     }
 
     /// Pauses a partition whose rows pile up waiting for the others, and
