@@ -30,7 +30,10 @@
 //!   between rows that went on ahead of an earlier message of their
 //!   partition (skipped when read again), rows released but not yet gone
 //!   on (they go on at once when read again) and the watermark that
-//!   released them (it follows them then).
+//!   released them (it follows them when read again). The writers of a
+//!   partition read again are stored as they stood before its first
+//!   message read again, so a restore cannot let event time pass rows
+//!   before they are in again.
 //!
 //! Watermarks cannot travel in a stream's rows as such, so the reader's
 //! stream has two more columns (see [`crate::exec::remote`]) that the
@@ -508,6 +511,19 @@ struct Pending {
     /// Its writer's watermark when it came (the rows are on time against
     /// it, in the writer's part).
     since: i64,
+    /// Where the writers of its partition stood just before it came: a
+    /// restore reads the partition again from here, so the position says
+    /// this of them (see [`ExchangeReading::store_position`]).
+    before: BTreeMap<i32, WriterState>,
+}
+
+/// What the reader knew of one writer at some offset of its partition.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct WriterState {
+    /// Its last watermark.
+    watermark: Option<i64>,
+    /// The offset it said it is idle at, if it has sent nothing since.
+    idle: Option<i64>,
 }
 
 impl<'a> ExchangeReading<'a> {
@@ -599,8 +615,9 @@ impl<'a> ExchangeReading<'a> {
             Some(handed) => handed.as_i64().ok_or_else(bad)?,
             None => merged,
         };
-        // Once the rows it had released are in again, the watermark that
-        // released them goes on (see `take`).
+        // Rows it had released go on once they are in again (see `take`);
+        // the watermark that released them follows once the writers'
+        // watermarks read again reach it.
         self.emitted = self.handed;
         self.rows = position.rows;
         self.stats.rows.store(position.rows, Ordering::Relaxed);
@@ -689,7 +706,7 @@ impl<'a> ExchangeReading<'a> {
             self.idle_since.insert(writer, Instant::now());
             return self.advance(schema);
         }
-        self.idle.remove(&writer);
+        let was_idle = self.idle.remove(&writer);
         self.idle_since.remove(&writer);
         if let Some(watermark) = header(WATERMARK_HEADER) {
             let watermark = number(watermark, "watermark")?;
@@ -718,6 +735,7 @@ impl<'a> ExchangeReading<'a> {
             writer,
             rows: result_rows(schema, &rows, kind)?,
             since: self.watermarks.get(&writer).copied().unwrap_or(i64::MIN),
+            before: self.writers_before(partition, writer, was_idle),
         };
         if !due {
             self.pending.push_back(pending);
@@ -808,6 +826,40 @@ impl<'a> ExchangeReading<'a> {
         Ok(())
     }
 
+    /// The writers whose messages come in partition `partition` of the
+    /// internal topic: every writer when this reader reads one partition
+    /// (a re-partitioning, where each writer sends to every partition),
+    /// else writer `partition` alone (each writer sends to its own).
+    fn writers_of(&self, partition: i32) -> Vec<i32> {
+        if self.reader.partitions.len() == 1 {
+            (0..self.reader.writers).collect()
+        } else {
+            vec![partition]
+        }
+    }
+
+    /// Where the writers of `partition` stand, with `writer` as before its
+    /// message that came now (it was idle at `was_idle`, if it was).
+    fn writers_before(
+        &self,
+        partition: i32,
+        writer: i32,
+        was_idle: Option<i64>,
+    ) -> BTreeMap<i32, WriterState> {
+        self.writers_of(partition)
+            .into_iter()
+            .map(|w| {
+                let idle = if w == writer {
+                    was_idle
+                } else {
+                    self.idle.get(&w).copied()
+                };
+                let watermark = self.watermarks.get(&w).copied();
+                (w, WriterState { watermark, idle })
+            })
+            .collect()
+    }
+
     /// Takes out every row waiting, ordered by its writer's watermark when
     /// it came, then writer, then offset, as one process would hand them
     /// on. All of them go before the merged watermark that made them due:
@@ -884,9 +936,27 @@ impl<'a> ExchangeReading<'a> {
             Outgoing::Rows(p) => Some(p),
             Outgoing::Watermark(..) => None,
         });
+        // Per partition, its first message waiting: where it is read again.
+        let mut first: BTreeMap<i32, &Pending> = BTreeMap::new();
         for p in self.pending.iter().chain(waiting) {
             let offset = offsets.entry(p.partition).or_insert(p.offset);
             *offset = (*offset).min(p.offset);
+            let earliest = first.entry(p.partition).or_insert(p);
+            if p.offset < earliest.offset {
+                *earliest = p;
+            }
+        }
+        // The writers of a partition read again stand where they stood
+        // before its first message waiting: their later watermarks are
+        // read again too, and kept now they would let event time pass the
+        // rows read again before those are in.
+        let mut watermarks = self.watermarks.clone();
+        let mut idle = self.idle.clone();
+        for p in first.values() {
+            for (&w, state) in &p.before {
+                set_or_remove(&mut watermarks, w, state.watermark);
+                set_or_remove(&mut idle, w, state.idle);
+            }
         }
         for (partition, sent) in &mut self.sent_ahead {
             let from = offsets.get(partition).copied().unwrap_or(i64::MAX);
@@ -910,8 +980,8 @@ impl<'a> ExchangeReading<'a> {
             rows: self.rows,
             extra: json!({
                 "offsets": map(&offsets),
-                "writers": map(&self.watermarks),
-                "idle": map(&self.idle),
+                "writers": map(&watermarks),
+                "idle": map(&idle),
                 "sent_ahead": sets(&self.sent_ahead),
                 "due": sets(&due),
                 "handed": self.handed,
@@ -924,6 +994,14 @@ impl<'a> ExchangeReading<'a> {
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(position);
     }
+}
+
+/// Sets `map[key]` to `value`, or removes it when there is none.
+fn set_or_remove(map: &mut BTreeMap<i32, i64>, key: i32, value: Option<i64>) {
+    match value {
+        Some(v) => map.insert(key, v),
+        None => map.remove(&key),
+    };
 }
 
 /// The rows of one message: one IPC stream.
@@ -1256,12 +1334,47 @@ mod tests {
         again.advance(&schema).unwrap();
         assert!(all_out(&mut again).is_empty(), "a is not in again yet");
         take(&mut again, &[(0, 1, Sent::Rows("a"))]);
-        assert_eq!(
-            all_out(&mut again),
-            ["a", "wm:20"],
-            "no later watermark comes"
-        );
+        assert_eq!(all_out(&mut again), ["a"], "a goes on at once");
+        // The watermark that released it is read again after it.
         take(&mut again, &[(0, 2, Sent::Watermark(20))]);
-        assert!(all_out(&mut again).is_empty());
+        assert_eq!(all_out(&mut again), ["wm:20"]);
+    }
+
+    #[test]
+    fn rows_read_again_after_a_restore_are_not_passed_by_their_writers_later_watermark() {
+        let cluster = MockCluster::new(1).unwrap();
+        let reader = reader(&cluster, 2, None);
+        let (config, stats) = (config(&reader), SourceStats::default());
+        let schema = config.schema.clone();
+        let take = |reading: &mut ExchangeReading<'_>, sent: &[(i32, i64, Sent<'_>)]| {
+            for (writer, offset, s) in sent {
+                let m = message_in(*writer, *writer, *offset, s);
+                reading.take(&m, &schema).unwrap();
+            }
+        };
+        let mut reading = ExchangeReading::open(&reader, &config, &stats, None).unwrap();
+        // Writer 0's rows wait for writer 1, whose first watermark has not
+        // come, and then writer 0's next watermark comes.
+        take(
+            &mut reading,
+            &[(0, 0, Sent::Rows("a")), (0, 1, Sent::Watermark(100))],
+        );
+        assert!(all_out(&mut reading).is_empty());
+        reading.store_position();
+        let position = stats.position.lock().unwrap().clone().unwrap();
+        assert_eq!(position.extra["offsets"]["0"], 0, "{}", position.extra);
+        drop(reading);
+        // Restored elsewhere, writer 1's partition is read first: writer 0
+        // stands where it stood before its rows, not at 100, or event time
+        // would pass them before they are in again.
+        let mut again = ExchangeReading::open(&reader, &config, &stats, Some(&position)).unwrap();
+        again.advance(&schema).unwrap();
+        take(&mut again, &[(1, 0, Sent::Watermark(200))]);
+        assert!(all_out(&mut again).is_empty(), "writer 0 holds it back");
+        take(
+            &mut again,
+            &[(0, 0, Sent::Rows("a")), (0, 1, Sent::Watermark(100))],
+        );
+        assert_eq!(all_out(&mut again), ["a", "wm:100"]);
     }
 }
