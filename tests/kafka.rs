@@ -672,7 +672,6 @@ pub(crate) fn member(dir: &Path, name: &str) -> Member {
             &keep,
         ])
         .env_remove("VIGIL_CRASH_AT")
-        .env("VIGIL_GROUP_GLOBAL_STAGES", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(fs::File::create(dir.join(format!("{name}.stderr"))).unwrap())
@@ -1002,11 +1001,6 @@ fn a_group_refuses_queries_it_would_answer_in_part() {
          CREATE STREAM local (ts TIMESTAMP, host TEXT, WATERMARK FOR ts AS ts) WITH (path = 'l.csv');";
     for (query, want) in [
         (
-            "SELECT window_end, count(*) AS n FROM TUMBLE(metrics, ts, INTERVAL '1' MINUTE)
-             GROUP BY window_start, window_end;",
-            "keeps state over every key",
-        ),
-        (
             "SELECT window_start, count(*) AS n FROM (
                SELECT window_start, window_end, host FROM TUMBLE(metrics, ts, INTERVAL '1' MINUTE)
                UNION ALL
@@ -1222,7 +1216,6 @@ fn data_rows(bootstrap: &str, topic: &str, seconds: usize) -> Vec<String> {
 }
 
 #[test]
-#[ignore = "passed 14 runs of 14 run by itself, but failed once in the whole suite on a machine also running a release build; run with --ignored while finding why"]
 fn a_group_answers_queries_over_every_key_once_whatever_its_processes() {
     const GROUP_HOSTS: usize = 12;
     const SECONDS_HERE: usize = 1200;

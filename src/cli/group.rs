@@ -22,11 +22,6 @@ use crate::runtime::live::{Live, NamedQuery};
 use crate::runtime::{RunReport, RunnableQuery};
 use crate::state::store::Location;
 
-/// Set, lets a group run queries that keep state over every key through
-/// an exchange (see [`crate::connectors::kafka::exchange`]); their test
-/// still failed once under load, so off by default.
-const GLOBAL_STAGES: &str = "VIGIL_GROUP_GLOBAL_STAGES";
-
 /// A flag that SIGINT or SIGTERM sets: the member of [`run`] leaves its
 /// group.
 pub(super) fn leave_on_signal(stopper: Option<&Stopper>) -> Arc<AtomicBool> {
@@ -143,16 +138,6 @@ pub(super) fn group_topic(queries: &[PreparedQuery]) -> Result<Endpoint> {
         if matches!(cut, Cut::Repartition(_)) && query.name.is_none() {
             return Err(Error::Plan(format!(
                 "--group: {label} re-partitions its rows and has no name to keep its exchange's checkpoints under: set query_name"
-            )));
-        }
-        if let Some(operator) = query.graph.global_stage()
-            && std::env::var_os(GLOBAL_STAGES).is_none()
-        {
-            // The exchange that runs such a stage once per group passes its
-            // test alone, but failed it once on a loaded machine: until
-            // that is understood, refuse rather than answer wrongly.
-            return Err(Error::Plan(format!(
-                "--group: {label} keeps state over every key ({operator}); running such queries once per group is not reliable yet (set {GLOBAL_STAGES}=1 to try it): run it in one process"
             )));
         }
         if query.graph.global_stage().is_some() && query.name.is_none() {
