@@ -9,6 +9,7 @@
 mod alert;
 pub mod alert_node;
 pub mod catalog;
+pub mod control_node;
 pub mod emit_node;
 mod invariant;
 pub mod invariant_node;
@@ -37,6 +38,7 @@ use datafusion::sql::sqlparser::ast;
 
 pub use alert_node::{AlertHold, AlertNode, AlertRule, AlertSpec, columns};
 pub use catalog::{Catalog, StreamDef, StreamSource, ViewSource};
+pub use control_node::ControlNode;
 pub use emit_node::{EmitNode, EmitPolicy, FINAL_COLUMN, OP_COLUMN};
 pub use invariant_node::{InvariantNode, InvariantSpec, Training};
 pub use watermark_node::WatermarkNode;

@@ -1,6 +1,7 @@
 //! Plans the window table functions in `FROM`:
 //! `TUMBLE(stream, time_column, size [, offset])` and
-//! `HOP(stream, time_column, slide, size [, offset])`.
+//! `HOP(stream, time_column, slide, size [, offset])`, and
+//! `CONTROLLED(stream, control_stream, key_column)`.
 
 use std::sync::Arc;
 
@@ -14,6 +15,7 @@ use datafusion::logical_expr::{Expr, Extension, LogicalPlan, LogicalPlanBuilder}
 use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, FunctionArg, FunctionArgExpr, TableFactor};
 
 use super::catalog::{StreamSource, TIME_TYPE, ViewSource};
+use super::control_node::ControlNode;
 use super::literal_interval_ms;
 use super::watermark_node::WatermarkNode;
 use super::window_node::{WINDOW_END, WINDOW_START, Window, WindowNode, WindowSpec};
@@ -38,6 +40,13 @@ impl RelationPlanner for WindowRelationPlanner {
             return Ok(RelationPlanning::Original(Box::new(relation)));
         };
         let function = name.to_string().to_ascii_uppercase();
+        if function == "CONTROLLED" {
+            let plan = plan_controlled(&args.args, context)?;
+            return Ok(RelationPlanning::Planned(Box::new(PlannedRelation::new(
+                plan,
+                alias.clone(),
+            ))));
+        }
         if function == "LATE" {
             let plan = plan_late(&args.args, context)?;
             return Ok(RelationPlanning::Planned(Box::new(PlannedRelation::new(
@@ -161,6 +170,90 @@ fn plan_window(
         }
     };
     let node = WindowNode::try_new(scan, time_column, window)?;
+    Ok(LogicalPlan::Extension(Extension {
+        node: Arc::new(node),
+    }))
+}
+
+/// `CONTROLLED(stream, control_stream, key_column)`: the rows of `stream`
+/// whose `key_column` the control stream does not block at their event
+/// time (see [`crate::exec::ControlFilter`]). The control stream has an
+/// event time, a `key` column, and optionally `action` (`block` or
+/// `unblock`; without it every row blocks) and `until` (a TIMESTAMP at
+/// which a block ends).
+fn plan_controlled(
+    args: &[FunctionArg],
+    context: &mut dyn RelationPlannerContext,
+) -> Result<LogicalPlan> {
+    const USAGE: &str = "CONTROLLED(stream, control_stream, key_column)";
+    let args: Vec<&SqlExpr> = args
+        .iter()
+        .map(|a| match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Ok(e),
+            other => plan_err!("{USAGE}: unexpected argument {other}"),
+        })
+        .collect::<Result<_>>()?;
+    let [data, control, key] = args[..] else {
+        return plan_err!("{USAGE} takes 3 arguments, got {}", args.len());
+    };
+    let stream_of = |plan: LogicalPlan, what: &str| -> Result<(LogicalPlan, usize)> {
+        let time = match &plan {
+            LogicalPlan::Extension(e) => e
+                .node
+                .as_any()
+                .downcast_ref::<WatermarkNode>()
+                .map(|w| w.time_column),
+            _ => None,
+        };
+        match time {
+            Some(time) => Ok((plan, time)),
+            None => plan_err!("{USAGE}: the {what} must be a declared stream, not a view"),
+        }
+    };
+    let (data, data_time) = stream_of(watermarked_scan(data, context)?, "controlled stream")?;
+    let (control, control_time) = stream_of(watermarked_scan(control, context)?, "control stream")?;
+    let SqlExpr::Identifier(id) = key else {
+        return plan_err!("{USAGE}: the key must be a column name, got {key}");
+    };
+    let key = context.normalize_ident(id.clone());
+    let Some(data_key) = data.schema().index_of_column_by_name(None, &key) else {
+        return plan_err!("{USAGE}: the controlled stream has no column '{key}'");
+    };
+    let find = |name: &str| control.schema().index_of_column_by_name(None, name);
+    let Some(control_key) = find("key") else {
+        return plan_err!(
+            "{USAGE}: the control stream needs a column 'key' (the key it blocks or unblocks)"
+        );
+    };
+    let control_action = find("action");
+    if let Some(i) = control_action
+        && !matches!(
+            control.schema().field(i).data_type(),
+            datafusion::arrow::datatypes::DataType::Utf8
+                | datafusion::arrow::datatypes::DataType::LargeUtf8
+                | datafusion::arrow::datatypes::DataType::Utf8View
+        )
+    {
+        return plan_err!(
+            "{USAGE}: the control stream's 'action' must be TEXT ('block' or 'unblock')"
+        );
+    }
+    let control_until = find("until");
+    if let Some(i) = control_until
+        && control.schema().field(i).data_type() != &TIME_TYPE
+    {
+        return plan_err!("{USAGE}: the control stream's 'until' must be a TIMESTAMP");
+    }
+    let node = ControlNode {
+        data,
+        control,
+        data_time,
+        data_key,
+        control_time,
+        control_key,
+        control_action,
+        control_until,
+    };
     Ok(LogicalPlan::Extension(Extension {
         node: Arc::new(node),
     }))

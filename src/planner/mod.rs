@@ -35,15 +35,15 @@ use crate::error::{Error, Result};
 use datafusion::physical_plan::unnest::ListUnnest;
 
 use crate::exec::{
-    AggregateSpec, AlertOp, ChangelogAggregateOp, ChangelogAggregateSpec, FilterOp, GroupSlot,
-    InvariantOp, LateRows, LimitOp, MarkOp, MergeOperator, Operator, OverFunction, OverOp,
-    OverSpec, ProjectOp, QueryStats, SessionAggregateOp, SessionAggregateSpec, SessionAssignOp,
-    ShedConfig, UnnestOp, WatermarkOp, WindowAggregateOp, WindowAggregateSpec, WindowAssignOp,
-    WindowGrid, WindowInput, WindowJoin, WindowJoinSpec,
+    AggregateSpec, AlertOp, ChangelogAggregateOp, ChangelogAggregateSpec, ControlFilter,
+    ControlSpec, FilterOp, GroupSlot, InvariantOp, LateRows, LimitOp, MarkOp, MergeOperator,
+    Operator, OverFunction, OverOp, OverSpec, ProjectOp, QueryStats, SessionAggregateOp,
+    SessionAggregateSpec, SessionAssignOp, ShedConfig, UnnestOp, WatermarkOp, WindowAggregateOp,
+    WindowAggregateSpec, WindowAssignOp, WindowGrid, WindowInput, WindowJoin, WindowJoinSpec,
 };
 use crate::plan::{
-    AlertNode, EmitNode, EmitPolicy, InvariantNode, StreamDef, StreamSource, WatermarkNode, Window,
-    WindowNode,
+    AlertNode, ControlNode, EmitNode, EmitPolicy, InvariantNode, StreamDef, StreamSource,
+    WatermarkNode, Window, WindowNode,
 };
 
 /// How rows move through a query's operators. Both modes give the same
@@ -877,6 +877,9 @@ impl Builder {
             built.ops.push((Box::new(op), Placement::Serial));
             return Ok(built);
         }
+        if let Some(control) = node.as_any().downcast_ref::<ControlNode>() {
+            return self.control(control);
+        }
         if let Some(window) = node.as_any().downcast_ref::<WindowNode>() {
             let mut built = self.build(&window.input)?;
             let schema = Arc::new(node.schema().as_arrow().clone());
@@ -1374,6 +1377,39 @@ impl Builder {
             join: None,
             ops: Vec::new(),
             window,
+            shed_fraction: false,
+        })
+    }
+
+    /// `CONTROLLED(...)`: the data and the control stream meet in a
+    /// [`ControlFilter`], each read with its own watermark.
+    fn control(&mut self, control: &ControlNode) -> Result<Built> {
+        let mut inputs = Vec::with_capacity(2);
+        for side in [&control.data, &control.control] {
+            let built = self.build(side)?;
+            if built.inputs.len() != 1 || built.join.is_some() {
+                return Err(Error::Plan("CONTROLLED reads two declared streams".into()));
+            }
+            let (stream, mut ops) = built.inputs.into_iter().next().expect("one input");
+            ops.extend(built.ops);
+            inputs.push((stream, ops));
+        }
+        let schema = |plan: &LogicalPlan| Arc::new(plan.schema().as_arrow().clone());
+        let spec = ControlSpec {
+            data_schema: schema(&control.data),
+            data_time: control.data_time,
+            data_key: control.data_key,
+            control_schema: schema(&control.control),
+            control_time: control.control_time,
+            control_key: control.control_key,
+            control_action: control.control_action,
+            control_until: control.control_until,
+        };
+        Ok(Built {
+            inputs,
+            join: Some(Box::new(ControlFilter::new(spec))),
+            ops: Vec::new(),
+            window: None,
             shed_fraction: false,
         })
     }

@@ -1,0 +1,575 @@
+//! Control streams: a second stream whose rows block and unblock keys of a
+//! query's input while it runs (a silence, a maintenance window, a list of
+//! words to drop), applied in event-time order with the data.
+//!
+//! A control row says, for one key, from its event time on: `block` (with
+//! an optional `until`, the event time the block ends at) or `unblock`. A
+//! data row is dropped when the last control row of its key at or before
+//! its event time blocks it. Data rows wait until the merged watermark (of
+//! data and control) has passed them, so every control row that can affect
+//! them is in, and the result does not depend on how the two streams'
+//! rows interleave on arrival. A data row that comes later than that is
+//! judged by the control rows kept then (see [`ControlFilter::prune`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, StringArray, UInt32Array, UInt64Array,
+};
+use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch, take_record_batch};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimestampMillisecondType};
+use datafusion::arrow::record_batch::RecordBatch;
+
+use super::{MergeOperator, Message};
+use crate::error::{Error, Result};
+use crate::state::OperatorState;
+
+/// The end of a finite input, as a watermark.
+const END_OF_INPUT: i64 = i64::MAX;
+
+/// How a control stream's columns and the data's key line up.
+#[derive(Debug, Clone)]
+pub struct ControlSpec {
+    /// The data rows' schema (the operator's output schema too).
+    pub data_schema: SchemaRef,
+    /// The data's event-time column.
+    pub data_time: usize,
+    /// The data column the control rows name keys of.
+    pub data_key: usize,
+    /// The control rows' schema.
+    pub control_schema: SchemaRef,
+    /// The control stream's event-time column.
+    pub control_time: usize,
+    /// Its `key` column.
+    pub control_key: usize,
+    /// Its `action` column (`block` or `unblock`), if it has one: without
+    /// one, every control row blocks.
+    pub control_action: Option<usize>,
+    /// Its `until` column (when a block ends), if it has one.
+    pub control_until: Option<usize>,
+}
+
+/// One control row, decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Control {
+    ts: i64,
+    /// Arrival order, which decides between rows of one key and one time.
+    seq: u64,
+    block: bool,
+    until: Option<i64>,
+}
+
+impl Control {
+    /// Whether it drops a row of its key at `ts` (at or after its own).
+    fn blocks_at(&self, ts: i64) -> bool {
+        self.block && self.until.is_none_or(|until| ts < until)
+    }
+}
+
+/// Drops the data rows whose key a control stream blocks at their event
+/// time (see the [module docs](self)). Input 0 is the data, input 1 the
+/// control stream.
+pub struct ControlFilter {
+    spec: ControlSpec,
+    /// Data rows waiting for the merged watermark, as they came.
+    waiting: Vec<RecordBatch>,
+    /// Per key, its control rows in order of event time and arrival: the
+    /// last one at or before the watermark and every one after it.
+    controls: HashMap<String, Vec<Control>>,
+    next_seq: u64,
+    watermark: i64,
+    /// Control rows that did not decode, counted for the warning.
+    bad_controls: u64,
+}
+
+impl ControlFilter {
+    /// A control filter as the planner describes it.
+    pub fn new(spec: ControlSpec) -> Self {
+        ControlFilter {
+            spec,
+            waiting: Vec::new(),
+            controls: HashMap::new(),
+            next_seq: 0,
+            watermark: i64::MIN,
+            bad_controls: 0,
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "control by key {} (a control stream blocks and unblocks keys)",
+            self.spec.data_schema.field(self.spec.data_key).name()
+        )
+    }
+
+    fn on_data(&mut self, batch: RecordBatch) {
+        if batch.num_rows() > 0 {
+            self.waiting.push(batch);
+        }
+    }
+
+    fn on_control(&mut self, batch: &RecordBatch) -> Result<()> {
+        let spec = &self.spec;
+        let times = batch
+            .column(spec.control_time)
+            .as_primitive_opt::<TimestampMillisecondType>()
+            .ok_or_else(|| Error::Plan("a control stream's event time is not a TIMESTAMP".into()))?
+            .clone();
+        let keys = text(batch.column(spec.control_key))?;
+        let actions = spec
+            .control_action
+            .map(|i| text(batch.column(i)))
+            .transpose()?;
+        let until = spec
+            .control_until
+            .map(|i| {
+                batch
+                    .column(i)
+                    .as_primitive_opt::<TimestampMillisecondType>()
+                    .cloned()
+                    .ok_or_else(|| {
+                        Error::Plan("a control stream's until is not a TIMESTAMP".into())
+                    })
+            })
+            .transpose()?;
+        for row in 0..batch.num_rows() {
+            if times.is_null(row) || keys.is_null(row) {
+                self.bad(format!("row {row} has no event time or no key"));
+                continue;
+            }
+            let block = match actions.as_ref().filter(|a| a.is_valid(row)) {
+                None => true,
+                Some(a) => match a.value(row).trim().to_ascii_lowercase().as_str() {
+                    "block" => true,
+                    "unblock" => false,
+                    other => {
+                        self.bad(format!(
+                            "action '{other}' is neither 'block' nor 'unblock'; row skipped"
+                        ));
+                        continue;
+                    }
+                },
+            };
+            let control = Control {
+                ts: times.value(row),
+                seq: self.next_seq,
+                block,
+                until: until
+                    .as_ref()
+                    .filter(|u| u.is_valid(row))
+                    .map(|u| u.value(row)),
+            };
+            self.next_seq += 1;
+            let list = self
+                .controls
+                .entry(keys.value(row).to_string())
+                .or_default();
+            let at = list.partition_point(|c| (c.ts, c.seq) <= (control.ts, control.seq));
+            list.insert(at, control);
+        }
+        Ok(())
+    }
+
+    /// Warns of a control row that does not decode, the first few times.
+    fn bad(&mut self, why: String) {
+        self.bad_controls += 1;
+        if self.bad_controls <= 10 {
+            eprintln!("vigil: warning: control stream: {why}");
+        }
+    }
+
+    /// Whether a data row of `key` at `ts` is dropped.
+    fn blocked(&self, key: &str, ts: i64) -> bool {
+        let Some(list) = self.controls.get(key) else {
+            return false;
+        };
+        let at = list.partition_point(|c| c.ts <= ts);
+        at > 0 && list[at - 1].blocks_at(ts)
+    }
+
+    /// The waiting rows the watermark has passed, judged, in event-time
+    /// order (rows of one time as they came); the others keep waiting.
+    fn release(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
+        if self.waiting.is_empty() {
+            return Ok(None);
+        }
+        let rows = concat_batches(&self.spec.data_schema, &self.waiting)?;
+        self.waiting.clear();
+        let times = rows
+            .column(self.spec.data_time)
+            .as_primitive_opt::<TimestampMillisecondType>()
+            .ok_or_else(|| {
+                Error::Plan("the controlled stream's event time is not a TIMESTAMP".into())
+            })?
+            .clone();
+        let passed = |row: usize| times.is_null(row) || times.value(row) < watermark;
+        let keep: BooleanArray = (0..rows.num_rows()).map(|r| Some(!passed(r))).collect();
+        let still = filter_record_batch(&rows, &keep)?;
+        if still.num_rows() > 0 {
+            self.waiting.push(still);
+        }
+        let keys = text(rows.column(self.spec.data_key))?;
+        let mut out: Vec<(i64, u32)> = (0..rows.num_rows())
+            .filter(|&r| passed(r))
+            .filter(|&r| {
+                keys.is_null(r) || times.is_null(r) || !self.blocked(keys.value(r), times.value(r))
+            })
+            .map(|r| {
+                (
+                    if times.is_null(r) {
+                        i64::MIN
+                    } else {
+                        times.value(r)
+                    },
+                    r as u32,
+                )
+            })
+            .collect();
+        if out.is_empty() {
+            return Ok(None);
+        }
+        out.sort_by_key(|&(ts, _)| ts);
+        let indices = UInt32Array::from_iter_values(out.into_iter().map(|(_, r)| r));
+        Ok(Some(take_record_batch(&rows, &indices)?))
+    }
+
+    /// Drops the control rows the watermark has made useless: of each
+    /// key, those before its last at or before the watermark, and a key
+    /// whose last one no longer blocks anything to come.
+    fn prune(&mut self, watermark: i64) {
+        self.controls.retain(|_, list| {
+            let at = list.partition_point(|c| c.ts <= watermark);
+            if at > 1 {
+                list.drain(..at - 1);
+            }
+            // Kept while a later row may come or the last one still blocks.
+            let settled = list.len() == 1 && list[0].ts <= watermark;
+            !settled || list[0].blocks_at(watermark)
+        });
+    }
+
+    fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
+        self.watermark = self.watermark.max(watermark);
+        if let Some(rows) = self.release(self.watermark)? {
+            out.push(Message::Batch(rows));
+        }
+        if self.watermark != END_OF_INPUT {
+            self.prune(self.watermark);
+        }
+        out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+
+    /// The schema of the `controls` state table.
+    fn controls_schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("key", DataType::Utf8, false),
+            Field::new("ts", DataType::Int64, false),
+            Field::new("seq", DataType::UInt64, false),
+            Field::new("block", DataType::Boolean, false),
+            Field::new("until", DataType::Int64, true),
+        ]))
+    }
+
+    /// The waiting data rows (table `waiting`) and the control rows kept
+    /// (table `controls`, in key order).
+    fn snapshot(&mut self) -> Result<OperatorState> {
+        let mut state = OperatorState::new();
+        let waiting = concat_batches(&self.spec.data_schema, &self.waiting)?;
+        state.add("waiting", waiting, Vec::new());
+        let mut keys: Vec<&String> = self.controls.keys().collect();
+        keys.sort();
+        let rows: Vec<(&String, &Control)> = keys
+            .into_iter()
+            .flat_map(|k| self.controls[k].iter().map(move |c| (k, c)))
+            .collect();
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|(k, _)| k.as_str()),
+            )),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|(_, c)| c.ts))),
+            Arc::new(UInt64Array::from_iter_values(
+                rows.iter().map(|(_, c)| c.seq),
+            )),
+            Arc::new(BooleanArray::from_iter(
+                rows.iter().map(|(_, c)| Some(c.block)),
+            )),
+            Arc::new(Int64Array::from_iter(rows.iter().map(|(_, c)| c.until))),
+        ];
+        let controls = RecordBatch::try_new(Self::controls_schema(), columns)?;
+        state.add("controls", controls, Vec::new());
+        state.add_scalars("meta", &[("next_seq", Some(self.next_seq as i64))]);
+        Ok(state)
+    }
+
+    fn restore(&mut self, state: OperatorState) -> Result<()> {
+        self.on_data(state.table_of("waiting", &self.spec.data_schema)?);
+        let controls = state.table_of("controls", &Self::controls_schema())?;
+        let keys = controls.column(0).as_string::<i32>();
+        let ts = controls
+            .column(1)
+            .as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+        let seq = controls
+            .column(2)
+            .as_primitive::<datafusion::arrow::datatypes::UInt64Type>();
+        let block = controls.column(3).as_boolean();
+        let until = controls
+            .column(4)
+            .as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+        for row in 0..controls.num_rows() {
+            self.controls
+                .entry(keys.value(row).to_string())
+                .or_default()
+                .push(Control {
+                    ts: ts.value(row),
+                    seq: seq.value(row),
+                    block: block.value(row),
+                    until: until.is_valid(row).then(|| until.value(row)),
+                });
+        }
+        let next = state.scalar("meta", "next_seq")?.unwrap_or(0);
+        self.next_seq = u64::try_from(next).unwrap_or(0);
+        Ok(())
+    }
+}
+
+/// `column` as text, whatever its type (a key compares as its text).
+fn text(column: &ArrayRef) -> Result<StringArray> {
+    let cast = cast(column, &DataType::Utf8)?;
+    Ok(cast.as_string::<i32>().clone())
+}
+
+impl MergeOperator for ControlFilter {
+    fn describe(&self) -> String {
+        ControlFilter::describe(self)
+    }
+
+    fn on_rows(&mut self, input: usize, batch: RecordBatch) -> Result<()> {
+        match input {
+            0 => {
+                self.on_data(batch);
+                Ok(())
+            }
+            _ => self.on_control(&batch),
+        }
+    }
+
+    fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
+        ControlFilter::on_watermark(self, watermark, out)
+    }
+
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        ControlFilter::snapshot(self).map(Some)
+    }
+
+    fn restore(&mut self, state: OperatorState) -> Result<()> {
+        ControlFilter::restore(self, state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::TimestampMillisecondArray;
+
+    fn data_schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new(
+                "ts",
+                DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, None),
+                true,
+            ),
+            Field::new("word", DataType::Utf8, true),
+        ]))
+    }
+
+    fn control_schema() -> SchemaRef {
+        let ts = DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, None);
+        Arc::new(Schema::new(vec![
+            Field::new("ts", ts.clone(), true),
+            Field::new("key", DataType::Utf8, true),
+            Field::new("action", DataType::Utf8, true),
+            Field::new("until", ts, true),
+        ]))
+    }
+
+    fn filter() -> ControlFilter {
+        ControlFilter::new(ControlSpec {
+            data_schema: data_schema(),
+            data_time: 0,
+            data_key: 1,
+            control_schema: control_schema(),
+            control_time: 0,
+            control_key: 1,
+            control_action: Some(2),
+            control_until: Some(3),
+        })
+    }
+
+    fn words(rows: &[(i64, &str)]) -> RecordBatch {
+        RecordBatch::try_new(
+            data_schema(),
+            vec![
+                Arc::new(TimestampMillisecondArray::from_iter_values(
+                    rows.iter().map(|r| r.0),
+                )),
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn controls(rows: &[(i64, &str, Option<&str>, Option<i64>)]) -> RecordBatch {
+        RecordBatch::try_new(
+            control_schema(),
+            vec![
+                Arc::new(TimestampMillisecondArray::from_iter_values(
+                    rows.iter().map(|r| r.0),
+                )),
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
+                Arc::new(StringArray::from_iter(rows.iter().map(|r| r.2))),
+                Arc::new(TimestampMillisecondArray::from_iter(
+                    rows.iter().map(|r| r.3),
+                )),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// What comes out: `word@ts` per row, `wm:<ms>` per watermark.
+    fn drive(f: &mut ControlFilter, steps: &[Step<'_>]) -> Vec<String> {
+        let mut got = Vec::new();
+        for step in steps {
+            let mut out = Vec::new();
+            match step {
+                Step::Data(rows) => f.on_rows(0, words(rows)).unwrap(),
+                Step::Control(rows) => f.on_rows(1, controls(rows)).unwrap(),
+                Step::Watermark(w) => MergeOperator::on_watermark(f, *w, &mut out).unwrap(),
+            }
+            for m in out {
+                match m {
+                    Message::Batch(b) => {
+                        let ts = b.column(0).as_primitive::<TimestampMillisecondType>();
+                        let w = b.column(1).as_string::<i32>();
+                        for r in 0..b.num_rows() {
+                            got.push(format!("{}@{}", w.value(r), ts.value(r)));
+                        }
+                    }
+                    Message::Watermark(w) => got.push(format!("wm:{w}")),
+                    _ => {}
+                }
+            }
+        }
+        got
+    }
+
+    enum Step<'a> {
+        Data(&'a [(i64, &'a str)]),
+        Control(&'a [(i64, &'a str, Option<&'a str>, Option<i64>)]),
+        Watermark(i64),
+    }
+
+    #[test]
+    fn the_courses_words_drop_and_ignore() {
+        // The control stream names the words to drop, as in the course's
+        // connected-streams example.
+        let got = drive(
+            &mut filter(),
+            &[
+                Step::Control(&[(0, "DROP", None, None), (0, "IGNORE", None, None)]),
+                Step::Data(&[(1, "Apache"), (2, "DROP"), (3, "Flink"), (4, "IGNORE")]),
+                Step::Watermark(END_OF_INPUT),
+            ],
+        );
+        assert_eq!(
+            got,
+            ["Apache@1", "Flink@3", format!("wm:{END_OF_INPUT}").as_str()]
+        );
+    }
+
+    #[test]
+    fn control_rows_apply_by_event_time_whatever_their_arrival() {
+        let data: &[(i64, &str)] = &[(5, "h1"), (15, "h1"), (25, "h1"), (35, "h1")];
+        let ctl: &[(i64, &str, Option<&str>, Option<i64>)] = &[
+            (30, "h1", Some("unblock"), None),
+            (10, "h1", Some("block"), None),
+        ];
+        let want = ["h1@5", "h1@35", "wm:100"];
+        // Control after the data, out of order itself.
+        let late = drive(
+            &mut filter(),
+            &[Step::Data(data), Step::Control(ctl), Step::Watermark(100)],
+        );
+        assert_eq!(late, want);
+        let early = drive(
+            &mut filter(),
+            &[Step::Control(ctl), Step::Data(data), Step::Watermark(100)],
+        );
+        assert_eq!(early, want);
+    }
+
+    #[test]
+    fn a_block_ends_at_its_until_and_rows_wait_for_the_watermark() {
+        let mut f = filter();
+        let got = drive(
+            &mut f,
+            &[
+                Step::Control(&[(10, "h1", Some("BLOCK"), Some(20))]),
+                Step::Data(&[(9, "h1"), (10, "h1"), (19, "h1"), (20, "h1"), (12, "h2")]),
+                Step::Watermark(15),
+                Step::Watermark(30),
+            ],
+        );
+        assert_eq!(got, ["h1@9", "h2@12", "wm:15", "h1@20", "wm:30"]);
+        assert!(f.controls.is_empty(), "an ended block is not kept");
+    }
+
+    #[test]
+    fn a_bad_action_skips_its_row_only() {
+        let got = drive(
+            &mut filter(),
+            &[
+                Step::Control(&[(0, "a", Some("mute"), None), (0, "b", None, None)]),
+                Step::Data(&[(1, "a"), (2, "b")]),
+                Step::Watermark(10),
+            ],
+        );
+        assert_eq!(got, ["a@1", "wm:10"]);
+    }
+
+    #[test]
+    fn a_restore_anywhere_gives_what_running_straight_gives() {
+        let steps = [
+            Step::Control(&[(10, "h1", None, Some(40))]),
+            Step::Data(&[(5, "h1"), (12, "h2"), (15, "h1")]),
+            Step::Watermark(11),
+            Step::Control(&[(20, "h2", None, None), (30, "h2", Some("unblock"), None)]),
+            Step::Data(&[(25, "h2"), (35, "h1"), (45, "h1"), (32, "h2")]),
+            Step::Watermark(33),
+            Step::Watermark(END_OF_INPUT),
+        ];
+        let straight = drive(&mut filter(), &steps);
+        assert_eq!(
+            straight,
+            [
+                "h1@5",
+                "wm:11",
+                "h2@12",
+                "h2@32",
+                "wm:33",
+                "h1@45",
+                format!("wm:{END_OF_INPUT}").as_str()
+            ]
+        );
+        for cut in 0..=steps.len() {
+            let mut first = filter();
+            let before = drive(&mut first, &steps[..cut]);
+            let state = first.snapshot().unwrap();
+            let mut restored = filter();
+            restored.restore(state).unwrap();
+            let after = drive(&mut restored, &steps[cut..]);
+            assert_eq!([before, after].concat(), straight, "cut {cut}");
+        }
+    }
+}
