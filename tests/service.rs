@@ -1725,6 +1725,72 @@ fn pushed_rows_decode_nested_columns() {
     );
 }
 
+#[test]
+fn a_pushed_control_stream_blocks_and_unblocks_keys_of_a_running_query() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let setup = "CREATE STREAM metrics (ts TIMESTAMP, host TEXT, cpu DOUBLE, \
+                 WATERMARK FOR ts AS ts) WITH (connector = 'push');
+                 CREATE STREAM silences (ts TIMESTAMP, key TEXT, action TEXT, \
+                 WATERMARK FOR ts AS ts) WITH (connector = 'push', idle_timeout = '1 second');";
+    std::fs::write(dir.path().join("setup.sql"), setup).expect("write script");
+    let server = Server::start(
+        dir.path(),
+        &["--addr", "127.0.0.1:0", "--token", TOKEN, "setup.sql"],
+    );
+    let started = statements(
+        &server,
+        "SELECT host, cpu FROM CONTROLLED(metrics, silences, host);",
+    );
+    assert_eq!(started.status, 200, "{}", started.body);
+    let id = started.json()["results"][0]["id"].as_u64().expect("an id");
+    let rows = follow(&server, &format!("/queries/{id}/results"));
+    let push = |stream: &str, body: &str| {
+        let path = format!("/streams/{stream}/rows");
+        let pushed = post(&server, &path, Some("application/x-ndjson"), body);
+        assert_eq!(pushed.status, 200, "{}", pushed.body);
+    };
+    let metric = |ts: i64, host: &str, cpu: f64| {
+        format!("{{\"ts\": {ts}, \"host\": \"{host}\", \"cpu\": {cpu}}}\n")
+    };
+    // A silence of host a from time 0; the rows at 1 s wait for both
+    // streams' watermark, which the quiet silences stop holding back
+    // after their idle timeout.
+    push(
+        "silences",
+        "{\"ts\": 0, \"key\": \"a\", \"action\": \"block\"}\n",
+    );
+    push(
+        "metrics",
+        &(metric(1000, "a", 1.5) + &metric(1000, "b", 2.5)),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    push("metrics", &metric(2000, "a", 3.5));
+    let result = |_: &str, _: &Value| true;
+    assert_eq!(
+        next_matching(&rows, "result", result),
+        json!({"host": "b", "cpu": 2.5})
+    );
+    // Unblocked at 3 s: a's row at 2 s stays dropped, its row at 4 s goes.
+    push(
+        "silences",
+        "{\"ts\": 3000, \"key\": \"a\", \"action\": \"unblock\"}\n",
+    );
+    push(
+        "metrics",
+        &(metric(4000, "a", 4.5) + &metric(4000, "b", 5.5)),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    push("metrics", &metric(5000, "b", 6.5));
+    assert_eq!(
+        next_matching(&rows, "result", result),
+        json!({"host": "a", "cpu": 4.5})
+    );
+    assert_eq!(
+        next_matching(&rows, "result", result),
+        json!({"host": "b", "cpu": 5.5})
+    );
+}
+
 /// The members `GET /groups/cpu` lists: (member, partitions).
 fn group_members(server: &Server) -> Vec<(String, Vec<i64>)> {
     let answer = get(server, "/groups/cpu", None);
