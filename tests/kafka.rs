@@ -287,6 +287,66 @@ fn killed_and_restored_exactly_once(point: &str) {
 }
 
 #[test]
+fn a_kafka_topic_is_a_control_stream() {
+    let cluster = MockCluster::new(1).expect("the mock cluster starts");
+    cluster.create_topic("words", 2, 1).unwrap();
+    cluster.create_topic("stop_words", 1, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let producer = producer(&bootstrap);
+    let send = |topic: &str, key: &str, payload: String| {
+        producer
+            .send(BaseRecord::<str, str>::to(topic).key(key).payload(&payload))
+            .expect("queued");
+    };
+    send("stop_words", "DROP", r#"{"ts": 0, "key": "DROP"}"#.into());
+    send(
+        "stop_words",
+        "IGNORE",
+        r#"{"ts": 0, "key": "IGNORE"}"#.into(),
+    );
+    for (i, word) in ["Apache", "DROP", "Flink", "IGNORE", "Kafka"]
+        .iter()
+        .enumerate()
+    {
+        let ts = (i as i64 + 1) * 1000;
+        send(
+            "words",
+            word,
+            format!(r#"{{"ts": {ts}, "word": "{word}"}}"#),
+        );
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let read = |topic: &str| {
+        format!(
+            "WITH (connector = 'kafka', bootstrap = '{bootstrap}', topic = '{topic}', stop_at = 'latest')"
+        )
+    };
+    fs::write(
+        dir.path().join("q.sql"),
+        format!(
+            "CREATE STREAM words (ts TIMESTAMP, word TEXT, WATERMARK FOR ts AS ts) {};
+             CREATE STREAM stop_words (ts TIMESTAMP, key TEXT, WATERMARK FOR ts AS ts) {};
+             SELECT word FROM CONTROLLED(words, stop_words, word);",
+            read("words"),
+            read("stop_words")
+        ),
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
+    command
+        .current_dir(dir.path())
+        .args(["run", "q.sql", "--format", "csv"]);
+    let out = output_within(command, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut words: Vec<&str> = stdout.lines().skip(1).collect();
+    words.sort();
+    assert_eq!(words, ["Apache", "Flink", "Kafka"], "{stderr}");
+}
+
+#[test]
 fn a_stream_that_starts_at_the_end_of_its_topic_ends_at_once() {
     let cluster = cluster();
     let bootstrap = cluster.bootstrap_servers();
