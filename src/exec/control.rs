@@ -1,6 +1,7 @@
-//! Control streams: a second stream whose rows block and unblock keys of a
-//! query's input while it runs (a silence, a maintenance window, a list of
-//! words to drop), applied in event-time order with the data.
+//! Control streams: a second stream whose rows change how a query treats
+//! its input while it runs, applied in event-time order with the data:
+//! they block and unblock keys (a silence, a maintenance window, a list of
+//! words to drop), or set parameters the query reads (a threshold).
 //!
 //! A control row says, for one key, from its event time on: `block` (with
 //! an optional `until`, the event time the block ends at) or `unblock`. A
@@ -10,12 +11,18 @@
 //! them is in, and the result does not depend on how the two streams'
 //! rows interleave on arrival. A data row that comes later than that is
 //! judged by the control rows kept then (see [`ControlFilter::prune`]).
+//!
+//! With parameters instead, a control row sets the parameter its `name`
+//! column names to its `value` from its event time on, and every data row
+//! goes on with one more column per parameter: the value set last at or
+//! before its event time, or the parameter's default.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Int64Array, StringArray, UInt32Array, UInt64Array,
+    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, StringArray, UInt32Array,
+    UInt64Array,
 };
 use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch, take_record_batch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimestampMillisecondType};
@@ -35,35 +42,61 @@ pub struct ControlSpec {
     pub data_schema: SchemaRef,
     /// The data's event-time column.
     pub data_time: usize,
-    /// The data column the control rows name keys of.
-    pub data_key: usize,
     /// The control rows' schema.
     pub control_schema: SchemaRef,
     /// The control stream's event-time column.
     pub control_time: usize,
-    /// Its `key` column.
+    /// Its column of keys (blocks) or parameter names (parameters).
     pub control_key: usize,
-    /// Its `action` column (`block` or `unblock`), if it has one: without
-    /// one, every control row blocks.
-    pub control_action: Option<usize>,
-    /// Its `until` column (when a block ends), if it has one.
-    pub control_until: Option<usize>,
+    /// What the control rows do.
+    pub mode: ControlMode,
+    /// The rows going on: the data's, plus a column per parameter.
+    pub output_schema: SchemaRef,
+}
+
+/// What a control stream's rows do.
+#[derive(Debug, Clone)]
+pub enum ControlMode {
+    /// Block and unblock the keys of a data column.
+    Block {
+        /// The data column the control rows name keys of.
+        data_key: usize,
+        /// The control `action` column (`block` or `unblock`), if it has
+        /// one: without one, every control row blocks.
+        action: Option<usize>,
+        /// The control `until` column (when a block ends), if it has one.
+        until: Option<usize>,
+    },
+    /// Set parameters that the data rows carry as columns.
+    Params {
+        /// Each parameter's name and default, in the order of its column.
+        params: Vec<(String, f64)>,
+        /// The control `value` column.
+        value: usize,
+    },
 }
 
 /// One control row, decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Control {
     ts: i64,
     /// Arrival order, which decides between rows of one key and one time.
     seq: u64,
     block: bool,
     until: Option<i64>,
+    /// The value a parameter's row sets.
+    value: Option<f64>,
 }
 
 impl Control {
     /// Whether it drops a row of its key at `ts` (at or after its own).
     fn blocks_at(&self, ts: i64) -> bool {
         self.block && self.until.is_none_or(|until| ts < until)
+    }
+
+    /// Whether rows to come still depend on it, once it is a key's last.
+    fn matters_at(&self, ts: i64) -> bool {
+        self.value.is_some() || self.blocks_at(ts)
     }
 }
 
@@ -97,10 +130,19 @@ impl ControlFilter {
     }
 
     fn describe(&self) -> String {
-        format!(
-            "control by key {} (a control stream blocks and unblocks keys)",
-            self.spec.data_schema.field(self.spec.data_key).name()
-        )
+        match &self.spec.mode {
+            ControlMode::Block { data_key, .. } => format!(
+                "control by key {} (a control stream blocks and unblocks keys)",
+                self.spec.data_schema.field(*data_key).name()
+            ),
+            ControlMode::Params { params, .. } => {
+                let names: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
+                format!(
+                    "parameters {} (a control stream sets them)",
+                    names.join(", ")
+                )
+            }
+        }
     }
 
     fn on_data(&mut self, batch: RecordBatch) {
@@ -117,12 +159,20 @@ impl ControlFilter {
             .ok_or_else(|| Error::Plan("a control stream's event time is not a TIMESTAMP".into()))?
             .clone();
         let keys = text(batch.column(spec.control_key))?;
-        let actions = spec
-            .control_action
-            .map(|i| text(batch.column(i)))
+        let (action, until, value) = match &spec.mode {
+            ControlMode::Block { action, until, .. } => (*action, *until, None),
+            ControlMode::Params { value, .. } => (None, None, Some(*value)),
+        };
+        let actions = action.map(|i| text(batch.column(i))).transpose()?;
+        let values = value
+            .map(|i| -> Result<_> {
+                let cast = cast(batch.column(i), &DataType::Float64)?;
+                Ok(cast
+                    .as_primitive::<datafusion::arrow::datatypes::Float64Type>()
+                    .clone())
+            })
             .transpose()?;
-        let until = spec
-            .control_until
+        let until = until
             .map(|i| {
                 batch
                     .column(i)
@@ -138,8 +188,19 @@ impl ControlFilter {
                 self.bad(format!("row {row} has no event time or no key"));
                 continue;
             }
+            let value = match &values {
+                None => None,
+                Some(v) if v.is_valid(row) => Some(v.value(row)),
+                Some(_) => {
+                    self.bad(format!(
+                        "row {row} sets {} to no value; row skipped",
+                        keys.value(row)
+                    ));
+                    continue;
+                }
+            };
             let block = match actions.as_ref().filter(|a| a.is_valid(row)) {
-                None => true,
+                None => value.is_none(),
                 Some(a) => match a.value(row).trim().to_ascii_lowercase().as_str() {
                     "block" => true,
                     "unblock" => false,
@@ -159,6 +220,7 @@ impl ControlFilter {
                     .as_ref()
                     .filter(|u| u.is_valid(row))
                     .map(|u| u.value(row)),
+                value,
             };
             self.next_seq += 1;
             let list = self
@@ -179,13 +241,16 @@ impl ControlFilter {
         }
     }
 
+    /// The control row of `key` that decides for a data row at `ts`.
+    fn deciding(&self, key: &str, ts: i64) -> Option<&Control> {
+        let list = self.controls.get(key)?;
+        let at = list.partition_point(|c| c.ts <= ts);
+        at.checked_sub(1).map(|i| &list[i])
+    }
+
     /// Whether a data row of `key` at `ts` is dropped.
     fn blocked(&self, key: &str, ts: i64) -> bool {
-        let Some(list) = self.controls.get(key) else {
-            return false;
-        };
-        let at = list.partition_point(|c| c.ts <= ts);
-        at > 0 && list[at - 1].blocks_at(ts)
+        self.deciding(key, ts).is_some_and(|c| c.blocks_at(ts))
     }
 
     /// The waiting rows the watermark has passed, judged, in event-time
@@ -209,29 +274,66 @@ impl ControlFilter {
         if still.num_rows() > 0 {
             self.waiting.push(still);
         }
-        let keys = text(rows.column(self.spec.data_key))?;
-        let mut out: Vec<(i64, u32)> = (0..rows.num_rows())
-            .filter(|&r| passed(r))
-            .filter(|&r| {
-                keys.is_null(r) || times.is_null(r) || !self.blocked(keys.value(r), times.value(r))
-            })
-            .map(|r| {
-                (
-                    if times.is_null(r) {
-                        i64::MIN
-                    } else {
-                        times.value(r)
-                    },
-                    r as u32,
-                )
-            })
-            .collect();
+        let time_of = |r: usize| {
+            if times.is_null(r) {
+                i64::MIN
+            } else {
+                times.value(r)
+            }
+        };
+        let mut out: Vec<(i64, u32)> = match &self.spec.mode {
+            ControlMode::Block { data_key, .. } => {
+                let keys = text(rows.column(*data_key))?;
+                let free = |r: usize| {
+                    keys.is_null(r)
+                        || times.is_null(r)
+                        || !self.blocked(keys.value(r), times.value(r))
+                };
+                (0..rows.num_rows())
+                    .filter(|&r| passed(r) && free(r))
+                    .map(|r| (time_of(r), r as u32))
+                    .collect()
+            }
+            ControlMode::Params { .. } => (0..rows.num_rows())
+                .filter(|&r| passed(r))
+                .map(|r| (time_of(r), r as u32))
+                .collect(),
+        };
         if out.is_empty() {
             return Ok(None);
         }
         out.sort_by_key(|&(ts, _)| ts);
         let indices = UInt32Array::from_iter_values(out.into_iter().map(|(_, r)| r));
-        Ok(Some(take_record_batch(&rows, &indices)?))
+        let released = take_record_batch(&rows, &indices)?;
+        self.with_params(released).map(Some)
+    }
+
+    /// `rows` with a column per parameter: its value at each row's time.
+    fn with_params(&self, rows: RecordBatch) -> Result<RecordBatch> {
+        let ControlMode::Params { params, .. } = &self.spec.mode else {
+            return Ok(rows);
+        };
+        let times = rows
+            .column(self.spec.data_time)
+            .as_primitive::<TimestampMillisecondType>();
+        let mut columns = rows.columns().to_vec();
+        for (name, default) in params {
+            let values = (0..rows.num_rows()).map(|r| {
+                let at = if times.is_null(r) {
+                    i64::MIN
+                } else {
+                    times.value(r)
+                };
+                self.deciding(name, at)
+                    .and_then(|c| c.value)
+                    .unwrap_or(*default)
+            });
+            columns.push(Arc::new(Float64Array::from_iter_values(values)));
+        }
+        Ok(RecordBatch::try_new(
+            self.spec.output_schema.clone(),
+            columns,
+        )?)
     }
 
     /// Drops the control rows the watermark has made useless: of each
@@ -243,9 +345,9 @@ impl ControlFilter {
             if at > 1 {
                 list.drain(..at - 1);
             }
-            // Kept while a later row may come or the last one still blocks.
+            // Kept while a later row may come or the last one still matters.
             let settled = list.len() == 1 && list[0].ts <= watermark;
-            !settled || list[0].blocks_at(watermark)
+            !settled || list[0].matters_at(watermark)
         });
     }
 
@@ -269,6 +371,7 @@ impl ControlFilter {
             Field::new("seq", DataType::UInt64, false),
             Field::new("block", DataType::Boolean, false),
             Field::new("until", DataType::Int64, true),
+            Field::new("value", DataType::Float64, true),
         ]))
     }
 
@@ -296,6 +399,7 @@ impl ControlFilter {
                 rows.iter().map(|(_, c)| Some(c.block)),
             )),
             Arc::new(Int64Array::from_iter(rows.iter().map(|(_, c)| c.until))),
+            Arc::new(Float64Array::from_iter(rows.iter().map(|(_, c)| c.value))),
         ];
         let controls = RecordBatch::try_new(Self::controls_schema(), columns)?;
         state.add("controls", controls, Vec::new());
@@ -317,6 +421,9 @@ impl ControlFilter {
         let until = controls
             .column(4)
             .as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+        let value = controls
+            .column(5)
+            .as_primitive::<datafusion::arrow::datatypes::Float64Type>();
         for row in 0..controls.num_rows() {
             self.controls
                 .entry(keys.value(row).to_string())
@@ -326,6 +433,7 @@ impl ControlFilter {
                     seq: seq.value(row),
                     block: block.value(row),
                     until: until.is_valid(row).then(|| until.value(row)),
+                    value: value.is_valid(row).then(|| value.value(row)),
                 });
         }
         let next = state.scalar("meta", "next_seq")?.unwrap_or(0);
@@ -398,12 +506,15 @@ mod tests {
         ControlFilter::new(ControlSpec {
             data_schema: data_schema(),
             data_time: 0,
-            data_key: 1,
             control_schema: control_schema(),
             control_time: 0,
             control_key: 1,
-            control_action: Some(2),
-            control_until: Some(3),
+            mode: ControlMode::Block {
+                data_key: 1,
+                action: Some(2),
+                until: Some(3),
+            },
+            output_schema: data_schema(),
         })
     }
 
@@ -571,5 +682,63 @@ mod tests {
             let after = drive(&mut restored, &steps[cut..]);
             assert_eq!([before, after].concat(), straight, "cut {cut}");
         }
+    }
+
+    #[test]
+    fn parameters_go_on_as_columns_with_their_value_at_each_rows_time() {
+        let ts = DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, None);
+        let settings = Arc::new(Schema::new(vec![
+            Field::new("ts", ts.clone(), true),
+            Field::new("name", DataType::Utf8, true),
+            Field::new("value", DataType::Float64, true),
+        ]));
+        let mut fields = data_schema().fields().to_vec();
+        fields.push(Arc::new(Field::new("limit", DataType::Float64, false)));
+        let mut f = ControlFilter::new(ControlSpec {
+            data_schema: data_schema(),
+            data_time: 0,
+            control_schema: settings.clone(),
+            control_time: 0,
+            control_key: 1,
+            mode: ControlMode::Params {
+                params: vec![("limit".into(), 90.0)],
+                value: 2,
+            },
+            output_schema: Arc::new(Schema::new(fields)),
+        });
+        let set = |rows: &[(i64, &str, Option<f64>)]| {
+            RecordBatch::try_new(
+                settings.clone(),
+                vec![
+                    Arc::new(TimestampMillisecondArray::from_iter_values(
+                        rows.iter().map(|r| r.0),
+                    )),
+                    Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
+                    Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.2))),
+                ],
+            )
+            .unwrap()
+        };
+        // Set to 50 at 10 and to 80 at 30, the later row first; a row
+        // without a value is skipped.
+        f.on_rows(
+            1,
+            set(&[(30, "limit", Some(80.0)), (10, "limit", Some(50.0))]),
+        )
+        .unwrap();
+        f.on_rows(1, set(&[(20, "limit", None)])).unwrap();
+        f.on_rows(0, words(&[(5, "a"), (15, "b"), (35, "c")]))
+            .unwrap();
+        let mut out = Vec::new();
+        MergeOperator::on_watermark(&mut f, 100, &mut out).unwrap();
+        let Message::Batch(rows) = &out[0] else {
+            panic!("rows first: {out:?}")
+        };
+        let limits = rows
+            .column(2)
+            .as_primitive::<datafusion::arrow::datatypes::Float64Type>();
+        assert_eq!(limits.values().to_vec(), [90.0, 50.0, 80.0]);
+        // After the watermark only the value in force is kept.
+        assert_eq!(f.controls["limit"].len(), 1);
     }
 }

@@ -38,7 +38,7 @@ pub use aggregate::AggregateSpec;
 pub use alert::AlertOp;
 pub use batch::{BatchInput, BatchOp};
 pub use changelog::{ChangelogAggregateOp, ChangelogAggregateSpec};
-pub use control::{ControlFilter, ControlSpec};
+pub use control::{ControlFilter, ControlMode, ControlSpec};
 pub use filter::FilterOp;
 pub use invariant::InvariantOp;
 pub use join::{WindowJoin, WindowJoinSpec};

@@ -1,17 +1,43 @@
-//! The `Control` logical node: a stream's rows filtered by a control
-//! stream that blocks and unblocks their keys while the query runs (see
-//! [`crate::exec::ControlFilter`]). Planned from
-//! `CONTROLLED(stream, control_stream, key_column)` in `FROM`.
+//! The `Control` logical node: a stream's rows as a control stream changes
+//! them while the query runs (see [`crate::exec::ControlFilter`]). Planned
+//! from `CONTROLLED(stream, control_stream, key_column)` (blocks and
+//! unblocks keys) and `PARAMS(stream, control_stream, 'name', default,
+//! ...)` (parameters the rows carry as columns) in `FROM`.
 
 use std::cmp::Ordering;
 use std::fmt;
+use std::sync::Arc;
 
-use datafusion::common::DFSchemaRef;
+use datafusion::arrow::datatypes::{DataType, Field};
+use datafusion::common::{DFSchema, DFSchemaRef, ScalarValue};
 use datafusion::error::Result;
 use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNodeCore};
 
-/// The data rows of `data` whose key the rows of `control` do not block
-/// at their event time. Its schema is the data's.
+/// What the control rows do.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd)]
+pub enum ControlKind {
+    /// Block and unblock the keys of data column `data_key`; the control
+    /// stream's `action` and `until` columns, where it has them.
+    Block {
+        /// The data column whose values the control rows name.
+        data_key: usize,
+        /// The control `action` column.
+        action: Option<usize>,
+        /// The control `until` column.
+        until: Option<usize>,
+    },
+    /// Set parameters: each one's name and default (a `Float64`), and the
+    /// control `value` column.
+    Params {
+        /// Name and default of each parameter, in column order.
+        params: Vec<(String, ScalarValue)>,
+        /// The control `value` column.
+        value: usize,
+    },
+}
+
+/// The rows of `data` as the rows of `control` change them at their
+/// event time. Its schema is the data's, plus a column per parameter.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ControlNode {
     /// The controlled stream, watermarked.
@@ -20,34 +46,52 @@ pub struct ControlNode {
     pub control: LogicalPlan,
     /// The data's event-time column.
     pub data_time: usize,
-    /// The data column whose values the control rows name.
-    pub data_key: usize,
     /// The control stream's event-time column.
     pub control_time: usize,
-    /// Its `key` column.
+    /// Its column of keys or parameter names.
     pub control_key: usize,
-    /// Its `action` column, if any.
-    pub control_action: Option<usize>,
-    /// Its `until` column, if any.
-    pub control_until: Option<usize>,
+    /// What its rows do.
+    pub kind: ControlKind,
+    schema: DFSchemaRef,
 }
 
 impl ControlNode {
-    fn columns(&self) -> [Option<usize>; 6] {
-        [
-            Some(self.data_time),
-            Some(self.data_key),
-            Some(self.control_time),
-            Some(self.control_key),
-            self.control_action,
-            self.control_until,
-        ]
+    /// The node, its schema the data's and a `DOUBLE` per parameter.
+    pub fn try_new(
+        data: LogicalPlan,
+        control: LogicalPlan,
+        data_time: usize,
+        control_time: usize,
+        control_key: usize,
+        kind: ControlKind,
+    ) -> Result<Self> {
+        let mut fields: Vec<_> = data
+            .schema()
+            .iter()
+            .map(|(q, f)| (q.cloned(), f.clone()))
+            .collect();
+        if let ControlKind::Params { params, .. } = &kind {
+            for (name, _) in params {
+                fields.push((None, Arc::new(Field::new(name, DataType::Float64, false))));
+            }
+        }
+        let schema = DFSchema::new_with_metadata(fields, data.schema().metadata().clone())?;
+        Ok(Self {
+            data,
+            control,
+            data_time,
+            control_time,
+            control_key,
+            kind,
+            schema: Arc::new(schema),
+        })
     }
 }
 
 impl PartialOrd for ControlNode {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        self.columns().partial_cmp(&other.columns())
+        let key = |n: &Self| (n.data_time, n.control_time, n.control_key, n.kind.clone());
+        key(self).partial_cmp(&key(other))
     }
 }
 
@@ -61,7 +105,7 @@ impl UserDefinedLogicalNodeCore for ControlNode {
     }
 
     fn schema(&self) -> &DFSchemaRef {
-        self.data.schema()
+        &self.schema
     }
 
     fn expressions(&self) -> Vec<Expr> {
@@ -69,12 +113,18 @@ impl UserDefinedLogicalNodeCore for ControlNode {
     }
 
     fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(
-            f,
-            "Control: key {} by {}",
-            self.data.schema().field(self.data_key).name(),
-            self.control.schema().field(self.control_key).name()
-        )
+        let by = self.control.schema().field(self.control_key).name();
+        match &self.kind {
+            ControlKind::Block { data_key, .. } => write!(
+                f,
+                "Control: key {} by {by}",
+                self.data.schema().field(*data_key).name()
+            ),
+            ControlKind::Params { params, .. } => {
+                let names: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
+                write!(f, "Control: parameters {} by {by}", names.join(", "))
+            }
+        }
     }
 
     fn with_exprs_and_inputs(&self, _exprs: Vec<Expr>, inputs: Vec<LogicalPlan>) -> Result<Self> {

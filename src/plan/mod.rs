@@ -38,7 +38,7 @@ use datafusion::sql::sqlparser::ast;
 
 pub use alert_node::{AlertHold, AlertNode, AlertRule, AlertSpec, columns};
 pub use catalog::{Catalog, StreamDef, StreamSource, ViewSource};
-pub use control_node::ControlNode;
+pub use control_node::{ControlKind, ControlNode};
 pub use emit_node::{EmitNode, EmitPolicy, FINAL_COLUMN, OP_COLUMN};
 pub use invariant_node::{InvariantNode, InvariantSpec, Training};
 pub use watermark_node::WatermarkNode;

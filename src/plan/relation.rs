@@ -1,12 +1,13 @@
 //! Plans the window table functions in `FROM`:
 //! `TUMBLE(stream, time_column, size [, offset])` and
 //! `HOP(stream, time_column, slide, size [, offset])`, and
-//! `CONTROLLED(stream, control_stream, key_column)`.
+//! `CONTROLLED(stream, control_stream, key_column)` and
+//! `PARAMS(stream, control_stream, 'name', default, ...)`.
 
 use std::sync::Arc;
 
 use datafusion::common::Column;
-use datafusion::common::{DFSchema, TableReference, plan_err};
+use datafusion::common::{DFSchema, ScalarValue, TableReference, plan_err};
 use datafusion::error::Result;
 use datafusion::logical_expr::planner::{
     PlannedRelation, RelationPlanner, RelationPlannerContext, RelationPlanning,
@@ -15,7 +16,7 @@ use datafusion::logical_expr::{Expr, Extension, LogicalPlan, LogicalPlanBuilder}
 use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, FunctionArg, FunctionArgExpr, TableFactor};
 
 use super::catalog::{StreamSource, TIME_TYPE, ViewSource};
-use super::control_node::ControlNode;
+use super::control_node::{ControlKind, ControlNode};
 use super::literal_interval_ms;
 use super::watermark_node::WatermarkNode;
 use super::window_node::{WINDOW_END, WINDOW_START, Window, WindowNode, WindowSpec};
@@ -40,8 +41,11 @@ impl RelationPlanner for WindowRelationPlanner {
             return Ok(RelationPlanning::Original(Box::new(relation)));
         };
         let function = name.to_string().to_ascii_uppercase();
-        if function == "CONTROLLED" {
-            let plan = plan_controlled(&args.args, context)?;
+        if function == "CONTROLLED" || function == "PARAMS" {
+            let plan = match function.as_str() {
+                "PARAMS" => plan_params(&args.args, context)?,
+                _ => plan_controlled(&args.args, context)?,
+            };
             return Ok(RelationPlanning::Planned(Box::new(PlannedRelation::new(
                 plan,
                 alias.clone(),
@@ -186,32 +190,11 @@ fn plan_controlled(
     context: &mut dyn RelationPlannerContext,
 ) -> Result<LogicalPlan> {
     const USAGE: &str = "CONTROLLED(stream, control_stream, key_column)";
-    let args: Vec<&SqlExpr> = args
-        .iter()
-        .map(|a| match a {
-            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Ok(e),
-            other => plan_err!("{USAGE}: unexpected argument {other}"),
-        })
-        .collect::<Result<_>>()?;
+    let args = plain_args(args, USAGE)?;
     let [data, control, key] = args[..] else {
         return plan_err!("{USAGE} takes 3 arguments, got {}", args.len());
     };
-    let stream_of = |plan: LogicalPlan, what: &str| -> Result<(LogicalPlan, usize)> {
-        let time = match &plan {
-            LogicalPlan::Extension(e) => e
-                .node
-                .as_any()
-                .downcast_ref::<WatermarkNode>()
-                .map(|w| w.time_column),
-            _ => None,
-        };
-        match time {
-            Some(time) => Ok((plan, time)),
-            None => plan_err!("{USAGE}: the {what} must be a declared stream, not a view"),
-        }
-    };
-    let (data, data_time) = stream_of(watermarked_scan(data, context)?, "controlled stream")?;
-    let (control, control_time) = stream_of(watermarked_scan(control, context)?, "control stream")?;
+    let (data, data_time, control, control_time) = two_streams(data, control, USAGE, context)?;
     let SqlExpr::Identifier(id) = key else {
         return plan_err!("{USAGE}: the key must be a column name, got {key}");
     };
@@ -225,38 +208,147 @@ fn plan_controlled(
             "{USAGE}: the control stream needs a column 'key' (the key it blocks or unblocks)"
         );
     };
-    let control_action = find("action");
-    if let Some(i) = control_action
-        && !matches!(
-            control.schema().field(i).data_type(),
-            datafusion::arrow::datatypes::DataType::Utf8
-                | datafusion::arrow::datatypes::DataType::LargeUtf8
-                | datafusion::arrow::datatypes::DataType::Utf8View
-        )
+    let action = find("action");
+    if let Some(i) = action
+        && !is_text(control.schema().field(i).data_type())
     {
         return plan_err!(
             "{USAGE}: the control stream's 'action' must be TEXT ('block' or 'unblock')"
         );
     }
-    let control_until = find("until");
-    if let Some(i) = control_until
+    let until = find("until");
+    if let Some(i) = until
         && control.schema().field(i).data_type() != &TIME_TYPE
     {
         return plan_err!("{USAGE}: the control stream's 'until' must be a TIMESTAMP");
     }
-    let node = ControlNode {
-        data,
-        control,
-        data_time,
+    let kind = ControlKind::Block {
         data_key,
-        control_time,
-        control_key,
-        control_action,
-        control_until,
+        action,
+        until,
     };
+    let node = ControlNode::try_new(data, control, data_time, control_time, control_key, kind)?;
     Ok(LogicalPlan::Extension(Extension {
         node: Arc::new(node),
     }))
+}
+
+/// `PARAMS(stream, control_stream, 'name', default [, 'name', default ...])`:
+/// the rows of `stream`, each with a `DOUBLE` column per parameter, its
+/// value at the row's event time: the `value` of the control stream's last
+/// row of that `name` at or before it, or the default.
+fn plan_params(
+    args: &[FunctionArg],
+    context: &mut dyn RelationPlannerContext,
+) -> Result<LogicalPlan> {
+    const USAGE: &str = "PARAMS(stream, control_stream, 'name', default [, 'name', default ...])";
+    let args = plain_args(args, USAGE)?;
+    if args.len() < 4 || args.len() % 2 != 0 {
+        return plan_err!("{USAGE}: got {} arguments", args.len());
+    }
+    let (data, data_time, control, control_time) = two_streams(args[0], args[1], USAGE, context)?;
+    let mut params = Vec::new();
+    for pair in args[2..].chunks(2) {
+        let SqlExpr::Value(v) = pair[0] else {
+            return plan_err!(
+                "{USAGE}: a parameter's name is a quoted text, got {}",
+                pair[0]
+            );
+        };
+        let Some(name) = v.value.clone().into_string() else {
+            return plan_err!(
+                "{USAGE}: a parameter's name is a quoted text, got {}",
+                pair[0]
+            );
+        };
+        if data.schema().index_of_column_by_name(None, &name).is_some()
+            || params.iter().any(|(n, _)| n == &name)
+        {
+            return plan_err!("{USAGE}: parameter '{name}' is already a column of the rows");
+        }
+        let Some(default) = number(pair[1]) else {
+            return plan_err!(
+                "{USAGE}: parameter '{name}' needs a number as its default, got {}",
+                pair[1]
+            );
+        };
+        params.push((name, ScalarValue::Float64(Some(default))));
+    }
+    let find = |name: &str| control.schema().index_of_column_by_name(None, name);
+    let (Some(control_key), Some(value)) = (find("name"), find("value")) else {
+        return plan_err!(
+            "{USAGE}: the control stream needs columns 'name' (the parameter) and 'value' (a number)"
+        );
+    };
+    if !control.schema().field(value).data_type().is_numeric() {
+        return plan_err!("{USAGE}: the control stream's 'value' must be a number");
+    }
+    let kind = ControlKind::Params { params, value };
+    let node = ControlNode::try_new(data, control, data_time, control_time, control_key, kind)?;
+    Ok(LogicalPlan::Extension(Extension {
+        node: Arc::new(node),
+    }))
+}
+
+/// The arguments of a table function, each a plain expression.
+fn plain_args<'a>(args: &'a [FunctionArg], usage: &str) -> Result<Vec<&'a SqlExpr>> {
+    args.iter()
+        .map(|a| match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Ok(e),
+            other => plan_err!("{usage}: unexpected argument {other}"),
+        })
+        .collect()
+}
+
+/// The controlled stream and the control stream, each watermarked, with
+/// their event-time columns: both must be declared streams.
+fn two_streams(
+    data: &SqlExpr,
+    control: &SqlExpr,
+    usage: &str,
+    context: &mut dyn RelationPlannerContext,
+) -> Result<(LogicalPlan, usize, LogicalPlan, usize)> {
+    let stream_of = |plan: LogicalPlan, what: &str| -> Result<(LogicalPlan, usize)> {
+        let time = match &plan {
+            LogicalPlan::Extension(e) => e
+                .node
+                .as_any()
+                .downcast_ref::<WatermarkNode>()
+                .map(|w| w.time_column),
+            _ => None,
+        };
+        match time {
+            Some(time) => Ok((plan, time)),
+            None => plan_err!("{usage}: the {what} must be a declared stream, not a view"),
+        }
+    };
+    let (data, data_time) = stream_of(watermarked_scan(data, context)?, "controlled stream")?;
+    let (control, control_time) = stream_of(watermarked_scan(control, context)?, "control stream")?;
+    Ok((data, data_time, control, control_time))
+}
+
+fn is_text(t: &datafusion::arrow::datatypes::DataType) -> bool {
+    use datafusion::arrow::datatypes::DataType;
+    matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+}
+
+/// A number literal, with its sign.
+fn number(expr: &SqlExpr) -> Option<f64> {
+    match expr {
+        SqlExpr::Value(v) => match &v.value {
+            datafusion::sql::sqlparser::ast::Value::Number(text, _) => text.parse().ok(),
+            _ => None,
+        },
+        SqlExpr::UnaryOp { op, expr } => {
+            let n = number(expr)?;
+            match op {
+                datafusion::sql::sqlparser::ast::UnaryOperator::Minus => Some(-n),
+                datafusion::sql::sqlparser::ast::UnaryOperator::Plus => Some(n),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
 }
 
 /// `late(stream)`: the rows that the other queries' windows over `stream`

@@ -36,14 +36,15 @@ use datafusion::physical_plan::unnest::ListUnnest;
 
 use crate::exec::{
     AggregateSpec, AlertOp, ChangelogAggregateOp, ChangelogAggregateSpec, ControlFilter,
-    ControlSpec, FilterOp, GroupSlot, InvariantOp, LateRows, LimitOp, MarkOp, MergeOperator,
-    Operator, OverFunction, OverOp, OverSpec, ProjectOp, QueryStats, SessionAggregateOp,
-    SessionAggregateSpec, SessionAssignOp, ShedConfig, UnnestOp, WatermarkOp, WindowAggregateOp,
-    WindowAggregateSpec, WindowAssignOp, WindowGrid, WindowInput, WindowJoin, WindowJoinSpec,
+    ControlMode, ControlSpec, FilterOp, GroupSlot, InvariantOp, LateRows, LimitOp, MarkOp,
+    MergeOperator, Operator, OverFunction, OverOp, OverSpec, ProjectOp, QueryStats,
+    SessionAggregateOp, SessionAggregateSpec, SessionAssignOp, ShedConfig, UnnestOp, WatermarkOp,
+    WindowAggregateOp, WindowAggregateSpec, WindowAssignOp, WindowGrid, WindowInput, WindowJoin,
+    WindowJoinSpec,
 };
 use crate::plan::{
-    AlertNode, ControlNode, EmitNode, EmitPolicy, InvariantNode, StreamDef, StreamSource,
-    WatermarkNode, Window, WindowNode,
+    AlertNode, ControlKind, ControlNode, EmitNode, EmitPolicy, InvariantNode, StreamDef,
+    StreamSource, WatermarkNode, Window, WindowNode,
 };
 
 /// How rows move through a query's operators. Both modes give the same
@@ -1395,15 +1396,37 @@ impl Builder {
             inputs.push((stream, ops));
         }
         let schema = |plan: &LogicalPlan| Arc::new(plan.schema().as_arrow().clone());
+        let mode = match &control.kind {
+            ControlKind::Block {
+                data_key,
+                action,
+                until,
+            } => ControlMode::Block {
+                data_key: *data_key,
+                action: *action,
+                until: *until,
+            },
+            ControlKind::Params { params, value } => ControlMode::Params {
+                params: params
+                    .iter()
+                    .map(|(name, default)| match default {
+                        ScalarValue::Float64(Some(v)) => Ok((name.clone(), *v)),
+                        other => Err(Error::Plan(format!(
+                            "parameter '{name}': its default {other} is not a DOUBLE"
+                        ))),
+                    })
+                    .collect::<Result<_>>()?,
+                value: *value,
+            },
+        };
         let spec = ControlSpec {
             data_schema: schema(&control.data),
             data_time: control.data_time,
-            data_key: control.data_key,
             control_schema: schema(&control.control),
             control_time: control.control_time,
             control_key: control.control_key,
-            control_action: control.control_action,
-            control_until: control.control_until,
+            mode,
+            output_schema: Arc::new(control.schema().as_arrow().clone()),
         };
         Ok(Built {
             inputs,
