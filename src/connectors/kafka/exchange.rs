@@ -1304,25 +1304,29 @@ mod tests {
         );
     }
 
+    /// Takes each `(writer, offset, sent)` in, as a message of the
+    /// writer's own partition.
+    fn take_own(reading: &mut ExchangeReading<'_>, sent: &[(i32, i64, Sent<'_>)]) {
+        let schema = reading.config.schema.clone();
+        for (writer, offset, s) in sent {
+            let m = message_in(*writer, *writer, *offset, s);
+            reading.take(&m, &schema).unwrap();
+        }
+    }
+
     #[test]
     fn rows_released_but_not_gone_on_at_a_checkpoint_go_on_when_read_again() {
         let cluster = MockCluster::new(1).unwrap();
         let reader = reader(&cluster, 2, None);
         let (config, stats) = (config(&reader), SourceStats::default());
         let schema = config.schema.clone();
-        let take = |reading: &mut ExchangeReading<'_>, sent: &[(i32, i64, Sent<'_>)]| {
-            for (writer, offset, s) in sent {
-                let m = message_in(*writer, *writer, *offset, s);
-                reading.take(&m, &schema).unwrap();
-            }
-        };
         let mut reading = ExchangeReading::open(&reader, &config, &stats, None).unwrap();
-        take(
+        take_own(
             &mut reading,
             &[(0, 0, Sent::Watermark(10)), (1, 0, Sent::Watermark(10))],
         );
         assert_eq!(all_out(&mut reading), ["wm:10"]);
-        take(
+        take_own(
             &mut reading,
             &[
                 (0, 1, Sent::Rows("a")),
@@ -1337,10 +1341,10 @@ mod tests {
         let mut again = ExchangeReading::open(&reader, &config, &stats, Some(&position)).unwrap();
         again.advance(&schema).unwrap();
         assert!(all_out(&mut again).is_empty(), "a is not in again yet");
-        take(&mut again, &[(0, 1, Sent::Rows("a"))]);
+        take_own(&mut again, &[(0, 1, Sent::Rows("a"))]);
         assert_eq!(all_out(&mut again), ["a"], "a goes on at once");
         // The watermark that released it is read again after it.
-        take(&mut again, &[(0, 2, Sent::Watermark(20))]);
+        take_own(&mut again, &[(0, 2, Sent::Watermark(20))]);
         assert_eq!(all_out(&mut again), ["wm:20"]);
     }
 
@@ -1350,16 +1354,10 @@ mod tests {
         let reader = reader(&cluster, 2, None);
         let (config, stats) = (config(&reader), SourceStats::default());
         let schema = config.schema.clone();
-        let take = |reading: &mut ExchangeReading<'_>, sent: &[(i32, i64, Sent<'_>)]| {
-            for (writer, offset, s) in sent {
-                let m = message_in(*writer, *writer, *offset, s);
-                reading.take(&m, &schema).unwrap();
-            }
-        };
         let mut reading = ExchangeReading::open(&reader, &config, &stats, None).unwrap();
         // Writer 0's rows wait for writer 1, whose first watermark has not
         // come, and then writer 0's next watermark comes.
-        take(
+        take_own(
             &mut reading,
             &[(0, 0, Sent::Rows("a")), (0, 1, Sent::Watermark(100))],
         );
@@ -1373,9 +1371,9 @@ mod tests {
         // would pass them before they are in again.
         let mut again = ExchangeReading::open(&reader, &config, &stats, Some(&position)).unwrap();
         again.advance(&schema).unwrap();
-        take(&mut again, &[(1, 0, Sent::Watermark(200))]);
+        take_own(&mut again, &[(1, 0, Sent::Watermark(200))]);
         assert!(all_out(&mut again).is_empty(), "writer 0 holds it back");
-        take(
+        take_own(
             &mut again,
             &[(0, 0, Sent::Rows("a")), (0, 1, Sent::Watermark(100))],
         );
