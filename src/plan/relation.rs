@@ -189,12 +189,15 @@ fn plan_controlled(
     args: &[FunctionArg],
     context: &mut dyn RelationPlannerContext,
 ) -> Result<LogicalPlan> {
-    const USAGE: &str = "CONTROLLED(stream, control_stream, key_column)";
+    const USAGE: &str = "CONTROLLED(stream_or_view, control_stream, key_column [, time_column])";
     let args = plain_args(args, USAGE)?;
-    let [data, control, key] = args[..] else {
-        return plan_err!("{USAGE} takes 3 arguments, got {}", args.len());
+    let (data, control, key, time) = match args[..] {
+        [data, control, key] => (data, control, key, None),
+        [data, control, key, time] => (data, control, key, Some(time)),
+        _ => return plan_err!("{USAGE} takes 3 or 4 arguments, got {}", args.len()),
     };
-    let (data, data_time, control, control_time) = two_streams(data, control, USAGE, context)?;
+    let (data, data_time, control, control_time) =
+        two_streams(data, control, time, USAGE, context)?;
     let SqlExpr::Identifier(id) = key else {
         return plan_err!("{USAGE}: the key must be a column name, got {key}");
     };
@@ -246,7 +249,8 @@ fn plan_params(
     if args.len() < 4 || args.len() % 2 != 0 {
         return plan_err!("{USAGE}: got {} arguments", args.len());
     }
-    let (data, data_time, control, control_time) = two_streams(args[0], args[1], USAGE, context)?;
+    let (data, data_time, control, control_time) =
+        two_streams(args[0], args[1], None, USAGE, context)?;
     let mut params = Vec::new();
     for pair in args[2..].chunks(2) {
         let SqlExpr::Value(v) = pair[0] else {
@@ -300,11 +304,14 @@ fn plain_args<'a>(args: &'a [FunctionArg], usage: &str) -> Result<Vec<&'a SqlExp
         .collect()
 }
 
-/// The controlled stream and the control stream, each watermarked, with
-/// their event-time columns: both must be declared streams.
+/// The controlled input and the control stream, with their event-time
+/// columns. The control stream is a declared stream, watermarked; the
+/// input is one too, or a view (window results, an alert's rows) with
+/// `time`, the TIMESTAMP column its rows are judged at.
 fn two_streams(
     data: &SqlExpr,
     control: &SqlExpr,
+    time: Option<&SqlExpr>,
     usage: &str,
     context: &mut dyn RelationPlannerContext,
 ) -> Result<(LogicalPlan, usize, LogicalPlan, usize)> {
@@ -322,9 +329,57 @@ fn two_streams(
             None => plan_err!("{usage}: the {what} must be a declared stream, not a view"),
         }
     };
-    let (data, data_time) = stream_of(watermarked_scan(data, context)?, "controlled stream")?;
+    let (data, data_time) = match time {
+        None => stream_of(
+            watermarked_scan(data, context)?,
+            "controlled input (without a time column)",
+        )?,
+        Some(time) => input_at(data, time, usage, context)?,
+    };
     let (control, control_time) = stream_of(watermarked_scan(control, context)?, "control stream")?;
     Ok((data, data_time, control, control_time))
+}
+
+/// A stream or view named by `input`, and the index of its TIMESTAMP
+/// column `time`: a stream's must be its event time.
+fn input_at(
+    input: &SqlExpr,
+    time: &SqlExpr,
+    usage: &str,
+    context: &mut dyn RelationPlannerContext,
+) -> Result<(LogicalPlan, usize)> {
+    let (SqlExpr::Identifier(name), SqlExpr::Identifier(time)) = (input, time) else {
+        return plan_err!(
+            "{usage}: the input and its time column are names, got {input} and {time}"
+        );
+    };
+    let name = context.normalize_ident(name.clone());
+    let time = context.normalize_ident(time.clone());
+    let source = context
+        .context_provider()
+        .get_table_source(TableReference::bare(name.as_str()))?;
+    let is_view = source.as_ref().downcast_ref::<ViewSource>().is_some();
+    let plan = if is_view {
+        LogicalPlanBuilder::scan(name.as_str(), source, None)?.build()?
+    } else {
+        watermarked_scan(input, context)?
+    };
+    let Some(index) = plan.schema().index_of_column_by_name(None, &time) else {
+        return plan_err!("{usage}: '{name}' has no column '{time}'");
+    };
+    if plan.schema().field(index).data_type() != &TIME_TYPE {
+        return plan_err!("{usage}: column '{time}' is not a TIMESTAMP");
+    }
+    if let LogicalPlan::Extension(e) = &plan
+        && let Some(w) = e.node.as_any().downcast_ref::<WatermarkNode>()
+        && w.time_column != index
+    {
+        return plan_err!(
+            "{usage}: '{time}' is not the stream's event-time column '{}'",
+            w.time_column_name()
+        );
+    }
+    Ok((plan, index))
 }
 
 fn is_text(t: &datafusion::arrow::datatypes::DataType) -> bool {
