@@ -100,13 +100,23 @@ impl Control {
     }
 }
 
+/// A batch of data rows waiting.
+struct Waiting {
+    rows: RecordBatch,
+    earliest: i64,
+    arrival: u64,
+}
+
 /// Drops the data rows whose key a control stream blocks at their event
 /// time (see the [module docs](self)). Input 0 is the data, input 1 the
 /// control stream.
 pub struct ControlFilter {
     spec: ControlSpec,
-    /// Data rows waiting for the merged watermark, as they came.
-    waiting: Vec<RecordBatch>,
+    /// Data rows waiting for the merged watermark, in order of arrival,
+    /// each batch with its earliest event time (a watermark copies only
+    /// the batches it has rows of) and its arrival number.
+    waiting: Vec<Waiting>,
+    arrivals: u64,
     /// Per key, its control rows in order of event time and arrival: the
     /// last one at or before the watermark and every one after it.
     controls: HashMap<String, Vec<Control>>,
@@ -122,6 +132,7 @@ impl ControlFilter {
         ControlFilter {
             spec,
             waiting: Vec::new(),
+            arrivals: 0,
             controls: HashMap::new(),
             next_seq: 0,
             watermark: i64::MIN,
@@ -146,9 +157,34 @@ impl ControlFilter {
     }
 
     fn on_data(&mut self, batch: RecordBatch) {
-        if batch.num_rows() > 0 {
-            self.waiting.push(batch);
+        let arrival = self.arrivals;
+        self.arrivals += 1;
+        self.wait(batch, arrival);
+    }
+
+    /// Keeps `rows` waiting in the place of arrival `arrival`.
+    fn wait(&mut self, rows: RecordBatch, arrival: u64) {
+        if rows.num_rows() == 0 {
+            return;
         }
+        let times = rows
+            .column(self.spec.data_time)
+            .as_primitive_opt::<TimestampMillisecondType>();
+        let earliest = match times {
+            Some(t) if t.null_count() == 0 => {
+                datafusion::arrow::compute::min(t).unwrap_or(i64::MIN)
+            }
+            _ => i64::MIN,
+        };
+        let at = self.waiting.partition_point(|w| w.arrival < arrival);
+        self.waiting.insert(
+            at,
+            Waiting {
+                rows,
+                earliest,
+                arrival,
+            },
+        );
     }
 
     fn on_control(&mut self, batch: &RecordBatch) -> Result<()> {
@@ -256,11 +292,44 @@ impl ControlFilter {
     /// The waiting rows the watermark has passed, judged, in event-time
     /// order (rows of one time as they came); the others keep waiting.
     fn release(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
-        if self.waiting.is_empty() {
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|w| w.earliest < watermark);
+        self.waiting = later;
+        let mut released = Vec::new();
+        for batch in due {
+            if let Some(rows) = self.release_batch(batch, watermark)? {
+                released.push(rows);
+            }
+        }
+        if released.is_empty() {
             return Ok(None);
         }
-        let rows = concat_batches(&self.spec.data_schema, &self.waiting)?;
-        self.waiting.clear();
+        let rows = concat_batches(&self.spec.data_schema, &released)?;
+        let times = rows
+            .column(self.spec.data_time)
+            .as_primitive::<TimestampMillisecondType>();
+        let mut order: Vec<(i64, u32)> = (0..rows.num_rows())
+            .map(|r| {
+                let t = if times.is_null(r) {
+                    i64::MIN
+                } else {
+                    times.value(r)
+                };
+                (t, r as u32)
+            })
+            .collect();
+        // Stable: rows of one time stay in order of arrival.
+        order.sort_by_key(|&(ts, _)| ts);
+        let indices = UInt32Array::from_iter_values(order.into_iter().map(|(_, r)| r));
+        let sorted = take_record_batch(&rows, &indices)?;
+        self.with_params(sorted).map(Some)
+    }
+
+    /// The rows of one waiting batch the watermark has passed and that
+    /// go on; the others wait again in its place.
+    fn release_batch(&mut self, batch: Waiting, watermark: i64) -> Result<Option<RecordBatch>> {
+        let rows = batch.rows;
         let times = rows
             .column(self.spec.data_time)
             .as_primitive_opt::<TimestampMillisecondType>()
@@ -270,18 +339,8 @@ impl ControlFilter {
             .clone();
         let passed = |row: usize| times.is_null(row) || times.value(row) < watermark;
         let keep: BooleanArray = (0..rows.num_rows()).map(|r| Some(!passed(r))).collect();
-        let still = filter_record_batch(&rows, &keep)?;
-        if still.num_rows() > 0 {
-            self.waiting.push(still);
-        }
-        let time_of = |r: usize| {
-            if times.is_null(r) {
-                i64::MIN
-            } else {
-                times.value(r)
-            }
-        };
-        let mut out: Vec<(i64, u32)> = match &self.spec.mode {
+        self.wait(filter_record_batch(&rows, &keep)?, batch.arrival);
+        let go: BooleanArray = match &self.spec.mode {
             ControlMode::Block { data_key, .. } => {
                 let keys = text(rows.column(*data_key))?;
                 let free = |r: usize| {
@@ -290,22 +349,13 @@ impl ControlFilter {
                         || !self.blocked(keys.value(r), times.value(r))
                 };
                 (0..rows.num_rows())
-                    .filter(|&r| passed(r) && free(r))
-                    .map(|r| (time_of(r), r as u32))
+                    .map(|r| Some(passed(r) && free(r)))
                     .collect()
             }
-            ControlMode::Params { .. } => (0..rows.num_rows())
-                .filter(|&r| passed(r))
-                .map(|r| (time_of(r), r as u32))
-                .collect(),
+            ControlMode::Params { .. } => (0..rows.num_rows()).map(|r| Some(passed(r))).collect(),
         };
-        if out.is_empty() {
-            return Ok(None);
-        }
-        out.sort_by_key(|&(ts, _)| ts);
-        let indices = UInt32Array::from_iter_values(out.into_iter().map(|(_, r)| r));
-        let released = take_record_batch(&rows, &indices)?;
-        self.with_params(released).map(Some)
+        let out = filter_record_batch(&rows, &go)?;
+        Ok((out.num_rows() > 0).then_some(out))
     }
 
     /// `rows` with a column per parameter: its value at each row's time.
@@ -379,7 +429,8 @@ impl ControlFilter {
     /// (table `controls`, in key order).
     fn snapshot(&mut self) -> Result<OperatorState> {
         let mut state = OperatorState::new();
-        let waiting = concat_batches(&self.spec.data_schema, &self.waiting)?;
+        let batches: Vec<&RecordBatch> = self.waiting.iter().map(|w| &w.rows).collect();
+        let waiting = concat_batches(&self.spec.data_schema, batches)?;
         state.add("waiting", waiting, Vec::new());
         let mut keys: Vec<&String> = self.controls.keys().collect();
         keys.sort();
@@ -634,6 +685,20 @@ mod tests {
         );
         assert_eq!(got, ["h1@9", "h2@12", "wm:15", "h1@20", "wm:30"]);
         assert!(f.controls.is_empty(), "an ended block is not kept");
+    }
+
+    #[test]
+    fn rows_of_one_time_go_on_in_order_of_arrival_across_watermarks() {
+        let got = drive(
+            &mut filter(),
+            &[
+                Step::Data(&[(5, "x"), (15, "y")]),
+                Step::Data(&[(15, "z"), (12, "w")]),
+                Step::Watermark(10),
+                Step::Watermark(20),
+            ],
+        );
+        assert_eq!(got, ["x@5", "wm:10", "w@12", "y@15", "z@15", "wm:20"]);
     }
 
     #[test]
