@@ -12,7 +12,9 @@ use datafusion::error::Result;
 use datafusion::logical_expr::planner::{
     PlannedRelation, RelationPlanner, RelationPlannerContext, RelationPlanning,
 };
-use datafusion::logical_expr::{Expr, Extension, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::{
+    Expr, Extension, LogicalPlan, LogicalPlanBuilder, UserDefinedLogicalNodeCore,
+};
 use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, FunctionArg, FunctionArgExpr, TableFactor};
 
 use super::catalog::{StreamSource, TIME_TYPE, ViewSource};
@@ -174,9 +176,7 @@ fn plan_window(
         }
     };
     let node = WindowNode::try_new(scan, time_column, window)?;
-    Ok(LogicalPlan::Extension(Extension {
-        node: Arc::new(node),
-    }))
+    Ok(extension(node))
 }
 
 /// `CONTROLLED(stream, control_stream, key_column)`: the rows of `stream`
@@ -231,9 +231,7 @@ fn plan_controlled(
         until,
     };
     let node = ControlNode::try_new(data, control, data_time, control_time, control_key, kind)?;
-    Ok(LogicalPlan::Extension(Extension {
-        node: Arc::new(node),
-    }))
+    Ok(extension(node))
 }
 
 /// `PARAMS(stream, control_stream, 'name', default [, 'name', default ...])`:
@@ -289,9 +287,7 @@ fn plan_params(
     }
     let kind = ControlKind::Params { params, value };
     let node = ControlNode::try_new(data, control, data_time, control_time, control_key, kind)?;
-    Ok(LogicalPlan::Extension(Extension {
-        node: Arc::new(node),
-    }))
+    Ok(extension(node))
 }
 
 /// The arguments of a table function, each a plain expression.
@@ -431,6 +427,13 @@ fn plan_late(
     LogicalPlanBuilder::scan(format!("late_{name}"), Arc::new(late), None)?.build()
 }
 
+/// `node` as a plan.
+fn extension(node: impl UserDefinedLogicalNodeCore) -> LogicalPlan {
+    LogicalPlan::Extension(Extension {
+        node: Arc::new(node),
+    })
+}
+
 /// `TableScan(stream)` under a `Watermark` on the stream's event time.
 fn watermarked_scan(
     arg: &SqlExpr,
@@ -459,9 +462,7 @@ fn watermarked_scan(
         time_column,
         delay_ms,
     };
-    Ok(LogicalPlan::Extension(Extension {
-        node: Arc::new(node),
-    }))
+    Ok(extension(node))
 }
 
 /// A view as a window's input, for windows over window results. The view's

@@ -1290,8 +1290,7 @@ mod tests {
         let first = reading.next_out().unwrap();
         let host = first.column(0).as_any().downcast_ref::<StringArray>();
         assert_eq!(host.unwrap().value(0), "b");
-        reading.store_position();
-        let position = stats.position.lock().unwrap().clone().unwrap();
+        let position = stored_position(&mut reading, &stats);
         assert_eq!(position.extra["offsets"]["0"], 2, "{}", position.extra);
         drop(reading);
         let mut again = ExchangeReading::open(&reader, &config, &stats, Some(&position)).unwrap();
@@ -1302,6 +1301,12 @@ mod tests {
             ["a", "wm:10", "wm:20"],
             "b went on already"
         );
+    }
+
+    /// The position `reading` stores now, as a checkpoint would take it.
+    fn stored_position(reading: &mut ExchangeReading<'_>, stats: &SourceStats) -> SourcePosition {
+        reading.store_position();
+        stats.position.lock().unwrap().clone().unwrap()
     }
 
     /// Takes each `(writer, offset, sent)` in, as a message of the
@@ -1335,8 +1340,7 @@ mod tests {
             ],
         );
         // Released with watermark 20, then stopped before either went on.
-        reading.store_position();
-        let position = stats.position.lock().unwrap().clone().unwrap();
+        let position = stored_position(&mut reading, &stats);
         drop(reading);
         let mut again = ExchangeReading::open(&reader, &config, &stats, Some(&position)).unwrap();
         again.advance(&schema).unwrap();
@@ -1362,8 +1366,7 @@ mod tests {
             &[(0, 0, Sent::Rows("a")), (0, 1, Sent::Watermark(100))],
         );
         assert!(all_out(&mut reading).is_empty());
-        reading.store_position();
-        let position = stats.position.lock().unwrap().clone().unwrap();
+        let position = stored_position(&mut reading, &stats);
         assert_eq!(position.extra["offsets"]["0"], 0, "{}", position.extra);
         drop(reading);
         // Restored elsewhere, writer 1's partition is read first: writer 0
