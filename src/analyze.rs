@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::exec::QueryStats;
 use crate::exec::metrics::{LatencyHistogram, QueryMetrics};
 use crate::planner::{QueryGraph, never_ends};
+use crate::runtime::autoscale::{AutoscaleSettings, OperatorSample, Sample, decide, scaled_stages};
 use crate::runtime::checkpoint::{input_prefix, stage_prefix};
 use crate::runtime::{RunReport, RunnableQuery};
 
@@ -255,10 +256,15 @@ pub fn check_finite(graph: &QueryGraph) -> Result<()> {
 /// Runs `graph` to the end of its input on a runtime of its own, its
 /// results thrown away, and returns the measurements: the operator table
 /// and the run's totals. Blocks the calling thread until the query ends.
-pub fn run(graph: QueryGraph) -> Result<String> {
+///
+/// With `autoscale` (`SET autoscale = 'on'`), it also says what the
+/// controller would choose at the rate the run read its input.
+pub fn run(graph: QueryGraph, autoscale: Option<&AutoscaleSettings>) -> Result<String> {
     check_finite(&graph)?;
     let stats = graph.stats.clone();
     let tasks = task_numbers(&graph);
+    let scaled = scaled_stages(&graph);
+    let current = graph.parallelism();
     let (report, wall) = std::thread::scope(|scope| {
         std::thread::Builder::new()
             .name("vigil-analyze".into())
@@ -267,7 +273,63 @@ pub fn run(graph: QueryGraph) -> Result<String> {
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })?;
-    Ok(analysis(&stats, &report, wall, &tasks))
+    let mut text = analysis(&stats, &report, wall, &tasks);
+    if let Some(settings) = autoscale {
+        text.push('\n');
+        text.push_str(&scaling_line(
+            settings,
+            current,
+            &run_sample(&stats, &report, wall, &scaled),
+        ));
+    }
+    Ok(text)
+}
+
+/// The whole run as one measurement of the autoscaling controller.
+fn run_sample(
+    stats: &QueryStats,
+    report: &RunReport,
+    wall: std::time::Duration,
+    scaled: &[String],
+) -> Sample {
+    let load = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::Relaxed);
+    let streams = report
+        .streams
+        .iter()
+        .filter(|(name, _)| !name.starts_with("late("));
+    let operators = operator_rows(&stats.metrics)
+        .into_iter()
+        .map(|r| OperatorSample {
+            name: format!("{} ({})", r.name, r.stage),
+            scaled: scaled.contains(&r.stage),
+            instances: r.instances,
+            rows_in: r.rows_in,
+            busy_ns: r.busy_ns,
+        })
+        .collect();
+    Sample {
+        elapsed_ns: wall.as_nanos() as u64,
+        source_rows: streams.clone().map(|(_, s)| load(&s.rows)).sum(),
+        source_blocked_ns: streams.clone().map(|(_, s)| load(&s.blocked_ns)).sum(),
+        buffered_rows: 0,
+        sources: streams.count(),
+        operators,
+    }
+}
+
+/// What the controller would choose for a query at `current` instances
+/// that measured `sample`, as a line.
+fn scaling_line(settings: &AutoscaleSettings, current: usize, sample: &Sample) -> String {
+    match decide(settings, current, sample) {
+        Some(verdict) => format!(
+            "autoscale ({}): at the rate this run read, parallelism {current} -> {} ({})",
+            settings.policy, verdict.wanted, verdict.why
+        ),
+        None => format!(
+            "autoscale ({}): nothing to decide on (no rows reached an operator that scales)",
+            settings.policy
+        ),
+    }
 }
 
 fn run_to_end(graph: QueryGraph) -> Result<(RunReport, std::time::Duration)> {

@@ -22,6 +22,7 @@ use crate::plan::listing::{self, Listing};
 use crate::plan::{AlertNode, EmitNode, EmitPolicy, windows_take_late_rows};
 use crate::plan::{Catalog, SqlPlanner};
 use crate::planner::{ExecutionMode, QueryGraph, plan_incremental_shed};
+use crate::runtime::autoscale::{self, AutoscaleSettings};
 use crate::sql::{AlertClause, CreateStream, Emit, Statement, StatementKind};
 use crate::sql::{ObjectKind, Show, declared_name};
 
@@ -43,6 +44,9 @@ pub struct PreparedQuery {
     /// name, or what `SET query_name = '...'` said before it. `None` lets
     /// whoever runs it name it (`vigil run`: by file and position).
     pub name: Option<String>,
+    /// The statement it was planned from, and the folder its relative
+    /// paths resolve against: to plan it again for a change while it runs.
+    pub origin: Option<Box<(Statement, PathBuf)>>,
 }
 
 impl PreparedQuery {
@@ -100,6 +104,46 @@ pub enum Outcome {
     /// `SHOW QUERIES`: the engine runs no query, so whoever does lists
     /// them (with the columns of [`listing::QUERY_COLUMNS`]).
     ShowQueries,
+    /// `ALTER ALERT` or `ALTER QUERY`: a change to a running query, for
+    /// whoever runs it to make ([`crate::session::Session::change`]). The
+    /// catalog already has the changed alert; a change not made puts
+    /// [`Change::undo`] back.
+    Change(Box<Change>),
+}
+
+/// A change to a running query, as `ALTER` asks for it.
+pub struct Change {
+    /// The query: an alert's name, or a query's id or name.
+    pub target: ChangeTarget,
+    /// The changed query, planned; `None` when it is planned again from
+    /// its own statement (`ALTER QUERY ... SET parallelism`).
+    pub query: Option<Box<PreparedQuery>>,
+    /// The parallelism it is to run at, if the change sets it.
+    pub parallelism: Option<usize>,
+    /// `ALLOW STATE LOSS`: operators whose state does not fit may start
+    /// empty.
+    pub allow_state_loss: bool,
+    /// What changes, in words.
+    pub what: String,
+    /// The catalog before the change planned into it: what to put back
+    /// ([`Engine::restore_catalog`]) if the change is refused.
+    pub undo: Option<SavedCatalog>,
+}
+
+/// The running query a [`Change`] is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChangeTarget {
+    /// The query of `CREATE ALERT name`.
+    Alert(String),
+    /// A query by its id (as `SHOW QUERIES` lists it) or its name.
+    Query(String),
+}
+
+/// The catalog and declarations of an [`Engine`], to put back when a
+/// change that already planned into them is refused.
+pub struct SavedCatalog {
+    catalog: Catalog,
+    derived: Vec<Derived>,
 }
 
 /// One entry that `DROP` removed.
@@ -160,6 +204,10 @@ pub struct Engine {
     query_name: Option<String>,
     /// Instances of each key-partitioned stage; `None` for one per core.
     parallelism: Option<usize>,
+    /// `SET autoscale = 'on'`: queries started from now on are scaled.
+    autoscale_on: bool,
+    /// The `autoscale.*` settings they are scaled by.
+    autoscale: AutoscaleSettings,
     /// Load shedding by stream, as their `WITH (...)` options say.
     stream_shed: std::collections::BTreeMap<String, ShedSettings>,
     /// Load shedding as `SET` says, over every stream's.
@@ -317,6 +365,7 @@ impl Engine {
                     line: statement.line,
                     declares_alert: Some(name.clone()),
                     name: Some(self.query_name.take().unwrap_or_else(|| name.clone())),
+                    origin: Some(Box::new((statement.clone(), base_dir.to_path_buf()))),
                 })))
             }
             StatementKind::CreateView { name, query } => {
@@ -351,6 +400,23 @@ impl Engine {
                 self.set(name, value)?;
                 Ok(Outcome::Done)
             }
+            StatementKind::AlterAlert {
+                name,
+                change,
+                allow_state_loss,
+            } => self.alter_alert(name, change, *allow_state_loss, base_dir),
+            StatementKind::AlterQuery {
+                query,
+                parallelism,
+                allow_state_loss,
+            } => Ok(Outcome::Change(Box::new(Change {
+                target: ChangeTarget::Query(query.clone()),
+                query: None,
+                parallelism: Some(check_parallelism(*parallelism)?),
+                allow_state_loss: *allow_state_loss,
+                what: format!("parallelism {parallelism}"),
+                undo: None,
+            }))),
             StatementKind::Drop {
                 kind,
                 name,
@@ -393,6 +459,7 @@ impl Engine {
                     line: statement.line,
                     declares_alert: None,
                     name: self.query_name.take(),
+                    origin: Some(Box::new((statement.clone(), base_dir.to_path_buf()))),
                 })))
             }
         }
@@ -602,6 +669,92 @@ impl Engine {
         Ok(outcome)
     }
 
+    /// `ALTER ALERT name SET ...`: the alert's declaration changed and
+    /// planned again into the catalog, as the change to make.
+    fn alter_alert(
+        &mut self,
+        name: &str,
+        change: &crate::sql::AlertChange,
+        allow_state_loss: bool,
+        base_dir: &Path,
+    ) -> Result<Outcome> {
+        let declared = self
+            .derived
+            .iter()
+            .find(|d| d.kind == ObjectKind::Alert && d.name == name)
+            .map(|d| d.statement.clone())
+            .ok_or_else(|| {
+                Error::Plan(format!("no alert named '{name}' (SHOW ALERTS lists them)"))
+            })?;
+        let mut changed = declared.clone();
+        let StatementKind::CreateAlert { alert, .. } = &mut changed.kind else {
+            return Err(Error::Plan(format!("'{name}' is not an alert")));
+        };
+        let clause = alert
+            .as_deref()
+            .ok_or_else(|| Error::Plan(format!("alert '{name}' has no ALERT clause")))?;
+        *alert = Some(Box::new(change.apply(clause).map_err(Error::Plan)?));
+        changed.or_replace = true;
+        let undo = self.save_catalog();
+        let saved_name = self.query_name.take();
+        let outcome = self.replace(&changed, base_dir);
+        self.query_name = saved_name;
+        let Outcome::Query(query) = outcome? else {
+            return Err(Error::Plan(format!("alert '{name}' plans no query")));
+        };
+        Ok(Outcome::Change(Box::new(Change {
+            target: ChangeTarget::Alert(name.to_string()),
+            query: Some(query),
+            parallelism: None,
+            allow_state_loss,
+            what: format!("alert {name}"),
+            undo: Some(undo),
+        })))
+    }
+
+    /// Plans `statement` (a query, or the `CREATE ALERT` of an alert the
+    /// catalog has) again, at `parallelism`: the query a running one
+    /// changes into.
+    pub fn replan(
+        &mut self,
+        statement: &Statement,
+        base_dir: &Path,
+        parallelism: usize,
+    ) -> Result<PreparedQuery> {
+        let mut statement = statement.clone();
+        statement.or_replace = matches!(statement.kind, StatementKind::CreateAlert { .. });
+        let before = self.parallelism;
+        let saved_name = self.query_name.take();
+        self.parallelism = Some(check_parallelism(parallelism)?);
+        let outcome = self.execute(&statement, base_dir);
+        self.parallelism = before;
+        self.query_name = saved_name;
+        match outcome? {
+            Outcome::Query(query) => Ok(*query),
+            _ => Err(Error::Plan("the statement plans no query".into())),
+        }
+    }
+
+    /// How the queries started now are scaled: `None` unless `SET
+    /// autoscale = 'on'`.
+    pub fn autoscale(&self) -> Option<AutoscaleSettings> {
+        self.autoscale_on.then(|| self.autoscale.clone())
+    }
+
+    /// The catalog and declarations as they are, for [`Engine::restore_catalog`].
+    pub fn save_catalog(&self) -> SavedCatalog {
+        SavedCatalog {
+            catalog: self.catalog.clone(),
+            derived: self.derived.clone(),
+        }
+    }
+
+    /// Puts back what [`Engine::save_catalog`] saved.
+    pub fn restore_catalog(&mut self, saved: SavedCatalog) {
+        self.catalog = saved.catalog;
+        self.derived = saved.derived;
+    }
+
     /// What `SHOW` lists (`SHOW QUERIES` has no rows here: see
     /// [`Outcome::ShowQueries`]).
     pub fn show(&self, what: Show) -> Listing {
@@ -715,6 +868,25 @@ impl Engine {
                 Ok(())
             }
             BUFFER | BUFFER_MAX => self.buffer.set("SET", name, value),
+            "autoscale" => {
+                self.autoscale_on = match value.trim().to_ascii_lowercase().as_str() {
+                    "on" | "true" => true,
+                    "off" | "false" => false,
+                    _ => {
+                        return Err(Error::Plan(format!(
+                            "autoscale must be 'on' or 'off', got '{value}'"
+                        )));
+                    }
+                };
+                Ok(())
+            }
+            _ if autoscale::KEYS.contains(&name) => {
+                let mut settings = self.autoscale.clone();
+                settings.set(name, value)?;
+                settings.check()?;
+                self.autoscale = settings;
+                Ok(())
+            }
             "query_name" => {
                 let value = value.trim();
                 if value.is_empty() {
@@ -724,7 +896,7 @@ impl Engine {
                 Ok(())
             }
             _ => Err(Error::Plan(format!(
-                "unknown setting '{name}' (settings: buffer, buffer_max, execution_mode, parallelism, query_name, shed, max_latency, shed_keep, shed_scale)"
+                "unknown setting '{name}' (settings: autoscale, autoscale.policy, autoscale.min, autoscale.max, autoscale.headroom, autoscale.interval, autoscale.cooldown, buffer, buffer_max, execution_mode, parallelism, query_name, shed, max_latency, shed_keep, shed_scale)"
             ))),
         }
     }
@@ -1050,7 +1222,10 @@ impl Engine {
         if self.plan_only {
             return Ok(plan);
         }
-        Ok(format!("{plan}\n{}", crate::analyze::run(graph)?))
+        Ok(format!(
+            "{plan}\n{}",
+            crate::analyze::run(graph, self.autoscale().as_ref())?
+        ))
     }
 
     /// Makes `EXPLAIN ANALYZE` plan its query without running it (for

@@ -84,6 +84,11 @@ use crate::sql::parse_script;
 use crate::sql::{ObjectKind, Statement};
 use crate::state::store::{QueryStore, SourceEntry};
 
+mod autoscale;
+mod change;
+pub use autoscale::{Autoscaling, DECISIONS_KEPT, Rescales, ScaleStep};
+pub use change::{Changed, PendingChange};
+
 /// Result batches a query's handle buffers before the query waits for its
 /// reader.
 const RESULT_BUFFER: usize = 64;
@@ -101,6 +106,9 @@ pub struct Session {
     alert_queries: std::sync::Mutex<std::collections::HashMap<String, QueryId>>,
     /// The state folder and what is kept there, for a durable session.
     durable: Option<Arc<Durable>>,
+    /// What each query started was planned from, to change it while it
+    /// runs.
+    origins: std::sync::Mutex<std::collections::HashMap<QueryId, change::Origin>>,
 }
 
 /// Builds a [`Session`], durable if given a state folder.
@@ -315,6 +323,10 @@ pub enum Executed {
     Explain(String),
     /// A continuous query was started.
     Query(QueryHandle),
+    /// `ALTER`: a change to a running query, checked (a change that would
+    /// lose state it is not allowed to was refused) and ready to make with
+    /// [`PendingChange::apply`].
+    Change(Box<PendingChange>),
     /// `DROP`: what was removed.
     Dropped(Vec<Dropped>),
     /// `SHOW` or `DESCRIBE`: rows of text.
@@ -394,6 +406,7 @@ impl Session {
             alerts: broadcast::channel(ALERT_BUFFER).0,
             alert_queries: Default::default(),
             durable: None,
+            origins: Default::default(),
         }
     }
 
@@ -438,6 +451,7 @@ impl Session {
                 Outcome::Dropped(dropped) => Executed::Dropped(dropped),
                 Outcome::Rows(listing) => Executed::Rows(listing),
                 Outcome::ShowQueries => Executed::Rows(self.show_queries()),
+                Outcome::Change(change) => Executed::Change(Box::new(self.change(*change)?)),
             });
         }
         Ok(done)
@@ -526,10 +540,29 @@ impl Session {
         Listing::new(&QUERY_COLUMNS, rows)
     }
 
+    /// The controller of `query` when `SET autoscale = 'on'`: refused in
+    /// a session without a state directory, where a rescale would start
+    /// the query's state empty.
+    fn scaling_for(&self, query: &PreparedQuery) -> Result<Option<autoscale::Scaling>> {
+        let Some(settings) = self.engine.autoscale() else {
+            return Ok(None);
+        };
+        if self.durable.is_none() {
+            return Err(Error::Plan(
+                "autoscale needs a state directory (--state-dir): a rescale carries the query's state over in a checkpoint".into(),
+            ));
+        }
+        if query.origin.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(autoscale::Scaling::new(settings, &query.graph)))
+    }
+
     /// Starts a planned query; its results go to its sink if it has one,
     /// else to the returned handle. Alert queries also feed
     /// [`Session::alerts`].
-    pub fn start(&self, query: PreparedQuery, label: &str) -> Result<QueryHandle> {
+    pub fn start(&self, mut query: PreparedQuery, label: &str) -> Result<QueryHandle> {
+        let scaling = self.scaling_for(&query)?;
         // A `CREATE ALERT` of a name that has a running query replaces it
         // (`CREATE OR REPLACE ALERT`): the old query stops.
         let declares = query.declares_alert.clone();
@@ -542,16 +575,10 @@ impl Session {
         let is_alert = is_alert(&query.logical);
         let schema = query.graph.schema.clone();
         let (tx, results) = mpsc::channel(RESULT_BUFFER);
-        let mut sink: Box<dyn Sink> = match &query.sink {
-            Some(config) => open_sink(config, &schema)?,
-            None => Box::new(ChannelSink { tx }),
-        };
-        if is_alert {
-            sink = Box::new(AlertTee {
-                inner: sink,
-                alerts: self.alerts.clone(),
-            });
-        }
+        let weak = tx.downgrade();
+        let sink = self.query_sink(&query, tx)?;
+        let parallelism = query.graph.parallelism();
+        let origin = query.origin.take();
         let id = match &self.durable {
             Some(durable) => self.start_durable(durable, query.name, query.graph, sink, label)?,
             None => self.live.start(query.graph, sink, label)?,
@@ -559,12 +586,50 @@ impl Session {
         if let Some(name) = declares {
             self.alert_queries().insert(name, id);
         }
+        if let Some(origin) = origin {
+            let origin = change::Origin {
+                statement: origin.0,
+                base_dir: origin.1,
+                parallelism,
+                schema: schema.clone(),
+                results: weak,
+                label: label.to_string(),
+                scaling,
+            };
+            self.origins().insert(id, origin);
+        }
         Ok(QueryHandle {
             id,
             schema,
             is_alert,
             results,
         })
+    }
+
+    /// Where query `query`'s results go: its sink, else `tx` (a handle's
+    /// channel); an alert's also to [`Session::alerts`].
+    fn query_sink(
+        &self,
+        query: &PreparedQuery,
+        tx: mpsc::Sender<RecordBatch>,
+    ) -> Result<Box<dyn Sink>> {
+        let mut sink: Box<dyn Sink> = match &query.sink {
+            Some(config) => open_sink(config, &query.graph.schema)?,
+            None => Box::new(ChannelSink { tx }),
+        };
+        if is_alert(&query.logical) {
+            sink = Box::new(AlertTee {
+                inner: sink,
+                alerts: self.alerts.clone(),
+            });
+        }
+        Ok(sink)
+    }
+
+    fn origins(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<QueryId, change::Origin>> {
+        self.origins.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Starts a query under its stable name, restored from its checkpoint

@@ -145,8 +145,24 @@ async fn explain_analyze_through_the_library() {
         panic!("EXPLAIN ANALYZE gives text");
     };
     check_analysis(text);
+    assert!(!text.contains("autoscale"), "{text}");
     // Nothing keeps running.
     assert!(session.queries().is_empty());
+    // With autoscale on, it says what the controller would choose.
+    let sql = format!("SET autoscale = 'on';\nSET autoscale.max = 4;\nEXPLAIN ANALYZE {QUERY};");
+    let executed = session.execute(&sql).unwrap();
+    let Some(Executed::Explain(text)) = executed.last() else {
+        panic!("EXPLAIN ANALYZE gives text");
+    };
+    let line = text.lines().last().unwrap();
+    assert!(
+        line.starts_with("autoscale (ds2): at the rate this run read, parallelism 2 -> "),
+        "{text}"
+    );
+    assert!(
+        line.contains("rows/s per instance of useful time"),
+        "{line}"
+    );
 
     session
         .execute("CREATE STREAM p (ts TIMESTAMP, v DOUBLE) WITH (connector = 'push');")

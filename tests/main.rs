@@ -2,7 +2,9 @@
 
 mod alertmanager;
 mod analyze;
+mod autoscale;
 mod buffer;
+mod changes;
 mod checkpoints;
 mod cli;
 mod conformance;

@@ -339,22 +339,7 @@ fn psql_commands_and_the_kinds_of_streams() {
 /// Runs the shell with `input` piped to it (not a terminal): its exit
 /// code, standard output and standard error.
 fn piped(dir: &Path, input: &str) -> (Option<i32>, String, String) {
-    use std::io::Write as _;
-    use std::process::Stdio;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .current_dir(dir)
-        .env("VIGIL_HISTORY", dir.join("history"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("vigil starts");
-    let mut stdin = child.stdin.take().expect("stdin");
-    stdin.write_all(input.as_bytes()).expect("write stdin");
-    drop(stdin);
-    let out = child.wait_with_output().expect("vigil runs");
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (out.status.code(), text(&out.stdout), text(&out.stderr))
+    piped_with(dir, &[], input)
 }
 
 /// A script piped into the shell stops at its first error and exits 1,
@@ -637,4 +622,72 @@ fn the_shell_shows_a_group_of_processes() {
     assert_eq!(partitions, ["0", "1", "2"], "{table}");
     type_line(&mut repl, ".quit");
     assert_eq!(exit_code(&mut repl), 0, "exit status");
+}
+
+/// [`piped`] with command-line arguments `args`.
+fn piped_with(dir: &Path, args: &[&str], input: &str) -> (Option<i32>, String, String) {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(args)
+        .current_dir(dir)
+        .env("VIGIL_HISTORY", dir.join("history"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("vigil starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input.as_bytes()).expect("write stdin");
+    drop(stdin);
+    let out = child.wait_with_output().expect("vigil runs");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// `ALTER ALERT` in the shell: with a state directory the running alert
+/// keeps its state; without one the change is refused and the alert
+/// runs on unchanged.
+#[test]
+fn an_alert_is_altered_in_the_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("m.csv"), "ts,host,cpu\n1000,a,95\n").unwrap();
+    let script = "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE, WATERMARK FOR ts AS ts)
+         WITH (path = 'm.csv', format = 'csv', follow = 'true');
+       CREATE ALERT hot AS SELECT ts, host, cpu FROM m ALERT BY host WHEN cpu > 90;
+       ALTER ALERT hot SET SEVERITY 'ticket';\n";
+    let (code, out, err) = piped_with(dir.path(), &["repl", "--state-dir", "state"], script);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(
+        out.contains("query 1 changed (alert hot); state kept:"),
+        "{out}\n{err}"
+    );
+    assert!(out.contains("alert hot (s1.o0)"), "{out}\n{err}");
+    let (code, out, err) = piped(dir.path(), script);
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(err.contains("keeps no state"), "{err}");
+    assert!(err.contains("nothing was changed"), "{err}");
+    assert!(out.contains("hot,a,firing"), "{out}\n{err}");
+}
+
+/// `SET autoscale = 'on'` in the shell: a query needs a state directory to
+/// be rescaled, and bad settings are refused with what they take.
+#[test]
+fn autoscaling_in_the_shell_needs_a_state_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("m.csv"), "ts,host,cpu\n1000,a,95\n").unwrap();
+    let script = "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE, WATERMARK FOR ts AS ts)
+         WITH (path = 'm.csv', format = 'csv');
+       SET autoscale = 'on';
+       SELECT window_start, host, count(*) AS n FROM TUMBLE(m, ts, INTERVAL '1' SECOND)
+         GROUP BY window_start, window_end, host;\n";
+    let (code, out, err) = piped(dir.path(), script);
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(err.contains("autoscale needs a state directory"), "{err}");
+    let (code, out, err) = piped(dir.path(), "SET autoscale.policy = 'magic';\n");
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(err.contains("'ds2' or 'rule'"), "{err}");
+    let (code, out, err) = piped_with(dir.path(), &["repl", "--state-dir", "state"], script);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(out.contains("a,1"), "{out}\n{err}");
 }

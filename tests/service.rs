@@ -2054,3 +2054,72 @@ fn a_group_status_needs_a_checkpoint_directory() {
         answer.body
     );
 }
+
+#[test]
+fn a_running_query_is_rescaled_over_http_and_its_followers_miss_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let args = [
+        "--addr",
+        "127.0.0.1:0",
+        "--token",
+        TOKEN,
+        "--state-dir",
+        "state",
+        "--checkpoint-interval",
+        "200ms",
+    ];
+    let server = Server::start(dir.path(), &args);
+    let setup = "CREATE STREAM ev (ts TIMESTAMP, host TEXT, v DOUBLE, \
+                 WATERMARK FOR ts AS ts) WITH (connector = 'push');
+                 SELECT window_end, host, count(*) AS n \
+                 FROM TUMBLE(ev, ts, INTERVAL '10' SECOND) GROUP BY window_end, host;";
+    let started = statements(&server, setup);
+    assert_eq!(started.status, 200, "{}", started.body);
+    let id = started.json()["results"][1]["id"].as_u64().expect("an id");
+    let rows = follow(&server, &format!("/queries/{id}/results"));
+    let push = |from: i64, to: i64| {
+        let body: String = (from..to)
+            .flat_map(|k| {
+                ["a", "b"]
+                    .map(|h| format!("{{\"ts\": {}, \"host\": \"{h}\", \"v\": 1}}\n", k * 1000))
+            })
+            .collect();
+        let pushed = post(
+            &server,
+            "/streams/ev/rows",
+            Some("application/x-ndjson"),
+            &body,
+        );
+        assert_eq!(pushed.status, 200, "{}", pushed.body);
+    };
+    push(0, 15);
+    let changed = statements(&server, &format!("ALTER QUERY {id} SET parallelism = 2;"));
+    assert_eq!(changed.status, 200, "{}", changed.body);
+    let result = &changed.json()["results"][0];
+    assert_eq!(result["kind"], "changed", "{result}");
+    assert_eq!(result["id"].as_u64(), Some(id));
+    assert_eq!(result["emptied"], json!([]), "{result}");
+    let refused = statements(&server, "ALTER QUERY 42 SET parallelism = 2;");
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    push(15, 25);
+    push(40, 41);
+    let mut counts = Vec::new();
+    while counts.len() < 6 {
+        let row = next_matching(&rows, "result", |name, _| name.is_empty());
+        counts.push((
+            row["host"].as_str().unwrap().to_string(),
+            row["n"].as_u64().unwrap(),
+        ));
+    }
+    counts.sort();
+    let expected: Vec<(String, u64)> = ["a", "b"]
+        .iter()
+        .flat_map(|h| [10, 10, 5].map(|n| (h.to_string(), n)))
+        .collect();
+    let mut expected = expected;
+    expected.sort();
+    assert_eq!(
+        counts, expected,
+        "each window whole and once, across the change"
+    );
+}

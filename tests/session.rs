@@ -16,7 +16,8 @@ mod embed;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn started(executed: Vec<Executed>) -> Vec<QueryHandle> {
+/// The query handles among what `execute` gave.
+pub(crate) fn started(executed: Vec<Executed>) -> Vec<QueryHandle> {
     executed
         .into_iter()
         .filter_map(|e| match e {

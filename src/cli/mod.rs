@@ -53,7 +53,7 @@ enum Command {
     Serve(serve::ServeArgs),
     /// The interactive shell: type statements, see results as windows fire
     /// (the default without a command).
-    Repl,
+    Repl(ReplArgs),
     /// List the checkpoints of a checkpoint directory, or inspect one.
     Checkpoints(checkpoints::CheckpointsArgs),
     /// Show a group of `vigil run --group` processes: its members, their
@@ -65,6 +65,16 @@ enum Command {
     /// Print the reference of every source and sink connector (options,
     /// types, defaults, fixed columns) as Markdown.
     Connectors,
+}
+
+/// `vigil repl` options.
+#[derive(Debug, Default, clap::Args)]
+struct ReplArgs {
+    /// Keep the shell's query state (checkpoints, push-stream logs) in DIR:
+    /// queries keep their state when changed (`ALTER`) and are restored when
+    /// a shell on DIR runs them again.
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -269,8 +279,12 @@ pub fn main() -> ExitCode {
     };
     let outcome = match cli.command {
         Some(Command::Run(args)) => runtime.block_on(run(args)),
-        None | Some(Command::Repl) => {
-            let outcome = runtime.block_on(crate::repl::run());
+        command @ (None | Some(Command::Repl(_))) => {
+            let state_dir = match command {
+                Some(Command::Repl(args)) => args.state_dir,
+                _ => None,
+            };
+            let outcome = runtime.block_on(crate::repl::run(state_dir));
             // A source blocked on a read (a FIFO) must not hold the exit.
             runtime.shutdown_timeout(std::time::Duration::from_secs(1));
             // The shell has reported its errors itself; a script piped in
@@ -648,6 +662,22 @@ fn load_script(
                             && q.declares_alert.as_ref() == Some(&d.name)
                     })
                 });
+            }
+            Outcome::Change(change) => {
+                // No query runs yet: an altered alert's query takes the
+                // place of the one planned.
+                let Some(mut query) = change.query else {
+                    return Err(Error::Plan(format!(
+                        "{name}:{}: ALTER QUERY changes a running query; in a script, SET parallelism before the query",
+                        statement.line
+                    )));
+                };
+                if let Some(old) = queries.iter().position(|q| {
+                    q.declares_alert.is_some() && q.declares_alert == query.declares_alert
+                }) {
+                    query.name = queries[old].name.take();
+                    queries[old] = *query;
+                }
             }
             Outcome::Rows(listing) => {
                 let _ = write!(std::io::stdout(), "{}", listing_text(&listing));

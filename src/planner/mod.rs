@@ -170,6 +170,18 @@ pub struct QueryInput {
 }
 
 impl QueryGraph {
+    /// Instances of its widest stage: the parallelism it was planned at
+    /// (1 for a query with no key-partitioned stage).
+    pub fn parallelism(&self) -> usize {
+        self.inputs
+            .iter()
+            .flat_map(|i| &i.stages)
+            .chain(&self.stages)
+            .map(|s| s.instances.len())
+            .max()
+            .unwrap_or(1)
+    }
+
     /// The first operator that keeps state over every key (see
     /// [`Stage::global`]), described; `None` when all state is per key.
     pub fn global_stage(&self) -> Option<String> {

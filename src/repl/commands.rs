@@ -154,9 +154,13 @@ impl Repl {
             outln!("no queries running");
             return;
         }
+        let scaling = self.session.autoscaling();
         for q in queries {
             outln!("[{}] {}", q.id, q.label);
             out!("{}", crate::analyze::live_text(&q.stats));
+            if let Some(scaled) = scaling.iter().find(|s| s.id == q.id) {
+                outln!("{}", scaled.text());
+            }
         }
     }
 

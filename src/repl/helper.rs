@@ -277,6 +277,13 @@ pub const KEYWORDS: &[&str] = &[
     "SINKS",
     "STREAMS",
     "VIEWS",
+    // Live changes.
+    "ALLOW",
+    "ALTER",
+    "LOSS",
+    "QUERY",
+    "SEVERITY",
+    "STATE",
 ];
 
 /// The dot commands, for completion.

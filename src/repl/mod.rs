@@ -83,6 +83,10 @@ const QUIET_HINT_AFTER: Duration = Duration::from_secs(2);
 /// before it shows the prompt anyway: a task blocked on its input (a quiet
 /// FIFO, a webhook) must not hold the prompt.
 const STOP_GRACE: Duration = Duration::from_secs(1);
+
+/// How often the shell runs the autoscaling controller
+/// ([`Session::autoscale`]); it decides only when a measurement is due.
+const AUTOSCALE_TICK: Duration = Duration::from_secs(1);
 /// Table rows drawn at once when the terminal's height is not known.
 const DEFAULT_SCREENFUL: usize = 40;
 
@@ -90,8 +94,10 @@ const DEFAULT_SCREENFUL: usize = 40;
 ///
 /// When standard input is not a terminal (a script piped in), the shell
 /// stops at the first error, as `psql -v ON_ERROR_STOP=1` does, and the
-/// exit code is a failure; otherwise it is a success.
-pub async fn run() -> Result<ExitCode> {
+/// exit code is a failure; otherwise it is a success. With `state_dir`,
+/// the session keeps its queries' state there (see
+/// [`crate::session::SessionBuilder::state_dir`]).
+pub async fn run(state_dir: Option<PathBuf>) -> Result<ExitCode> {
     // While the line editor is not reading, the terminal sends Ctrl-C as
     // SIGINT: catch it for the life of the process (a foreground query
     // listens for it), so that it never ends the REPL.
@@ -105,8 +111,12 @@ pub async fn run() -> Result<ExitCode> {
     } else {
         OutputFormat::Csv
     };
+    let session = match state_dir {
+        Some(dir) => Session::builder().state_dir(dir).build()?,
+        None => Session::new(),
+    };
     let mut repl = Repl {
-        session: Session::new(),
+        session,
         format,
         shared,
         printer: Printer::start(external),
@@ -167,6 +177,30 @@ struct Started {
 }
 
 impl Repl {
+    /// Reads a line, running the autoscaling controller meanwhile.
+    async fn read_scaling(
+        &mut self,
+        reader: &mut LineReader,
+        prompt: &'static str,
+    ) -> Result<Read> {
+        let read = reader.read(prompt);
+        tokio::pin!(read);
+        loop {
+            tokio::select! {
+                read = &mut read => return read,
+                _ = tokio::time::sleep(AUTOSCALE_TICK) => self.autoscale().await,
+            }
+        }
+    }
+
+    /// One round of the autoscaling controller; its rescales are printed.
+    async fn autoscale(&mut self) {
+        for (id, decision) in self.session.autoscale().await {
+            self.printer
+                .print(format!("autoscale: query {id}: {decision}\n"));
+        }
+    }
+
     async fn read_loop(&mut self, reader: &mut LineReader) {
         let mut pending = String::new();
         let mut interrupted = false;
@@ -182,7 +216,7 @@ impl Repl {
             } else {
                 CONTINUATION
             };
-            let line = match reader.read(prompt).await {
+            let line = match self.read_scaling(reader, prompt).await {
                 Ok(Read::Line(line)) => line,
                 Ok(Read::Interrupted) => {
                     // Ctrl-C drops what was typed; at an empty prompt it
@@ -306,7 +340,7 @@ impl Repl {
         let base_dir = script.map_or_else(|| PathBuf::from("."), crate::engine::script_dir);
         let mut foreground = Vec::new();
         for statement in &statements {
-            match self.execute(statement, sql, &base_dir) {
+            match self.execute(statement, sql, &base_dir).await {
                 Ok(None) => {}
                 Ok(Some(started)) if background || started.alert => self.detach(started),
                 Ok(Some(started)) => foreground.push(started),
@@ -328,7 +362,7 @@ impl Repl {
     }
 
     /// Executes one statement; a query is started and returned.
-    fn execute(
+    async fn execute(
         &mut self,
         statement: &Statement,
         sql: &str,
@@ -350,6 +384,11 @@ impl Repl {
             }
             Outcome::ShowQueries => {
                 self.print_rows(&self.session.show_queries());
+                return Ok(None);
+            }
+            Outcome::Change(change) => {
+                let changed = self.session.change(*change)?.apply().await?;
+                outln!("{changed}");
                 return Ok(None);
             }
             Outcome::Query(query) => query,
@@ -406,6 +445,7 @@ impl Repl {
         tokio::pin!(quiet);
         let mut hinted = false;
         let mut listening = true;
+        let mut tick = tokio::time::interval(AUTOSCALE_TICK);
         let mut rows = 0usize;
         let stopped = loop {
             let due = renderers.values().filter_map(Renderer::due).min();
@@ -434,6 +474,7 @@ impl Repl {
                         errln!("warning: cannot listen for Ctrl-C: {e}");
                     }
                 },
+                _ = tick.tick() => self.autoscale().await,
                 _ = &mut quiet, if !hinted => {
                     hinted = true;
                     if rows == 0 {

@@ -596,6 +596,19 @@ impl QueryCheckpoints {
         graph: &mut QueryGraph,
         sink: &mut dyn Sink,
     ) -> Result<Option<Vec<SourceEntry>>> {
+        let allow = self.coordinator.config().allow_non_restored;
+        self.restore_allowing(graph, sink, allow)
+    }
+
+    /// Restores like [`QueryCheckpoints::restore`]; with
+    /// `allow_non_restored`, the operators that changed start empty instead
+    /// of the restore being refused.
+    pub fn restore_allowing(
+        &self,
+        graph: &mut QueryGraph,
+        sink: &mut dyn Sink,
+        allow_non_restored: bool,
+    ) -> Result<Option<Vec<SourceEntry>>> {
         let config = self.coordinator.config();
         let restored = match &config.from_savepoint {
             Some(root) => self.savepoint_state(root)?,
@@ -631,7 +644,7 @@ impl QueryCheckpoints {
         mismatches.retain(|m| {
             !(m.what == NOT_IN_CHECKPOINT && ended.iter().any(|p| m.operator.starts_with(p)))
         });
-        if !mismatches.is_empty() && !config.allow_non_restored {
+        if !mismatches.is_empty() && !allow_non_restored {
             return Err(Error::Plan(refusal(&self.name, &checkpoint, &mismatches)));
         }
         for mismatch in &mismatches {
@@ -787,6 +800,13 @@ pub fn stage_prefix(stage: usize) -> String {
 }
 
 /// The state shapes of fresh operators (their snapshots are empty).
+/// The shape of every stateful operator of `graph` (as built: call it
+/// before a restore), under the ids a checkpoint stores them by: what a
+/// checkpoint of it holds, to tell before a change which state it keeps.
+pub fn graph_shapes(graph: &mut QueryGraph) -> Result<Vec<OperatorShape>> {
+    shapes_of(&mut operators_of(graph))
+}
+
 fn shapes_of(operators: &mut [(String, Vec<AnyOp<'_>>)]) -> Result<Vec<OperatorShape>> {
     let mut shapes = Vec::new();
     for (id, instances) in operators.iter_mut() {

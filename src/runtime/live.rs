@@ -29,7 +29,11 @@ use crate::error::{Error, Result};
 use crate::exec::{END_OF_INPUT, LateRows, Message, QueryStats};
 use crate::plan::StreamDef;
 use crate::planner::{ExecutionMode, QueryGraph};
-use crate::state::store::SourceEntry;
+use crate::state::store::{OperatorShape, SourceEntry};
+
+/// A push stream, and the checkpoints of the queries reading it that a
+/// stop at a checkpoint takes off it.
+type PushReaders = (String, Vec<Arc<QueryCheckpoints>>);
 
 /// Identifies a running query within a [`Live`] runtime.
 pub type QueryId = u64;
@@ -73,6 +77,9 @@ struct State {
     /// Per query name, where it reads its streams from when it has no
     /// checkpoint (see [`Live::set_start_positions`]).
     start_positions: HashMap<String, Vec<SourceEntry>>,
+    /// Query names whose next restore starts changed operators empty
+    /// instead of refusing (see [`Live::allow_non_restored`]).
+    allow_non_restored: std::collections::HashSet<String>,
 }
 
 /// What the live runtime knows of a query, running or ended.
@@ -81,12 +88,23 @@ struct Running {
     stats: Arc<QueryStats>,
     sources: Vec<(String, Arc<SourceStats>)>,
     tasks: Vec<tokio::task::AbortHandle>,
+    /// How this run of it ended.
     done: watch::Receiver<Option<Result<(), String>>>,
+    /// How it ended, over its runs: a query changed while it runs (see
+    /// [`Live::start_in_place`]) goes on under its id, and its waiters
+    /// wait on.
+    life: Arc<watch::Sender<Option<Result<(), String>>>>,
+    /// This run ends to be replaced: its end is not the query's.
+    restarting: Arc<std::sync::atomic::AtomicBool>,
     state: QueryState,
     /// Why it failed.
     error: Option<String>,
     /// When it ended, in the order queries end.
     ended: u64,
+    /// Its stateful operators, as a checkpoint stores them.
+    shapes: Vec<OperatorShape>,
+    /// Where it collects its checkpoints, if it takes them.
+    checkpoints: Option<Arc<QueryCheckpoints>>,
 }
 
 /// Where a query is in its life.
@@ -321,17 +339,124 @@ impl Live {
     /// started by separate calls read their files on their own. Must be
     /// called within a tokio runtime.
     pub fn start_all(&self, queries: Vec<NamedQuery>) -> Result<Vec<QueryId>> {
+        self.start_all_as(queries.into_iter().map(|q| (q, None)).collect())
+    }
+
+    /// Starts query `query` under the id of ended query `id`, which it
+    /// replaces in the listing (a query changed while it runs: see
+    /// [`Live::stop_at_checkpoint`]). Fails if `id` is still running.
+    pub fn start_in_place(&self, id: QueryId, query: NamedQuery) -> Result<()> {
+        let life = {
+            let mut state = self.lock();
+            match state.queries.get(&id) {
+                Some(q) if q.state == QueryState::Running => {
+                    return Err(Error::Plan(format!("query {id} is still running")));
+                }
+                Some(_) => state.queries.remove(&id).map(|q| q.life),
+                None => None,
+            }
+        };
+        let life = life.unwrap_or_else(|| Arc::new(watch::channel(None).0));
+        let started = self.start_all_as(vec![(
+            query,
+            Some(Replaced {
+                id,
+                life: life.clone(),
+            }),
+        )]);
+        if let Err(e) = &started {
+            let _ = life.send_replace(Some(Err(e.to_string())));
+        }
+        started.map(|_| ())
+    }
+
+    /// Marks query `id`'s current run as ending to be replaced (by
+    /// [`Live::start_in_place`]): its waiters wait on through the end of
+    /// this run. False if it is not running.
+    pub fn begin_restart(&self, id: QueryId) -> bool {
+        let state = self.lock();
+        match state.queries.get(&id) {
+            Some(q) if q.state == QueryState::Running => {
+                q.restarting.store(true, Ordering::Release);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Ends the current run of query `id` to start a changed one in its
+    /// place ([`Live::start_in_place`]): with `checkpoint`, right after
+    /// one more checkpoint ([`Live::stop_at_checkpoint`]), else at once.
+    /// Its waiters wait on. An error if it is not running, or did not
+    /// reach the checkpoint within `timeout` (it is stopped then, and its
+    /// waiters learn that it ended).
+    pub async fn end_run_for_restart(
+        &self,
+        id: QueryId,
+        checkpoint: bool,
+        timeout: std::time::Duration,
+    ) -> Result<()> {
+        if !self.begin_restart(id) {
+            return Err(Error::Plan(format!("query {id} is not running")));
+        }
+        if checkpoint && self.stop_at_checkpoint(&[id], timeout).await {
+            return Ok(());
+        }
+        self.abort_run(id);
+        self.wait_run(id).await;
+        if !checkpoint {
+            return Ok(());
+        }
+        let why = format!(
+            "query {id} did not reach a checkpoint within {timeout:?} to be changed; it was stopped"
+        );
+        self.abandon_restart(id, &why);
+        Err(Error::Connector(why))
+    }
+
+    /// Cancels the tasks of query `id`'s current run, keeping it listed.
+    fn abort_run(&self, id: QueryId) {
+        if let Some(query) = self.lock().queries.get(&id) {
+            for task in &query.tasks {
+                task.abort();
+            }
+        }
+    }
+
+    /// Ends a restart of query `id` that will not happen: its waiters
+    /// learn how its last run ended (`error` says why it was not
+    /// restarted).
+    pub fn abandon_restart(&self, id: QueryId, error: &str) {
+        let life = self.lock().queries.get(&id).map(|q| q.life.clone());
+        if let Some(life) = life {
+            let _ = life.send_replace(Some(Err(error.to_string())));
+        }
+    }
+
+    /// Lets the next restore of query `name` start the operators that
+    /// changed since its checkpoint empty, instead of refusing it.
+    pub fn allow_non_restored(&self, name: &str) {
+        self.lock().allow_non_restored.insert(name.to_string());
+    }
+
+    /// The stateful operators of query `id` (running or ended), as a
+    /// checkpoint of it stores them.
+    pub fn shapes(&self, id: QueryId) -> Option<Vec<OperatorShape>> {
+        self.lock().queries.get(&id).map(|q| q.shapes.clone())
+    }
+
+    fn start_all_as(&self, queries: Vec<(NamedQuery, Option<Replaced>)>) -> Result<Vec<QueryId>> {
         let mut group = Group::default();
         let mut wired = Vec::with_capacity(queries.len());
-        for query in queries {
+        for (query, id) in queries {
             let label = query.label.clone();
-            wired.push((self.wire(query, &mut group)?, label));
+            wired.push((self.wire(query, &mut group)?, label, id));
         }
         self.start_ticking();
         group.check_late_streams()?;
         let sources = self.start_sources(group)?;
         let mut ids = Vec::with_capacity(wired.len());
-        for (mut query, label) in wired {
+        for (mut query, label, id) in wired {
             for key in &query.streams {
                 let (stats, watcher) = sources.get(key).expect("every input has a source");
                 query.sources.push((key.stream.clone(), stats.clone()));
@@ -339,7 +464,7 @@ impl Live {
             }
             let streams = query.sources.iter().map(|(_, s)| s.clone()).collect();
             let _ = query.stats.sources.set(streams);
-            ids.push(self.track(query, &label));
+            ids.push(self.track(query, &label, id));
         }
         Ok(ids)
     }
@@ -364,7 +489,14 @@ impl Live {
             )?)),
             _ => None,
         };
+        let shapes = super::checkpoint::graph_shapes(&mut graph)?;
+        let allow = name
+            .as_ref()
+            .is_some_and(|n| self.lock().allow_non_restored.remove(n));
         let positions = match &checkpoints {
+            Some(checkpoints) if allow => {
+                checkpoints.restore_allowing(&mut graph, sink.as_mut(), true)?
+            }
             Some(checkpoints) => checkpoints.restore(&mut graph, sink.as_mut())?,
             None => None,
         };
@@ -405,6 +537,8 @@ impl Live {
         let mut tasks = Vec::new();
         let mut wired = Wired {
             stats: stats.clone(),
+            shapes,
+            checkpoints: checkpoints.clone(),
             ..Wired::default()
         };
         let mut wiring = Wiring {
@@ -577,12 +711,21 @@ impl Live {
     }
 
     /// Lists a wired query and watches for its end.
-    fn track(&self, query: Wired, label: &str) -> QueryId {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+    fn track(&self, query: Wired, label: &str, place: Option<Replaced>) -> QueryId {
+        let (id, life) = match place {
+            Some(Replaced { id, life }) => (id, life),
+            None => (
+                self.next_id.fetch_add(1, Ordering::Relaxed) + 1,
+                Arc::new(watch::channel(None).0),
+            ),
+        };
+        let restarting = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let Wired {
             stats,
             sources,
             tasks,
+            shapes,
+            checkpoints,
             ..
         } = query;
         let (done_tx, done) = watch::channel(None);
@@ -595,6 +738,10 @@ impl Live {
             state: QueryState::Running,
             error: None,
             ended: 0,
+            shapes,
+            checkpoints,
+            life: life.clone(),
+            restarting: restarting.clone(),
         };
         self.lock().queries.insert(id, running);
         let live = self.clone();
@@ -603,7 +750,11 @@ impl Live {
             // The listing shows the end before waiters learn of it, so a
             // waiter that then lists the queries sees it.
             live.ended(id, outcome.as_ref().err());
-            let _ = done_tx.send(Some(outcome));
+            let _ = done_tx.send(Some(outcome.clone()));
+            if !restarting.load(Ordering::Acquire) {
+                // `send` would drop the outcome while nobody waits yet.
+                let _ = life.send_replace(Some(outcome));
+            }
         });
         id
     }
@@ -1001,41 +1152,95 @@ impl Live {
     /// their sources stop right after its barrier (without the end of
     /// input, so open windows stay open in it), and each query ends once
     /// its sink has written the checkpoint and committed what it holds, so
-    /// whoever restores it next repeats nothing. Queries that share a
-    /// source with them stop too. Waits up to `timeout` for them all to
-    /// end; false if one did not (it is still running: [`Live::stop`]
-    /// cancels it), if checkpoints are off, or if one reads a push stream,
-    /// whose barriers its sources do not send.
+    /// whoever restores it next repeats nothing. Queries that share a file
+    /// source with them stop too. A push stream goes on for its other
+    /// readers: these queries leave it right after the barrier, which the
+    /// stream's gate keeps between two pushes, and the rows pushed later
+    /// are in its log for whoever restores them. Waits up to `timeout` for
+    /// them all to end; false if one did not (it is still running:
+    /// [`Live::stop`] cancels it), or if checkpoints are off.
     pub async fn stop_at_checkpoint(&self, ids: &[QueryId], timeout: std::time::Duration) -> bool {
         let Some(coordinator) = self.coordinator.clone() else {
             return false;
         };
-        let sources = {
-            let state = self.lock();
-            let pushed =
-                |s: &Arc<SourceStats>| state.hubs.values().any(|hub| Arc::ptr_eq(&hub.stats, s));
-            let mut sources = Vec::new();
-            for id in ids {
-                let Some(query) = state.queries.get(id) else {
-                    continue;
-                };
-                if query.sources.iter().any(|(_, s)| pushed(s)) {
-                    return false;
-                }
-                sources.extend(query.sources.iter().map(|(_, s)| s.clone()));
-            }
-            sources
-        };
+        let (files, pushed) = self.sources_by_kind(ids);
         let id = coordinator.request();
-        for source in &sources {
+        for source in &files {
             source.stop_after.store(id, Ordering::Release);
+        }
+        for (stream, queries) in &pushed {
+            self.leave_at_barrier(stream, queries, id).await;
         }
         let ended = async {
             for &query in ids {
-                let _ = self.wait(query).await;
+                self.wait_run(query).await;
             }
         };
         tokio::time::timeout(timeout, ended).await.is_ok()
+    }
+
+    /// The file sources of queries `ids`, and per push stream they read,
+    /// the checkpoints of the queries of `ids` reading it.
+    fn sources_by_kind(&self, ids: &[QueryId]) -> (Vec<Arc<SourceStats>>, Vec<PushReaders>) {
+        let state = self.lock();
+        let mut files = Vec::new();
+        let mut pushed: Vec<PushReaders> = Vec::new();
+        for id in ids {
+            let Some(query) = state.queries.get(id) else {
+                continue;
+            };
+            for (name, stats) in &query.sources {
+                let hub = state
+                    .hubs
+                    .values()
+                    .any(|hub| Arc::ptr_eq(&hub.stats, stats));
+                match (hub, &query.checkpoints) {
+                    (false, _) => files.push(stats.clone()),
+                    (true, Some(checkpoints)) => {
+                        match pushed.iter_mut().find(|(stream, _)| stream == name) {
+                            Some((_, queries)) => queries.push(checkpoints.clone()),
+                            None => pushed.push((name.clone(), vec![checkpoints.clone()])),
+                        }
+                    }
+                    (true, None) => {}
+                }
+            }
+        }
+        (files, pushed)
+    }
+
+    /// Sends barrier `id` to the readers of push stream `stream` that
+    /// collect their checkpoints in `queries`, and takes them off it: the
+    /// barrier is the last message their input gets, so they end without
+    /// the end of input.
+    async fn leave_at_barrier(&self, stream: &str, queries: &[Arc<QueryCheckpoints>], id: u64) {
+        let Some(gate) = self.lock().hubs.get(stream).map(|hub| hub.gate.clone()) else {
+            return;
+        };
+        let _turn = gate.lock().await;
+        let (leaving, pushed) = {
+            let mut state = self.lock();
+            let Some(hub) = state.hubs.get_mut(stream) else {
+                return;
+            };
+            let (leaving, staying) = std::mem::take(&mut hub.subscribers)
+                .into_iter()
+                .partition::<Vec<_>, _>(|s| {
+                    s.checkpoints
+                        .as_ref()
+                        .is_some_and(|c| queries.iter().any(|q| Arc::ptr_eq(c, q)))
+                });
+            hub.subscribers = staying;
+            (leaving, hub.pushed)
+        };
+        let position = SourcePosition {
+            rows: pushed,
+            ..SourcePosition::default()
+        };
+        for subscriber in leaving {
+            subscriber.add_source(id, stream, Some(position.clone()));
+            subscriber.send_message(Message::Barrier(id)).await;
+        }
     }
 
     /// Stops query `id`: its tasks are cancelled, its sink finishes with
@@ -1073,7 +1278,7 @@ impl Live {
     /// so the future borrows nothing and can be awaited later; it resolves
     /// at once for an unknown id.
     pub fn wait(&self, id: QueryId) -> impl Future<Output = Result<()>> + Send + 'static {
-        let done = self.lock().queries.get(&id).map(|q| q.done.clone());
+        let done = self.lock().queries.get(&id).map(|q| q.life.subscribe());
         async move {
             let Some(mut done) = done else {
                 return Ok(());
@@ -1086,6 +1291,15 @@ impl Live {
                     return Ok(());
                 }
             }
+        }
+    }
+
+    /// Waits until the current run of query `id` ends (unlike
+    /// [`Live::wait`], also a run that ends to be replaced).
+    async fn wait_run(&self, id: QueryId) {
+        let done = self.lock().queries.get(&id).map(|q| q.done.clone());
+        if let Some(mut done) = done {
+            let _ = done.wait_for(|outcome| outcome.is_some()).await;
         }
     }
 
@@ -1139,10 +1353,18 @@ impl Group {
     }
 }
 
+/// The id and waiters a query started in place of another takes over.
+struct Replaced {
+    id: QueryId,
+    life: Arc<watch::Sender<Option<Result<(), String>>>>,
+}
+
 /// A query whose tasks have started, not yet listed.
 #[derive(Default)]
 struct Wired {
     stats: Arc<QueryStats>,
+    shapes: Vec<OperatorShape>,
+    checkpoints: Option<Arc<QueryCheckpoints>>,
     /// The sources it reads, in order, once each.
     streams: Vec<SourceKey>,
     sources: Vec<(String, Arc<SourceStats>)>,

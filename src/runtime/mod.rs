@@ -9,6 +9,7 @@
 //! limit. At the end of a finite input the source sends the final
 //! watermark, every window fires, and the tasks end in order.
 
+pub mod autoscale;
 pub mod buffer;
 pub mod channel;
 pub mod checkpoint;

@@ -209,6 +209,7 @@ pub(super) fn render(
     queues(&mut out, &queries);
     operators(&mut out, &queries);
     durable(&mut out, session);
+    autoscaling(&mut out, &session.autoscaling());
     out
 }
 
@@ -598,6 +599,65 @@ fn durable(out: &mut String, session: &Session) {
     }
 }
 
+/// The queries scaled automatically (`SET autoscale = 'on'`): their
+/// parallelism, what the last measurement wanted, the offered rate it saw,
+/// and their rescales by direction.
+fn autoscaling(out: &mut String, scaled: &[crate::session::Autoscaling]) {
+    let series = [
+        (
+            "vigil_autoscale_parallelism",
+            "gauge",
+            "Instances a scaled query runs at.",
+        ),
+        (
+            "vigil_autoscale_wanted_parallelism",
+            "gauge",
+            "Instances the last measurement of a scaled query asked for.",
+        ),
+        (
+            "vigil_autoscale_offered_rows_per_second",
+            "gauge",
+            "Rows per second the sources of a scaled query offered at the last measurement.",
+        ),
+    ];
+    for (i, (name, kind, help)) in series.iter().enumerate() {
+        header(out, name, kind, help);
+        for q in scaled {
+            let label = q.id.to_string();
+            let labels = [("query", label.as_str())];
+            match (i, &q.verdict) {
+                (0, _) => sample(out, name, &labels, q.parallelism),
+                (1, Some(v)) => sample(out, name, &labels, v.wanted),
+                (2, Some(v)) => sample(out, name, &labels, v.offered.round()),
+                _ => {}
+            }
+        }
+    }
+    let name = "vigil_autoscale_rescales_total";
+    header(
+        out,
+        name,
+        "counter",
+        "Rescales of a scaled query, by direction and outcome.",
+    );
+    for q in scaled {
+        let label = q.id.to_string();
+        let r = &q.rescales;
+        for (direction, outcome, n) in [
+            ("up", "made", r.up),
+            ("down", "made", r.down),
+            ("any", "failed", r.failed),
+        ] {
+            let labels = [
+                ("query", label.as_str()),
+                ("direction", direction),
+                ("outcome", outcome),
+            ];
+            sample(out, name, &labels, n);
+        }
+    }
+}
+
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
@@ -629,6 +689,41 @@ fn escape(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scaled_query_shows_its_parallelism_wish_and_rescales() {
+        use crate::runtime::autoscale::{AutoscaleSettings, Verdict};
+        let scaled = crate::session::Autoscaling {
+            id: 4,
+            label: "q".into(),
+            settings: AutoscaleSettings::defaults(2),
+            parallelism: 2,
+            verdict: Some(Verdict {
+                wanted: 1,
+                offered: 1999.6,
+                by: None,
+                why: String::new(),
+            }),
+            decisions: Vec::new(),
+            rescales: crate::session::Rescales {
+                up: 2,
+                down: 1,
+                failed: 0,
+            },
+        };
+        let mut out = String::new();
+        autoscaling(&mut out, &[scaled]);
+        for line in [
+            "vigil_autoscale_parallelism{query=\"4\"} 2",
+            "vigil_autoscale_wanted_parallelism{query=\"4\"} 1",
+            "vigil_autoscale_offered_rows_per_second{query=\"4\"} 2000",
+            "vigil_autoscale_rescales_total{query=\"4\",direction=\"up\",outcome=\"made\"} 2",
+            "vigil_autoscale_rescales_total{query=\"4\",direction=\"down\",outcome=\"made\"} 1",
+            "# TYPE vigil_autoscale_rescales_total counter",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
+        }
+    }
 
     #[test]
     fn samples_escape_labels() {

@@ -188,6 +188,7 @@ pub async fn serve_with(session: Session, config: Config, member: Option<Member>
     eprintln!("vigil: listening on http://{addr}");
     let member = member.map(RunningMember::start);
     let member_ended = member.as_ref().map(|m| m.ended.clone());
+    let autoscaler = tokio::spawn(autoscale(state.clone()));
     let stopping = state.clone();
     let outcome = axum::serve(listener, router(state.clone()))
         .with_graceful_shutdown(async move {
@@ -204,8 +205,29 @@ pub async fn serve_with(session: Session, config: Config, member: Option<Member>
         Some(member) => member.leave().await,
         None => Ok(()),
     };
+    autoscaler.abort();
     state.shutdown().await;
     outcome.and(left)
+}
+
+/// How often the service runs the autoscaling controller; it decides only
+/// when a query's measurement is due.
+const AUTOSCALE_TICK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Runs the autoscaling controller ([`Session::autoscale_step`]) until the
+/// service stops: the session is locked to decide, not while a rescale is
+/// made. Each rescale is logged.
+async fn autoscale(state: AppState) {
+    let mut tick = tokio::time::interval(AUTOSCALE_TICK);
+    loop {
+        tick.tick().await;
+        let steps = state.inner.session.write().await.autoscale_step();
+        for step in steps {
+            let id = step.query();
+            let decision = step.apply().await;
+            eprintln!("vigil: autoscale: query {id}: {decision}");
+        }
+    }
 }
 
 /// A [`Member`] running on its own task.
@@ -397,12 +419,22 @@ pub enum StatementResult {
     Dropped(Vec<Dropped>),
     /// `SHOW` or `DESCRIBE`: rows of text.
     Rows(Listing),
+    /// `ALTER`: a running query changed.
+    Changed(crate::session::Changed),
 }
 
 impl StatementResult {
     fn to_json(&self) -> Value {
         match self {
             StatementResult::Done => json!({"kind": "done"}),
+            StatementResult::Changed(changed) => json!({
+                "kind": "changed",
+                "id": changed.id,
+                "what": changed.what,
+                "kept": changed.kept,
+                "emptied": changed.emptied,
+                "text": changed.to_string(),
+            }),
             StatementResult::Explain(text) => json!({"kind": "explain", "text": text}),
             StatementResult::Query {
                 id,
@@ -709,6 +741,17 @@ impl AppState {
                 Outcome::Dropped(dropped) => StatementResult::Dropped(dropped),
                 Outcome::Rows(listing) => StatementResult::Rows(listing),
                 Outcome::ShowQueries => StatementResult::Rows(session.show_queries()),
+                Outcome::Change(change) => {
+                    // Planning runs on a blocking thread: the change waits
+                    // there for the query's checkpoint.
+                    let changed = session.change(*change).and_then(|pending| {
+                        tokio::runtime::Handle::current().block_on(pending.apply())
+                    });
+                    match changed {
+                        Ok(changed) => StatementResult::Changed(changed),
+                        Err(e) => return Err(invalid(locate_error(sql, statement, &e), done)),
+                    }
+                }
                 Outcome::Query(query) => {
                     let label = statement_label(sql, statement);
                     let handle = match session.start(*query, &label) {
@@ -747,6 +790,7 @@ impl AppState {
                 }
                 StatementResult::Explain(text) => println!("{text}"),
                 StatementResult::Rows(listing) => print!("{}", listing_text(&listing)),
+                StatementResult::Changed(changed) => eprintln!("vigil: {name}: {changed}"),
                 StatementResult::Done | StatementResult::Dropped(_) => {}
             }
         }

@@ -226,7 +226,7 @@ impl ScriptParser<'_> {
 
     /// The condition, and a `KEEP FIRING FOR` written before `RESOLVE
     /// WHEN` (after it, it is parsed with the labels).
-    fn parse_when(&mut self) -> Result<(AlertCondition, Option<Box<Expr>>)> {
+    pub(super) fn parse_when(&mut self) -> Result<(AlertCondition, Option<Box<Expr>>)> {
         let when = Box::new(self.parser.parse_expr().map_err(|e| self.wrap(e))?);
         let mut hold = None;
         if self.parser.parse_keyword(Keyword::FOR) {
@@ -288,7 +288,7 @@ impl ScriptParser<'_> {
     /// `SEVERITY '...'`, `MESSAGE '...'`, `RESOLVE MESSAGE '...'`,
     /// `LABELS (...)`, `ANNOTATIONS (...)` and `KEEP FIRING FOR ...`, in any
     /// order, each at most once.
-    fn parse_alert_labels(&mut self, clause: &mut AlertClause) -> Result<()> {
+    pub(super) fn parse_alert_labels(&mut self, clause: &mut AlertClause) -> Result<()> {
         const ONCE: &str = "SEVERITY, MESSAGE, RESOLVE MESSAGE, LABELS, ANNOTATIONS and KEEP FIRING FOR may each appear once";
         loop {
             let at = self.parser.peek_token().span.start;

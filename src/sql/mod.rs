@@ -7,6 +7,7 @@
 //! column of the offending token and renders it with a caret.
 
 mod alert;
+mod alter;
 mod column_type;
 mod error;
 mod invariant;
@@ -24,6 +25,7 @@ use datafusion::sql::sqlparser::tokenizer::{
 
 use crate::error::{Error, Result};
 pub use alert::{AlertClause, AlertCondition, Hold};
+pub use alter::AlertChange;
 pub use error::{render_error, split_rendered};
 pub use invariant::{InvariantClause, Learn};
 
@@ -188,6 +190,27 @@ pub enum StatementKind {
     Describe {
         /// The name described.
         name: String,
+    },
+    /// `ALTER ALERT name SET ... [ALLOW STATE LOSS]`: the running alert
+    /// goes on with its clause changed.
+    AlterAlert {
+        /// The alert.
+        name: String,
+        /// What changes.
+        change: Box<AlertChange>,
+        /// `ALLOW STATE LOSS`: operators whose state does not fit the
+        /// changed query may start empty (else the change is refused).
+        allow_state_loss: bool,
+    },
+    /// `ALTER QUERY id|name SET parallelism = n [ALLOW STATE LOSS]`: the
+    /// running query goes on with `n` instances of its keyed stages.
+    AlterQuery {
+        /// Its id as `SHOW QUERIES` lists it, or its name.
+        query: String,
+        /// Instances of each key-partitioned stage.
+        parallelism: usize,
+        /// `ALLOW STATE LOSS`, as for [`StatementKind::AlterAlert`].
+        allow_state_loss: bool,
     },
     /// `SET name = value`: a setting for the statements that follow.
     Set {
@@ -558,6 +581,10 @@ impl<'a> ScriptParser<'a> {
             self.parser.next_token();
             return self.parse_drop();
         }
+        if self.peek_words(&["ALTER", "ALERT"]) || self.peek_words(&["ALTER", "QUERY"]) {
+            self.parser.next_token();
+            return self.parse_alter();
+        }
         if self.peek_words(&["SHOW"]) {
             self.parser.next_token();
             return self.parse_show();
@@ -799,7 +826,12 @@ impl<'a> ScriptParser<'a> {
     }
 
     fn parse_set(&mut self) -> Result<StatementKind> {
-        let name = self.parser.parse_identifier().map_err(|e| self.wrap(e))?;
+        let mut name = self.parser.parse_identifier().map_err(|e| self.wrap(e))?;
+        // Dotted names group settings: `SET autoscale.max = 4`.
+        while self.parser.consume_token(&Token::Period) {
+            let part = self.parser.parse_identifier().map_err(|e| self.wrap(e))?;
+            name.value = format!("{}.{}", name.value, part.value);
+        }
         if !self.parser.consume_token(&Token::Eq) && !self.parser.parse_keyword(Keyword::TO) {
             return Err(self.unexpected("= or TO"));
         }

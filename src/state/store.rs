@@ -372,6 +372,12 @@ pub fn compare(stored: &Checkpoint, current: &[OperatorShape]) -> Vec<Mismatch> 
         .iter()
         .map(|op| OperatorShape::of(&op.id, &op.describe, &op.state))
         .collect();
+    compare_shapes(&stored, current)
+}
+
+/// How the operators `stored` (of a checkpoint, or of a running query)
+/// differ from `current`, as [`compare`] reports it.
+pub fn compare_shapes(stored: &[OperatorShape], current: &[OperatorShape]) -> Vec<Mismatch> {
     let mismatch = |operator: &str, what: String| Mismatch {
         operator: operator.to_string(),
         what,
@@ -388,7 +394,7 @@ pub fn compare(stored: &Checkpoint, current: &[OperatorShape]) -> Vec<Mismatch> 
             }
         }
     }
-    for then in &stored {
+    for then in stored {
         if !current.iter().any(|c| c.id == then.id) {
             found.push(mismatch(&then.id, "is no longer in the query".into()));
         }

@@ -1,0 +1,284 @@
+//! Changing running queries (`ALTER ALERT`, `ALTER QUERY`) through the
+//! library: state kept where it fits, refused where it would be lost.
+
+use std::time::Duration;
+
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use vigil::session::{Executed, PendingChange, QueryHandle, Session};
+
+use crate::session::started;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+const ALERT_SQL: &str =
+    "CREATE STREAM ev (ts TIMESTAMP, host TEXT, cpu DOUBLE, WATERMARK FOR ts AS ts)
+       WITH (connector = 'push');
+     CREATE ALERT hot AS SELECT ts, host, cpu FROM ev
+       ALERT BY host WHEN cpu > 90 FOR INTERVAL '2' SECOND SEVERITY 'page';";
+
+fn durable(dir: &std::path::Path) -> Session {
+    let mut session = Session::builder()
+        .state_dir(dir.join("state"))
+        .checkpoint_interval(Duration::from_millis(100))
+        .build()
+        .expect("a durable session");
+    session.set_base_dir(dir);
+    session
+}
+
+fn pending(executed: Vec<Executed>) -> PendingChange {
+    match executed.into_iter().next() {
+        Some(Executed::Change(change)) => *change,
+        _ => panic!("ALTER gives a change"),
+    }
+}
+
+/// `(ts, host, cpu)` rows as JSON lines.
+fn rows(rows: &[(i64, &str, f64)]) -> String {
+    rows.iter()
+        .map(|(ts, host, cpu)| format!("{{\"ts\": {ts}, \"host\": \"{host}\", \"cpu\": {cpu}}}\n"))
+        .collect()
+}
+
+/// The alert rows of `batch` as `state host severity`.
+fn alert_rows(batch: &RecordBatch) -> Vec<String> {
+    let column = |name: &str| {
+        batch
+            .column_by_name(name)
+            .unwrap()
+            .as_string::<i32>()
+            .clone()
+    };
+    let (state, host, severity) = (column("state"), column("host"), column("severity"));
+    (0..batch.num_rows())
+        .map(|i| format!("{} {} {}", state.value(i), host.value(i), severity.value(i)))
+        .collect()
+}
+
+async fn next_alerts(handle: &mut QueryHandle) -> Vec<String> {
+    let batch = tokio::time::timeout(WAIT, handle.next())
+        .await
+        .expect("an alert row in time")
+        .expect("the query goes on");
+    alert_rows(&batch)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_altered_alert_keeps_its_episodes_and_takes_its_new_condition_and_severity() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut session = durable(dir.path());
+    let mut handle = started(session.execute(ALERT_SQL).unwrap()).remove(0);
+    let id = handle.id;
+    // a is hot from 0 s: pending, then firing at 2 s; b pending from 2 s.
+    session
+        .push_json(
+            "ev",
+            &rows(&[(0, "a", 95.0), (1000, "a", 96.0), (2000, "a", 97.0)]),
+        )
+        .await
+        .unwrap();
+    session
+        .push_json("ev", &rows(&[(2000, "b", 93.0)]))
+        .await
+        .unwrap();
+    session
+        .push_json("ev", &rows(&[(2500, "c", 10.0)]))
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    while !seen.iter().any(|r: &String| r.starts_with("firing a")) {
+        seen.extend(next_alerts(&mut handle).await);
+    }
+    assert!(seen.contains(&"firing a page".to_string()), "{seen:?}");
+
+    let change = pending(
+        session
+            .execute("ALTER ALERT hot SET WHEN cpu > 92 SEVERITY 'ticket';")
+            .unwrap(),
+    );
+    assert!(change.report().emptied.is_empty(), "{:?}", change.report());
+    let changed = change.apply().await.expect("the change is made");
+    assert_eq!(changed.id, id);
+    assert!(
+        changed.kept.iter().any(|k| k.contains("alert hot")),
+        "{changed}"
+    );
+    assert_eq!(session.queries().len(), 1);
+    assert_eq!(session.queries()[0].id, id, "the query keeps its id");
+
+    // a is still firing (not firing again); b's pending episode from 2 s
+    // fires at 4 s with the new severity; a at 91 resolves under the new
+    // condition.
+    session
+        .push_json("ev", &rows(&[(4000, "b", 94.0), (4000, "a", 91.0)]))
+        .await
+        .unwrap();
+    session
+        .push_json("ev", &rows(&[(4500, "c", 10.0)]))
+        .await
+        .unwrap();
+    let mut after = Vec::new();
+    while after.len() < 2 {
+        after.extend(next_alerts(&mut handle).await);
+    }
+    after.sort();
+    assert_eq!(after, ["firing b ticket", "resolved a ticket"]);
+    session.end_stream("ev").await;
+    tokio::time::timeout(WAIT, session.wait(id))
+        .await
+        .expect("the query ends once")
+        .unwrap();
+    assert!(handle.next().await.is_none(), "no row repeated: {after:?}");
+}
+
+const TOTALS_SQL: &str =
+    "CREATE STREAM ev (ts TIMESTAMP, host TEXT, cpu DOUBLE, WATERMARK FOR ts AS ts)
+       WITH (connector = 'push');
+     SET query_name = 'totals';
+     SELECT window_end, host, count(*) AS n, sum(cpu) AS s
+       FROM TUMBLE(ev, ts, INTERVAL '10' SECOND) GROUP BY window_end, host;";
+
+/// Rows for second `k`: one per host of `hosts`, value k.
+fn second(k: i64, hosts: usize) -> String {
+    (0..hosts)
+        .map(|h| {
+            format!(
+                "{{\"ts\": {}, \"host\": \"h{h}\", \"cpu\": {k}}}\n",
+                k * 1000
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_rescaled_while_its_windows_are_open_loses_and_repeats_no_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut session = durable(dir.path());
+    session.engine_mut().set_parallelism(1).unwrap();
+    let mut handle = started(session.execute(TOTALS_SQL).unwrap()).remove(0);
+    let id = handle.id;
+    let collect = tokio::spawn(async move {
+        let mut out = Vec::new();
+        while let Some(batch) = handle.next().await {
+            let host = batch
+                .column_by_name("host")
+                .unwrap()
+                .as_string::<i32>()
+                .clone();
+            let n = batch
+                .column_by_name("n")
+                .unwrap()
+                .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+                .clone();
+            for i in 0..batch.num_rows() {
+                out.push((host.value(i).to_string(), n.value(i)));
+            }
+        }
+        out
+    });
+    // Seconds 0 to 14: window [0, 10) closes, [10, 20) is open.
+    for k in 0..15 {
+        session.push_json("ev", &second(k, 8)).await.unwrap();
+    }
+    for parallelism in [3, 2] {
+        let sql = format!("ALTER QUERY {id} SET parallelism = {parallelism};");
+        let changed = pending(session.execute(&sql).unwrap())
+            .apply()
+            .await
+            .expect("rescaled");
+        assert!(changed.emptied.is_empty(), "{changed}");
+        assert!(!changed.kept.is_empty(), "{changed}");
+    }
+    let by_name = pending(
+        session
+            .execute("ALTER QUERY totals SET parallelism = 2;")
+            .unwrap(),
+    );
+    by_name.apply().await.expect("found by name");
+    for k in 15..25 {
+        session.push_json("ev", &second(k, 8)).await.unwrap();
+    }
+    session.end_stream("ev").await;
+    tokio::time::timeout(WAIT, session.wait(id))
+        .await
+        .expect("ends")
+        .unwrap();
+    let mut out = collect.await.unwrap();
+    out.sort();
+    // Three windows (0, 10, 20) per host, each counted whole, once.
+    let mut expected: Vec<(String, i64)> = (0..8)
+        .flat_map(|h| {
+            [
+                (format!("h{h}"), 10),
+                (format!("h{h}"), 10),
+                (format!("h{h}"), 5),
+            ]
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(out, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_that_would_lose_state_is_refused_before_it_is_made() {
+    let mut session = Session::new();
+    let mut handle = started(session.execute(ALERT_SQL).unwrap()).remove(0);
+    let refused = session
+        .execute("ALTER ALERT hot SET SEVERITY 'ticket';")
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(refused.contains("keeps no state"), "{refused}");
+    assert!(refused.contains("ALLOW STATE LOSS"), "{refused}");
+    // Nothing changed: the alert still pages.
+    session
+        .push_json(
+            "ev",
+            &rows(&[(0, "a", 95.0), (2000, "a", 95.0), (2500, "b", 1.0)]),
+        )
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    while seen.is_empty() {
+        seen.extend(next_alerts(&mut handle).await);
+    }
+    assert_eq!(seen, ["firing a page"]);
+    // Allowed, it restarts empty: a fires again, now as a ticket.
+    pending(
+        session
+            .execute("ALTER ALERT hot SET SEVERITY 'ticket' ALLOW STATE LOSS;")
+            .unwrap(),
+    )
+    .apply()
+    .await
+    .unwrap();
+    session
+        .push_json(
+            "ev",
+            &rows(&[(3000, "a", 95.0), (5000, "a", 95.0), (5500, "b", 1.0)]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(next_alerts(&mut handle).await, ["firing a ticket"]);
+    for (sql, error) in [
+        (
+            "ALTER ALERT nope SET SEVERITY 'x';",
+            "no alert named 'nope'",
+        ),
+        (
+            "ALTER QUERY 99 SET parallelism = 2;",
+            "no running query '99'",
+        ),
+        ("ALTER QUERY 1 SET parallelism = 0;", "at least 1"),
+        ("ALTER QUERY 1 SET batch = 2;", "sets parallelism"),
+        ("ALTER ALERT hot SET;", "Expected: WHEN, FOR, SEVERITY"),
+        (
+            "ALTER ALERT hot SET SEVERITY 'x' ALLOW STATE;",
+            "Expected: LOSS",
+        ),
+    ] {
+        let e = session.execute(sql).err().expect(sql).to_string();
+        assert!(e.contains(error), "{sql}: {e}");
+    }
+    session.shutdown().await;
+}
