@@ -2123,3 +2123,61 @@ fn a_running_query_is_rescaled_over_http_and_its_followers_miss_nothing() {
         "each window whole and once, across the change"
     );
 }
+
+/// `SET autoscale = 'on'` in the service: its controller measures the
+/// running query and rescales it (here to `autoscale.min`, whatever the
+/// rate), and `/metrics` shows where it stands.
+#[test]
+fn the_service_rescales_an_autoscaled_query_and_shows_it_in_its_metrics() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let args = [
+        "--addr",
+        "127.0.0.1:0",
+        "--token",
+        TOKEN,
+        "--state-dir",
+        "state",
+        "--checkpoint-interval",
+        "200ms",
+    ];
+    let server = Server::start(dir.path(), &args);
+    let setup = "CREATE STREAM ev (ts TIMESTAMP, host TEXT, v DOUBLE, \
+                 WATERMARK FOR ts AS ts) WITH (connector = 'push');
+                 SET parallelism = 1; SET autoscale = 'on'; SET autoscale.min = 2;
+                 SET autoscale.max = 2; SET autoscale.interval = '500ms';
+                 SELECT window_end, host, count(*) AS n \
+                 FROM TUMBLE(ev, ts, INTERVAL '1' SECOND) GROUP BY window_end, host;";
+    let started = statements(&server, setup);
+    assert_eq!(started.status, 200, "{}", started.body);
+    let wanted = "vigil_autoscale_rescales_total{query=\"1\",direction=\"up\",outcome=\"made\"} 1";
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut k = 0;
+    let page = loop {
+        let body: String = (0..20)
+            .map(|i| format!("{{\"ts\": {}, \"host\": \"h{i}\", \"v\": 1}}\n", k * 100))
+            .collect();
+        let pushed = post(
+            &server,
+            "/streams/ev/rows",
+            Some("application/x-ndjson"),
+            &body,
+        );
+        assert_eq!(pushed.status, 200, "{}", pushed.body);
+        k += 1;
+        let page = get(&server, "/metrics", Some(TOKEN)).body;
+        if page.lines().any(|l| l == wanted) || std::time::Instant::now() > deadline {
+            break page;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(page.lines().any(|l| l == wanted), "{page}");
+    assert!(
+        page.lines()
+            .any(|l| l == "vigil_autoscale_parallelism{query=\"1\"} 2"),
+        "{page}"
+    );
+    assert!(
+        page.contains("vigil_autoscale_offered_rows_per_second{query=\"1\"}"),
+        "{page}"
+    );
+}
