@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::Session;
+use crate::analyze::{OperatorRow, operator_rows};
 use crate::engine::{Change, ChangeTarget};
 use crate::planner::QueryGraph;
 use crate::runtime::autoscale::{
@@ -112,20 +113,13 @@ struct Reading {
     source_blocked_ns: u64,
     buffered_rows: u64,
     sources: usize,
-    /// Per operator: name, stage, instances, rows in, busy nanoseconds.
-    operators: Vec<(String, String, usize, u64, u64)>,
+    operators: Vec<OperatorRow>,
 }
 
 impl Reading {
     fn of(info: &QueryInfo) -> Self {
         let load = |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
-        let operators = crate::analyze::operator_rows(&info.stats.metrics)
-            .into_iter()
-            .map(|r| {
-                let name = format!("{} ({}.o{})", short(&r.name), r.stage, r.index);
-                (name, r.stage, r.instances, r.rows_in, r.busy_ns)
-            })
-            .collect();
+        let operators = operator_rows(&info.stats.metrics);
         Self {
             at: Instant::now(),
             source_rows: info.inputs.iter().map(|(_, s)| load(&s.rows)).sum(),
@@ -146,15 +140,18 @@ impl Reading {
         let operators = now
             .operators
             .iter()
-            .map(|(name, stage, instances, rows, busy)| {
-                let before = self.operators.iter().find(|o| &o.0 == name);
-                let (rows0, busy0) = before.map_or((0, 0), |o| (o.3, o.4));
+            .map(|op| {
+                let before = self
+                    .operators
+                    .iter()
+                    .find(|o| o.stage == op.stage && o.index == op.index);
+                let (rows, busy) = before.map_or((0, 0), |o| (o.rows_in, o.busy_ns));
                 OperatorSample {
-                    name: name.clone(),
-                    scaled: scaled.contains(stage),
-                    instances: *instances,
-                    rows_in: rows.saturating_sub(rows0),
-                    busy_ns: busy.saturating_sub(busy0),
+                    name: format!("{} ({}.o{})", short(&op.name), op.stage, op.index),
+                    scaled: scaled.contains(&op.stage),
+                    instances: op.instances,
+                    rows_in: op.rows_in.saturating_sub(rows),
+                    busy_ns: op.busy_ns.saturating_sub(busy),
                 }
             })
             .collect();
