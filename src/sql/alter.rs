@@ -261,3 +261,67 @@ fn empty_clause() -> AlertClause {
         location: Location::empty(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{StatementKind, parse_script};
+
+    fn kind(sql: &str) -> StatementKind {
+        parse_script(sql).expect("parses").remove(0).kind
+    }
+
+    fn error(sql: &str) -> String {
+        parse_script(sql).expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn alter_query_takes_an_id_or_a_name_and_a_parallelism() {
+        let StatementKind::AlterQuery {
+            query,
+            parallelism,
+            allow_state_loss,
+        } = kind("ALTER QUERY 3 SET parallelism = 4;")
+        else {
+            panic!("an ALTER QUERY");
+        };
+        assert_eq!(
+            (query.as_str(), parallelism, allow_state_loss),
+            ("3", 4, false)
+        );
+        let StatementKind::AlterQuery {
+            query,
+            allow_state_loss,
+            ..
+        } = kind("ALTER QUERY totals SET parallelism TO 2 ALLOW STATE LOSS;")
+        else {
+            panic!("an ALTER QUERY");
+        };
+        assert_eq!((query.as_str(), allow_state_loss), ("totals", true));
+    }
+
+    #[test]
+    fn alter_alert_keeps_what_it_does_not_set() {
+        let StatementKind::AlterAlert { name, change, .. } =
+            kind("ALTER ALERT hot SET SEVERITY 'page' MESSAGE 'on {host}';")
+        else {
+            panic!("an ALTER ALERT");
+        };
+        assert_eq!(name, "hot");
+        assert!(change.condition.is_none());
+        assert_eq!(change.labels.severity.as_deref(), Some("page"));
+        assert_eq!(change.labels.message.as_deref(), Some("on {host}"));
+    }
+
+    #[test]
+    fn bad_changes_are_refused_at_their_place() {
+        let e = error("ALTER QUERY 3 SET batch = 4;");
+        assert!(e.contains("ALTER QUERY sets parallelism"), "{e}");
+        assert!(e.contains("line 1, column 19"), "{e}");
+        let e = error("ALTER QUERY 3 SET parallelism = 0;");
+        assert!(e.contains("at least 1, not 0"), "{e}");
+        let e = error("ALTER QUERY 3 parallelism = 2;");
+        assert!(e.contains("SET"), "{e}");
+        let e = error("ALTER ALERT hot SET;");
+        assert!(e.contains("line 1, column 20"), "{e}");
+    }
+}
