@@ -10,10 +10,12 @@ use std::time::{Duration, Instant};
 use datafusion::arrow::array::{
     AsArray, Float64Array, RecordBatch, StringArray, TimestampMillisecondArray,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, TimeUnit};
+use datafusion::arrow::datatypes::Int64Type;
 use tokio::sync::RwLock;
 use vigil::runtime::autoscale::Decision;
 use vigil::session::{Executed, Session};
+
+use crate::session::metrics_schema;
 
 /// Rows per pushed batch.
 const BATCH: i64 = 1_000;
@@ -32,22 +34,10 @@ fn batch(ts: i64, first: i64) -> RecordBatch {
     let host = StringArray::from_iter_values(rows.clone().map(|i| format!("h{}", i % HOSTS)));
     let cpu = Float64Array::from_iter_values(rows.map(|i| ((i * 7919) % 1000) as f64 / 10.0));
     RecordBatch::try_new(
-        schema(),
+        metrics_schema(),
         vec![Arc::new(time), Arc::new(host), Arc::new(cpu)],
     )
     .unwrap()
-}
-
-fn schema() -> Arc<Schema> {
-    Arc::new(Schema::new(vec![
-        Field::new(
-            "ts",
-            DataType::Timestamp(TimeUnit::Millisecond, None),
-            false,
-        ),
-        Field::new("host", DataType::Utf8, false),
-        Field::new("cpu", DataType::Float64, false),
-    ]))
 }
 
 /// How one run went.
@@ -73,7 +63,7 @@ async fn run(policy: &str, rates: &[u64], phase: Duration) -> Run {
         .build()
         .unwrap();
     session
-        .register_stream("ev", schema(), Some("ts"), 0)
+        .register_stream("ev", metrics_schema(), Some("ts"), 0)
         .unwrap();
     let setup = format!(
         "SET parallelism = 1; SET autoscale = 'on'; SET autoscale.policy = '{policy}';

@@ -2055,9 +2055,9 @@ fn a_group_status_needs_a_checkpoint_directory() {
     );
 }
 
-#[test]
-fn a_running_query_is_rescaled_over_http_and_its_followers_miss_nothing() {
-    let dir = tempfile::tempdir().expect("temp dir");
+/// A service with a token, keeping its state in `dir/state` with a
+/// checkpoint every 200 ms.
+fn durable_server(dir: &Path) -> Server {
     let args = [
         "--addr",
         "127.0.0.1:0",
@@ -2068,7 +2068,13 @@ fn a_running_query_is_rescaled_over_http_and_its_followers_miss_nothing() {
         "--checkpoint-interval",
         "200ms",
     ];
-    let server = Server::start(dir.path(), &args);
+    Server::start(dir, &args)
+}
+
+#[test]
+fn a_running_query_is_rescaled_over_http_and_its_followers_miss_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = durable_server(dir.path());
     let setup = "CREATE STREAM ev (ts TIMESTAMP, host TEXT, v DOUBLE, \
                  WATERMARK FOR ts AS ts) WITH (connector = 'push');
                  SELECT window_end, host, count(*) AS n \
@@ -2130,17 +2136,7 @@ fn a_running_query_is_rescaled_over_http_and_its_followers_miss_nothing() {
 #[test]
 fn the_service_rescales_an_autoscaled_query_and_shows_it_in_its_metrics() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let args = [
-        "--addr",
-        "127.0.0.1:0",
-        "--token",
-        TOKEN,
-        "--state-dir",
-        "state",
-        "--checkpoint-interval",
-        "200ms",
-    ];
-    let server = Server::start(dir.path(), &args);
+    let server = durable_server(dir.path());
     let setup = "CREATE STREAM ev (ts TIMESTAMP, host TEXT, v DOUBLE, \
                  WATERMARK FOR ts AS ts) WITH (connector = 'push');
                  SET parallelism = 1; SET autoscale = 'on'; SET autoscale.min = 2;

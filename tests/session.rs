@@ -42,10 +42,9 @@ async fn the_embedding_example_prints_its_alerts() {
     );
 }
 
-/// Registers push stream `events` (ts, host, cpu) in `session` and starts
-/// alert `hot` on it (by host, when cpu > 90); the stream's schema.
-fn start_hot_alert(session: &mut Session) -> Arc<Schema> {
-    let schema = Arc::new(Schema::new(vec![
+/// `(ts TIMESTAMP, host TEXT, cpu DOUBLE)`, none of them nullable.
+pub(crate) fn metrics_schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
         Field::new(
             "ts",
             DataType::Timestamp(TimeUnit::Millisecond, None),
@@ -53,7 +52,13 @@ fn start_hot_alert(session: &mut Session) -> Arc<Schema> {
         ),
         Field::new("host", DataType::Utf8, false),
         Field::new("cpu", DataType::Float64, false),
-    ]));
+    ]))
+}
+
+/// Registers push stream `events` (ts, host, cpu) in `session` and starts
+/// alert `hot` on it (by host, when cpu > 90); the stream's schema.
+fn start_hot_alert(session: &mut Session) -> Arc<Schema> {
+    let schema = metrics_schema();
     session
         .register_stream("events", schema.clone(), Some("ts"), 0)
         .expect("registers");
