@@ -1029,7 +1029,10 @@ impl Session {
 /// checkpointed queries reading it may need; a stream nobody reads keeps
 /// only its last segment.
 fn trim_wals(durable: &Durable, live: &Live) -> Result<()> {
-    let running: std::collections::HashSet<QueryId> = live.queries().iter().map(|q| q.id).collect();
+    // A query being changed is between runs: its next run restores under
+    // the same name and replays the log from its checkpoint.
+    let running: std::collections::HashSet<QueryId> =
+        live.running_or_restarting().into_iter().collect();
     let readers: Vec<(String, Vec<String>)> = {
         let mut named = durable.running.lock().unwrap_or_else(|e| e.into_inner());
         named.retain(|id, _| running.contains(id));

@@ -346,17 +346,16 @@ impl Live {
     /// replaces in the listing (a query changed while it runs: see
     /// [`Live::stop_at_checkpoint`]). Fails if `id` is still running.
     pub fn start_in_place(&self, id: QueryId, query: NamedQuery) -> Result<()> {
-        let life = {
-            let mut state = self.lock();
-            match state.queries.get(&id) {
-                Some(q) if q.state == QueryState::Running => {
-                    return Err(Error::Plan(format!("query {id} is still running")));
-                }
-                Some(_) => state.queries.remove(&id).map(|q| q.life),
-                None => None,
+        // The ended run stays listed, restarting, until the new one takes
+        // its place: meanwhile the query still counts as reading its
+        // streams (see [`Live::running_or_restarting`]).
+        let life = match self.lock().queries.get(&id) {
+            Some(q) if q.state == QueryState::Running => {
+                return Err(Error::Plan(format!("query {id} is still running")));
             }
+            Some(q) => q.life.clone(),
+            None => Arc::new(watch::channel(None).0),
         };
-        let life = life.unwrap_or_else(|| Arc::new(watch::channel(None).0));
         let started = self.start_all_as(vec![(
             query,
             Some(Replaced {
@@ -365,6 +364,7 @@ impl Live {
             }),
         )]);
         if let Err(e) = &started {
+            self.lock().queries.remove(&id);
             let _ = life.send_replace(Some(Err(e.to_string())));
         }
         started.map(|_| ())
@@ -427,7 +427,10 @@ impl Live {
     /// learn how its last run ended (`error` says why it was not
     /// restarted).
     pub fn abandon_restart(&self, id: QueryId, error: &str) {
-        let life = self.lock().queries.get(&id).map(|q| q.life.clone());
+        let life = self.lock().queries.get(&id).map(|q| {
+            q.restarting.store(false, Ordering::Release);
+            q.life.clone()
+        });
         if let Some(life) = life {
             let _ = life.send_replace(Some(Err(error.to_string())));
         }
@@ -804,7 +807,7 @@ impl Live {
         let mut ended: Vec<(u64, QueryId)> = state
             .queries
             .iter()
-            .filter(|(_, q)| q.state == kind)
+            .filter(|(_, q)| q.state == kind && !q.restarting.load(Ordering::Acquire))
             .map(|(&id, q)| (q.ended, id))
             .collect();
         if ended.len() > keep {
@@ -1114,6 +1117,19 @@ impl Live {
         let mut queries = self.all_queries();
         queries.retain(|q| q.state == QueryState::Running);
         queries
+    }
+
+    /// The ids of the running queries and of those whose run ended to be
+    /// replaced by a changed one (between [`Live::end_run_for_restart`]
+    /// and [`Live::start_in_place`]): what still reads its streams and
+    /// needs their logs.
+    pub fn running_or_restarting(&self) -> Vec<QueryId> {
+        self.lock()
+            .queries
+            .iter()
+            .filter(|(_, q)| q.state == QueryState::Running || q.restarting.load(Ordering::Acquire))
+            .map(|(&id, _)| id)
+            .collect()
     }
 
     /// The running queries and the ended ones still kept, by id: failed

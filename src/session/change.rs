@@ -99,6 +99,18 @@ impl PendingChange {
     /// reading on where it stopped, so no result is lost or repeated.
     /// Waiters of the query ([`Session::wait`]) wait on through it.
     pub async fn apply(self) -> Result<Changed> {
+        self.end_run().await?;
+        self.start_changed()
+    }
+
+    /// Ends the query's current run, at a checkpoint in a durable session.
+    fn end_run(&self) -> impl Future<Output = Result<()>> + Send + 'static {
+        let (live, id, durable) = (self.live.clone(), self.id, self.durable);
+        async move { live.end_run_for_restart(id, durable, STOP_TIMEOUT).await }
+    }
+
+    /// Starts the changed query in the ended run's place.
+    fn start_changed(self) -> Result<Changed> {
         let PendingChange {
             live,
             id,
@@ -106,11 +118,10 @@ impl PendingChange {
             graph,
             sink,
             label,
-            durable,
             allow_state_loss,
             report,
+            ..
         } = self;
-        live.end_run_for_restart(id, durable, STOP_TIMEOUT).await?;
         if let Some(name) = name.as_deref().filter(|_| allow_state_loss) {
             live.allow_non_restored(name);
         }
@@ -263,4 +274,88 @@ fn state_report(
         }
     }
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::Int64Type;
+
+    use super::*;
+    use crate::session::Executed;
+
+    /// One row per host of `hosts` at second `k`, as JSON lines.
+    fn second(k: i64, hosts: usize) -> String {
+        (0..hosts)
+            .map(|h| format!("{{\"ts\": {}, \"host\": \"h{h}\", \"cpu\": 1}}\n", k * 1000))
+            .collect()
+    }
+
+    /// The logs are trimmed on a timer, which can fire while a changed
+    /// query is between its runs: the query must still count as reading
+    /// its stream, or it loses its name (and so its checkpoints) and the
+    /// logged rows its next run replays.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn trimming_the_logs_between_two_runs_keeps_the_query_and_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut session = Session::builder()
+            .state_dir(dir.path().join("state"))
+            .checkpoint_interval(Duration::from_millis(100))
+            .build()
+            .unwrap();
+        let sql = "CREATE STREAM ev (ts TIMESTAMP, host TEXT, cpu DOUBLE, WATERMARK FOR ts AS ts)
+                     WITH (connector = 'push');
+                   SELECT window_end, host, count(*) AS n
+                     FROM TUMBLE(ev, ts, INTERVAL '10' SECOND) GROUP BY window_end, host;";
+        let mut handle = match session.execute(sql).unwrap().pop() {
+            Some(Executed::Query(handle)) => handle,
+            _ => panic!("a query"),
+        };
+        let id = handle.id;
+        for k in 0..12 {
+            session.push_json("ev", &second(k, 4)).await.unwrap();
+        }
+        let change = match session.execute("ALTER QUERY 1 SET parallelism = 2;") {
+            Ok(mut executed) => match executed.pop() {
+                Some(Executed::Change(change)) => *change,
+                _ => panic!("a change"),
+            },
+            Err(e) => panic!("{e}"),
+        };
+        let name = change.name.clone();
+        assert!(name.is_some());
+        change.end_run().await.unwrap();
+        // Rows only the log holds for the next run.
+        for k in 12..15 {
+            session.push_json("ev", &second(k, 4)).await.unwrap();
+        }
+        session.trim_wals().unwrap();
+        assert_eq!(session.query_name(id), name);
+        change.start_changed().unwrap();
+        for k in 15..25 {
+            session.push_json("ev", &second(k, 4)).await.unwrap();
+        }
+        session.end_stream("ev").await;
+        session.wait(id).await.unwrap();
+        let mut counts: BTreeMap<(i64, String), i64> = BTreeMap::new();
+        while let Some(batch) = handle.next().await {
+            let end = batch
+                .column(0)
+                .as_primitive::<datafusion::arrow::datatypes::TimestampMillisecondType>();
+            let host = batch.column(1).as_string::<i32>();
+            let n = batch.column(2).as_primitive::<Int64Type>();
+            for i in 0..batch.num_rows() {
+                let key = (end.value(i) / 1000, host.value(i).to_string());
+                assert!(counts.insert(key, n.value(i)).is_none(), "a window twice");
+            }
+        }
+        let windows: Vec<i64> = counts.values().copied().collect();
+        assert_eq!(
+            windows,
+            [10, 10, 10, 10, 10, 10, 10, 10, 5, 5, 5, 5],
+            "{counts:?}"
+        );
+    }
 }
