@@ -855,17 +855,20 @@ fn a_group_of_processes_shares_a_topic_and_survives_a_sigkill() {
         stderr("a"),
         stderr("b")
     );
-    let listing = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .current_dir(dir.path())
-        .args(["group", "cpu", "--checkpoint-dir", "ck"])
-        .output()
-        .unwrap();
-    let listing = String::from_utf8_lossy(&listing.stdout).into_owned();
-    assert_eq!(
-        listing.lines().filter(|l| l.contains(" ago")).count(),
-        6,
-        "every partition held once:\n{listing}"
-    );
+    // Under load the group may still be settling (a member's status
+    // shows no partitions between a revocation and the next assignment).
+    let list = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .current_dir(dir.path())
+            .args(["group", "cpu", "--checkpoint-dir", "ck"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let held = |listing: &str| listing.lines().filter(|l| l.contains(" ago")).count();
+    let settled = wait_until(Duration::from_secs(30), || held(&list()) == 6);
+    let listing = list();
+    assert!(settled, "every partition held once:\n{listing}");
     // SIGKILL once the first half's results stop coming: librdkafka's
     // mock brokers do not implement read_committed (they show a killed
     // producer's open transaction), so the kill must not land in a
