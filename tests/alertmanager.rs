@@ -6,15 +6,19 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
 
 use crate::stack;
+use crate::support::{self, Guarded};
 
 /// How long a test waits for Alertmanager to show something.
 const PATIENCE: Duration = Duration::from_secs(30);
+
+/// How long vigil may take to end once its stdin is closed.
+const END: Duration = Duration::from_secs(120);
 
 fn script(am: &str) -> String {
     format!(
@@ -33,16 +37,17 @@ fn script(am: &str) -> String {
     )
 }
 
-fn start(dir: &Path, args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(["run", "alerts.sql"])
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("stderr.txt")).unwrap())
-        .spawn()
-        .expect("vigil starts")
+fn start(dir: &Path, args: &[&str]) -> Guarded {
+    support::spawn(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["run", "alerts.sql"])
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("stderr.txt")).unwrap()),
+        "vigil run alerts.sql",
+    )
 }
 
 fn send(stdin: &mut ChildStdin, rows: &str) {
@@ -51,7 +56,8 @@ fn send(stdin: &mut ChildStdin, rows: &str) {
 }
 
 fn get(url: &str) -> Value {
-    let text = ureq::get(url)
+    let text = stack::http()
+        .get(url)
         .call()
         .expect("Alertmanager answers")
         .body_mut()
@@ -144,7 +150,8 @@ fn alerts_reach_alertmanager_are_silenced_and_resolve() {
         "createdBy": "vigil tests",
         "comment": "maintenance"
     });
-    let answer = ureq::post(&am.url("/api/v2/silences"))
+    let answer = stack::http()
+        .post(&am.url("/api/v2/silences"))
         .header("content-type", "application/json")
         .send(silence.to_string().as_bytes())
         .expect("silence created")
@@ -180,7 +187,7 @@ fn alerts_reach_alertmanager_are_silenced_and_resolve() {
     );
     wait_until(&am, dir.path(), "the alert resolved", |a| a.is_empty());
     drop(stdin);
-    let status = vigil.wait().unwrap();
+    let status = vigil.wait_within(END);
     let stderr = std::fs::read_to_string(dir.path().join("stderr.txt")).unwrap();
     assert!(status.success(), "{stderr}");
     assert!(
@@ -223,8 +230,7 @@ fn a_restore_sends_the_firing_alerts_again() {
     }
     // vigil dies: nobody resends, and Alertmanager lets the alert end at
     // its endsAt (4 resends of 1 s after the last send).
-    vigil.kill().unwrap();
-    vigil.wait().unwrap();
+    vigil.kill_group();
     wait_until(&am, dir.path(), "the alert ended", |a| a.is_empty());
 
     // Restored from its checkpoint, with no new row: the firing alert is
@@ -237,5 +243,5 @@ fn a_restore_sends_the_firing_alerts_again() {
         chrono::DateTime::parse_from_rfc3339(alerts[0]["startsAt"].as_str().unwrap()).unwrap();
     assert_eq!(starts.timestamp_millis(), t0, "the alert it was");
     drop(vigil.stdin.take());
-    assert!(vigil.wait().unwrap().success());
+    assert!(vigil.wait_within(END).success());
 }

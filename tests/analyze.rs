@@ -86,11 +86,13 @@ fn check_analysis(text: &str) {
 }
 
 fn vigil(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("vigil runs")
+    crate::support::run_within(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(args)
+            .current_dir(dir),
+        std::time::Duration::from_secs(120),
+        &format!("vigil {}", args.join(" ")),
+    )
 }
 
 #[test]

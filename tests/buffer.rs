@@ -6,12 +6,15 @@
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::Arc;
+use std::process::{ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use super::support::{self, Guarded, join_within, wait_until};
 
 /// Rows of input: more than the channels, the stdout pipe and the output
 /// buffers hold together, so an unbuffered run cannot take them all while
@@ -43,17 +46,36 @@ fn rows(from: u64, to: u64) -> Vec<u8> {
 
 /// Starts `vigil run q.sql ARGS` in `dir`, its stdin and stdout piped,
 /// stderr into `stderr.txt`.
-fn start(dir: &Path, args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_vigil"))
+fn start(dir: &Path, args: &[&str]) -> Guarded {
+    start_writing_to(dir, args, Stdio::piped())
+}
+
+/// Like [`start`], its stdout going to `stdout`.
+fn start_writing_to(dir: &Path, args: &[&str], stdout: Stdio) -> Guarded {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
+    command
         .args(["run", "q.sql", "--format", "csv"])
         .args(args)
         .current_dir(dir)
         .env_remove("VIGIL_CRASH_AT")
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(fs::File::create(dir.join("stderr.txt")).unwrap())
-        .spawn()
-        .expect("vigil starts")
+        .stdout(stdout)
+        .stderr(fs::File::create(dir.join("stderr.txt")).unwrap());
+    support::spawn(&mut command, "vigil run")
+}
+
+/// Whether a write into the pipe whose write end is `end` would wait now:
+/// the kernel has no room left in it (`poll` gives no `POLLOUT`).
+fn pipe_full(end: &impl AsFd) -> bool {
+    let mut poll = libc::pollfd {
+        fd: end.as_fd().as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, and no waiting.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    assert!(ready >= 0, "poll: {}", std::io::Error::last_os_error());
+    poll.revents & libc::POLLOUT == 0
 }
 
 /// Writes `input` to `child`'s stdin on a thread, counting the bytes
@@ -62,12 +84,17 @@ fn start(dir: &Path, args: &[&str]) -> Child {
 struct Producer {
     written: Arc<AtomicU64>,
     done: Arc<AtomicBool>,
-    thread: JoinHandle<Option<std::process::ChildStdin>>,
+    thread: JoinHandle<Option<ChildStdin>>,
     started: Instant,
+    /// Another handle on the write end of the child's stdin, to ask the
+    /// kernel whether the pipe is full. Let go once done with: the child
+    /// sees the end of its input only once every write end is closed.
+    probe: Mutex<Option<OwnedFd>>,
 }
 
 impl Producer {
-    fn start(mut stdin: std::process::ChildStdin, input: Vec<u8>, keep_open: bool) -> Producer {
+    fn start(mut stdin: ChildStdin, input: Vec<u8>, keep_open: bool) -> Producer {
+        let probe = stdin.as_fd().try_clone_to_owned().expect("dup stdin");
         let written = Arc::new(AtomicU64::new(0));
         let done = Arc::new(AtomicBool::new(false));
         let (w, d) = (written.clone(), done.clone());
@@ -86,11 +113,13 @@ impl Producer {
             done,
             thread,
             started: Instant::now(),
+            probe: Mutex::new(Some(probe)),
         }
     }
 
     /// Waits until the producer has written everything; how long it took.
     fn wait_done(&self) -> Duration {
+        self.probe.lock().unwrap().take();
         while !self.done.load(Ordering::Acquire) {
             assert!(
                 self.started.elapsed() < PATIENCE,
@@ -102,29 +131,40 @@ impl Producer {
         self.started.elapsed()
     }
 
-    /// Waits until the producer has made no progress for `quiet`, and
-    /// checks that it has not finished: it is held back.
-    fn wait_held_back(&self, quiet: Duration) -> u64 {
-        let mut last = (self.written.load(Ordering::Relaxed), Instant::now());
-        loop {
-            std::thread::sleep(Duration::from_millis(20));
+    /// Waits until the producer is held back: rows left to write, the
+    /// kernel says its write cannot go on (vigil's stdin is full), and
+    /// `engine_held` (`why`, what vigil reports) says vigil is not taking
+    /// more. Fails if the producer gets all its rows in first. Gives the
+    /// bytes written by then.
+    fn wait_held_back(&self, why: &str, mut engine_held: impl FnMut() -> bool) -> u64 {
+        let probe = self.probe.lock().unwrap().take().expect("a probe");
+        let what = format!("the producer to be held back ({why})");
+        let written = wait_until(&what, PATIENCE, || {
+            let held = engine_held() && pipe_full(&probe);
             assert!(
                 !self.done.load(Ordering::Acquire),
                 "the producer was never held back"
             );
-            let now = self.written.load(Ordering::Relaxed);
-            if now != last.0 {
-                last = (now, Instant::now());
-            } else if last.1.elapsed() >= quiet {
-                return now;
-            }
-            assert!(self.started.elapsed() < PATIENCE, "no steady state");
-        }
+            assert!(
+                !self.thread.is_finished(),
+                "the producer could not write: vigil is gone"
+            );
+            held.then(|| self.written.load(Ordering::Relaxed))
+        });
+        drop(probe);
+        written
+    }
+
+    /// Waits until the producer has written everything; the stdin it kept
+    /// open.
+    fn finish(self) -> Option<ChildStdin> {
+        self.wait_done();
+        join_within(self.thread, PATIENCE, "the producer")
     }
 }
 
 /// Reads all of `stdout` on a thread.
-fn read_all(mut stdout: ChildStdout) -> JoinHandle<String> {
+fn read_all(mut stdout: impl Read + Send + 'static) -> JoinHandle<String> {
     std::thread::spawn(move || {
         let mut text = String::new();
         stdout.read_to_string(&mut text).expect("stdout is text");
@@ -139,14 +179,34 @@ fn unbuffered_output(rows_to: u64) -> String {
     fs::write(dir.path().join("q.sql"), script("", "")).unwrap();
     let mut child = start(dir.path(), &["--progress", "never"]);
     let producer = Producer::start(child.stdin.take().unwrap(), rows(1, rows_to), false);
-    let out = read_all(child.stdout.take().unwrap()).join().unwrap();
+    let reader = read_all(child.stdout.take().unwrap());
     producer.wait_done();
-    assert!(child.wait().unwrap().success(), "{}", stderr(dir.path()));
+    let out = join_within(reader, PATIENCE, "the unbuffered run's results");
+    let status = child.wait_within(PATIENCE);
+    assert!(status.success(), "{}", stderr(dir.path()));
     out
 }
 
 fn stderr(dir: &Path) -> String {
     fs::read_to_string(dir.join("stderr.txt")).unwrap_or_default()
+}
+
+/// The progress line `--progress always` drew last on stderr (each drawing
+/// clears the line first).
+fn last_progress(dir: &Path) -> String {
+    let log = stderr(dir);
+    log.rsplit("\x1b[2K")
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// The rows read so far, as the last progress line gives them.
+fn rows_read(dir: &Path) -> Option<u64> {
+    let line = last_progress(dir);
+    let (rows, _) = line.strip_prefix("vigil: ")?.split_once(" row")?;
+    rows.replace(',', "").parse().ok()
 }
 
 /// Bytes of the files under `dir`, all folders down.
@@ -169,14 +229,21 @@ fn a_query_that_falls_behind_does_not_hold_up_stdin() {
     assert_eq!(want.lines().count() as u64, ROWS + 1);
 
     // Without a buffer, a query stuck at its writes holds the producer up.
+    // The kernel tells both: vigil's stdout is full (nothing reads it), and
+    // the producer's write into its stdin cannot go on.
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("q.sql"), script("", "")).unwrap();
-    let mut child = start(dir.path(), &["--progress", "never"]);
+    let (results, out) = std::io::pipe().expect("a pipe");
+    let out_probe = out.try_clone().expect("dup the pipe");
+    let mut child = start_writing_to(dir.path(), &["--progress", "never"], out.into());
     let producer = Producer::start(child.stdin.take().unwrap(), rows(1, ROWS), false);
-    let held_at = producer.wait_held_back(Duration::from_secs(1));
-    drop(read_all(child.stdout.take().unwrap()));
+    let held_at = producer.wait_held_back("vigil's stdout full", || pipe_full(&out_probe));
+    drop(out_probe);
+    let reader = read_all(results);
     producer.wait_done();
-    assert!(child.wait().unwrap().success(), "{}", stderr(dir.path()));
+    join_within(reader, PATIENCE, "the unbuffered run's results");
+    let status = child.wait_within(PATIENCE);
+    assert!(status.success(), "{}", stderr(dir.path()));
 
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("q.sql"), script(", buffer = 'disk'", "")).unwrap();
@@ -187,9 +254,10 @@ fn a_query_that_falls_behind_does_not_hold_up_stdin() {
     let produced = producer.wait_done();
     let stdout = child.stdout.take().unwrap();
     let reading = Instant::now();
-    let got = read_all(stdout).join().unwrap();
+    let got = join_within(read_all(stdout), PATIENCE, "the buffered run's results");
     let drained = reading.elapsed();
-    assert!(child.wait().unwrap().success(), "{}", stderr(dir.path()));
+    let status = child.wait_within(PATIENCE);
+    assert!(status.success(), "{}", stderr(dir.path()));
     println!(
         "buffer: {ROWS} rows ({} bytes) written to stdin in {produced:.2?} with stdout unread \
          (unbuffered: held up after {held_at} bytes); the results then took {drained:.2?} to read",
@@ -220,13 +288,19 @@ fn a_full_buffer_holds_the_producer_back_within_its_bound() {
             }
         })
     };
-    let held_at = producer.wait_held_back(Duration::from_secs(1));
+    // vigil's progress line says when its buffer is full and the source
+    // waits for room.
+    let held_at = producer.wait_held_back("vigil reports its buffer full", || {
+        last_progress(dir.path()).contains(", buffer full")
+    });
     let full = folder_bytes(&buffer);
-    let got = read_all(child.stdout.take().unwrap()).join().unwrap();
+    let reader = read_all(child.stdout.take().unwrap());
     producer.wait_done();
-    assert!(child.wait().unwrap().success(), "{}", stderr(dir.path()));
+    let got = join_within(reader, PATIENCE, "the buffered run's results");
+    let status = child.wait_within(PATIENCE);
+    assert!(status.success(), "{}", stderr(dir.path()));
     stop.store(true, Ordering::Relaxed);
-    watcher.join().unwrap();
+    join_within(watcher, PATIENCE, "the buffer's watcher");
     let peak = peak.load(Ordering::Relaxed);
     println!(
         "buffer_max 1MiB: the producer was held back after {held_at} of {} bytes, the buffer \
@@ -274,7 +348,7 @@ struct PausedReader {
 }
 
 impl PausedReader {
-    fn start(mut stdout: ChildStdout) -> PausedReader {
+    fn start(mut stdout: impl Read + Send + 'static) -> PausedReader {
         let pause = Arc::new(AtomicBool::new(false));
         let paused = pause.clone();
         let thread = std::thread::spawn(move || {
@@ -295,18 +369,9 @@ impl PausedReader {
     }
 }
 
-/// The bytes under `dir` once they have not changed for half a second.
-fn settled(dir: &Path) -> u64 {
-    let mut last = (folder_bytes(dir), Instant::now());
-    while last.1.elapsed() < Duration::from_millis(500) {
-        std::thread::sleep(Duration::from_millis(20));
-        let now = folder_bytes(dir);
-        if now != last.0 {
-            last = (now, Instant::now());
-        }
-    }
-    last.0
-}
+/// A row written after all the others, so that vigil's count of the rows
+/// it has read tells when it has handed on the last of them.
+const SENTINEL: u64 = ROWS + 1;
 
 #[test]
 fn a_crash_loses_nothing_that_was_buffered() {
@@ -319,7 +384,7 @@ fn a_crash_loses_nothing_that_was_buffered() {
         "--checkpoint-interval",
         "100ms",
         "--progress",
-        "never",
+        "always",
     ];
     let mut child = start(dir.path(), &args);
     let mut stdin = child.stdin.take().unwrap();
@@ -342,27 +407,45 @@ fn a_crash_loses_nothing_that_was_buffered() {
     }
     // The rest goes in while nobody reads the results: into the buffer.
     reader.pause.store(true, Ordering::Release);
-    std::thread::sleep(Duration::from_millis(100));
     let producer = Producer::start(stdin, rows(next, ROWS), true);
-    producer.wait_done();
-    // What is still in the pipe is not in the buffer yet: wait until the
-    // source has taken it all in.
-    let buffered = settled(&dir.path().join("ck/.buffers"));
-    child.kill().unwrap();
-    child.wait().unwrap();
-    drop(producer.thread.join());
+    let mut stdin = producer.finish().expect("stdin kept open");
+    // What is still in the pipe is not in the buffer yet. The source
+    // counts a batch's rows (the progress line's figure) just before it
+    // hands the batch on, so once it has counted every row, a row written
+    // after them is counted only once the last batch has been handed on:
+    // then every row is in the buffer.
+    let path = dir.path();
+    let all_read = |n: u64| move || (rows_read(path) == Some(n)).then_some(());
+    wait_until("vigil to count every row", PATIENCE, all_read(ROWS));
+    stdin.write_all(&rows(SENTINEL, SENTINEL)).unwrap();
+    stdin.flush().unwrap();
+    wait_until(
+        "vigil to count the row after them",
+        PATIENCE,
+        all_read(SENTINEL),
+    );
+    let buffered = folder_bytes(&dir.path().join("ck/.buffers"));
+    child.kill_group();
+    drop(stdin);
     reader.pause.store(false, Ordering::Release);
-    let before_crash = String::from_utf8(reader.thread.join().unwrap()).unwrap();
+    let before_crash = join_within(reader.thread, PATIENCE, "the results before the kill");
+    let before_crash = String::from_utf8(before_crash).unwrap();
 
     // Restored, with nothing more on stdin: the buffered rows come out.
     let mut child = start(dir.path(), &args);
     drop(child.stdin.take());
-    let after = read_all(child.stdout.take().unwrap()).join().unwrap();
-    let status = child.wait().unwrap();
+    let reader = read_all(child.stdout.take().unwrap());
+    let status = child.wait_within(PATIENCE);
+    let after = join_within(reader, PATIENCE, "the restored run's results");
     let log = stderr(dir.path());
     assert!(status.success(), "{log}");
     assert!(log.contains("restored from checkpoint"), "{log}");
-    let (old, new) = (ids(&before_crash), ids(&after));
+    let (old, mut new) = (ids(&before_crash), ids(&after));
+    // The row after the last went into the buffer too if vigil handed it
+    // on before the kill; it is not one of the rows checked.
+    if new.last() == Some(&SENTINEL) {
+        new.pop();
+    }
     println!(
         "buffer crash: {} result rows before the kill ({} rows trickled in while read; buffer \
          {buffered} bytes on disk), {} after the restore, from row {}",

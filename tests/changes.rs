@@ -8,7 +8,21 @@ use vigil::session::{Executed, PendingChange, QueryHandle, Session};
 
 use crate::session::started;
 
-const WAIT: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(60);
+
+/// `future`'s output, within [`WAIT`]; fails naming `what` past it.
+async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(WAIT, future)
+        .await
+        .unwrap_or_else(|_| panic!("waited {WAIT:?} for {what}"))
+}
+
+/// Pushes JSON lines `rows` into stream `ev`.
+async fn push(session: &Session, rows: &str) {
+    within("rows pushed into ev", session.push_json("ev", rows))
+        .await
+        .expect("rows pushed");
+}
 
 const ALERT_SQL: &str =
     "CREATE STREAM ev (ts TIMESTAMP, host TEXT, cpu DOUBLE, WATERMARK FOR ts AS ts)
@@ -70,21 +84,13 @@ async fn an_altered_alert_keeps_its_episodes_and_takes_its_new_condition_and_sev
     let mut handle = started(session.execute(ALERT_SQL).unwrap()).remove(0);
     let id = handle.id;
     // a is hot from 0 s: pending, then firing at 2 s; b pending from 2 s.
-    session
-        .push_json(
-            "ev",
-            &rows(&[(0, "a", 95.0), (1000, "a", 96.0), (2000, "a", 97.0)]),
-        )
-        .await
-        .unwrap();
-    session
-        .push_json("ev", &rows(&[(2000, "b", 93.0)]))
-        .await
-        .unwrap();
-    session
-        .push_json("ev", &rows(&[(2500, "c", 10.0)]))
-        .await
-        .unwrap();
+    push(
+        &session,
+        &rows(&[(0, "a", 95.0), (1000, "a", 96.0), (2000, "a", 97.0)]),
+    )
+    .await;
+    push(&session, &rows(&[(2000, "b", 93.0)])).await;
+    push(&session, &rows(&[(2500, "c", 10.0)])).await;
     let mut seen = Vec::new();
     while !seen.iter().any(|r: &String| r.starts_with("firing a")) {
         seen.extend(next_alerts(&mut handle).await);
@@ -97,7 +103,9 @@ async fn an_altered_alert_keeps_its_episodes_and_takes_its_new_condition_and_sev
             .unwrap(),
     );
     assert!(change.report().emptied.is_empty(), "{:?}", change.report());
-    let changed = change.apply().await.expect("the change is made");
+    let changed = within("the change", change.apply())
+        .await
+        .expect("the change is made");
     assert_eq!(changed.id, id);
     assert!(
         changed.kept.iter().any(|k| k.contains("alert hot")),
@@ -109,26 +117,21 @@ async fn an_altered_alert_keeps_its_episodes_and_takes_its_new_condition_and_sev
     // a is still firing (not firing again); b's pending episode from 2 s
     // fires at 4 s with the new severity; a at 91 resolves under the new
     // condition.
-    session
-        .push_json("ev", &rows(&[(4000, "b", 94.0), (4000, "a", 91.0)]))
-        .await
-        .unwrap();
-    session
-        .push_json("ev", &rows(&[(4500, "c", 10.0)]))
-        .await
-        .unwrap();
+    push(&session, &rows(&[(4000, "b", 94.0), (4000, "a", 91.0)])).await;
+    push(&session, &rows(&[(4500, "c", 10.0)])).await;
     let mut after = Vec::new();
     while after.len() < 2 {
         after.extend(next_alerts(&mut handle).await);
     }
     after.sort();
     assert_eq!(after, ["firing b ticket", "resolved a ticket"]);
-    session.end_stream("ev").await;
+    within("the end of ev", session.end_stream("ev")).await;
     tokio::time::timeout(WAIT, session.wait(id))
         .await
         .expect("the query ends once")
         .unwrap();
-    assert!(handle.next().await.is_none(), "no row repeated: {after:?}");
+    let next = within("the end of the results", handle.next()).await;
+    assert!(next.is_none(), "no row repeated: {after:?}");
 }
 
 const TOTALS_SQL: &str =
@@ -178,12 +181,12 @@ async fn a_query_rescaled_while_its_windows_are_open_loses_and_repeats_no_row() 
     });
     // Seconds 0 to 14: window [0, 10) closes, [10, 20) is open.
     for k in 0..15 {
-        session.push_json("ev", &second(k, 8)).await.unwrap();
+        push(&session, &second(k, 8)).await;
     }
     for parallelism in [3, 2] {
         let sql = format!("ALTER QUERY {id} SET parallelism = {parallelism};");
-        let changed = pending(session.execute(&sql).unwrap())
-            .apply()
+        let change = pending(session.execute(&sql).unwrap());
+        let changed = within("the rescale", change.apply())
             .await
             .expect("rescaled");
         assert!(changed.emptied.is_empty(), "{changed}");
@@ -194,16 +197,18 @@ async fn a_query_rescaled_while_its_windows_are_open_loses_and_repeats_no_row() 
             .execute("ALTER QUERY totals SET parallelism = 2;")
             .unwrap(),
     );
-    by_name.apply().await.expect("found by name");
+    within("the rescale by name", by_name.apply())
+        .await
+        .expect("found by name");
     for k in 15..25 {
-        session.push_json("ev", &second(k, 8)).await.unwrap();
+        push(&session, &second(k, 8)).await;
     }
-    session.end_stream("ev").await;
+    within("the end of ev", session.end_stream("ev")).await;
     tokio::time::timeout(WAIT, session.wait(id))
         .await
         .expect("ends")
         .unwrap();
-    let mut out = collect.await.unwrap();
+    let mut out = within("the results", collect).await.unwrap();
     out.sort();
     // Three windows (0, 10, 20) per host, each counted whole, once.
     let mut expected: Vec<(String, i64)> = (0..8)
@@ -231,34 +236,28 @@ async fn a_change_that_would_lose_state_is_refused_before_it_is_made() {
     assert!(refused.contains("keeps no state"), "{refused}");
     assert!(refused.contains("ALLOW STATE LOSS"), "{refused}");
     // Nothing changed: the alert still pages.
-    session
-        .push_json(
-            "ev",
-            &rows(&[(0, "a", 95.0), (2000, "a", 95.0), (2500, "b", 1.0)]),
-        )
-        .await
-        .unwrap();
+    push(
+        &session,
+        &rows(&[(0, "a", 95.0), (2000, "a", 95.0), (2500, "b", 1.0)]),
+    )
+    .await;
     let mut seen = Vec::new();
     while seen.is_empty() {
         seen.extend(next_alerts(&mut handle).await);
     }
     assert_eq!(seen, ["firing a page"]);
     // Allowed, it restarts empty: a fires again, now as a ticket.
-    pending(
+    let change = pending(
         session
             .execute("ALTER ALERT hot SET SEVERITY 'ticket' ALLOW STATE LOSS;")
             .unwrap(),
+    );
+    within("the change", change.apply()).await.unwrap();
+    push(
+        &session,
+        &rows(&[(3000, "a", 95.0), (5000, "a", 95.0), (5500, "b", 1.0)]),
     )
-    .apply()
-    .await
-    .unwrap();
-    session
-        .push_json(
-            "ev",
-            &rows(&[(3000, "a", 95.0), (5000, "a", 95.0), (5500, "b", 1.0)]),
-        )
-        .await
-        .unwrap();
+    .await;
     assert_eq!(next_alerts(&mut handle).await, ["firing a ticket"]);
     for (sql, error) in [
         (
@@ -280,5 +279,5 @@ async fn a_change_that_would_lose_state_is_refused_before_it_is_made() {
         let e = session.execute(sql).err().expect(sql).to_string();
         assert!(e.contains(error), "{sql}: {e}");
     }
-    session.shutdown().await;
+    within("the shutdown", session.shutdown()).await;
 }

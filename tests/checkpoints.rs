@@ -4,13 +4,21 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::Duration;
+
+use crate::support::run_within;
+
+/// How long one run of `vigil` may take.
+const PATIENCE: Duration = Duration::from_secs(120);
 
 fn vigil(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("vigil runs")
+    run_within(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(args)
+            .current_dir(dir),
+        PATIENCE,
+        &format!("vigil {}", args.join(" ")),
+    )
 }
 
 fn stderr(output: &Output) -> String {
@@ -351,7 +359,11 @@ fn run_in_store(dir: &Path, store: &str, extra: &[&str], crash: Option<&str>) ->
     if let Some(point) = crash {
         command.env("VIGIL_CRASH_AT", point);
     }
-    command.output().expect("vigil runs")
+    run_within(
+        &mut command,
+        PATIENCE,
+        "vigil run checkpointing into a store",
+    )
 }
 
 #[test]

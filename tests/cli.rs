@@ -5,7 +5,12 @@
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use crate::support;
+
+/// How long one `vigil run` may take (a debug build on 2 loaded cores).
+const RUN: Duration = Duration::from_secs(120);
 
 const STREAM: &str = "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE,
   WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)";
@@ -16,20 +21,14 @@ const AVG: &str = "SELECT window_start, host, avg(cpu) AS avg_cpu
   FROM TUMBLE(m, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end, host;";
 
 fn vigil(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("vigil starts");
-    let mut input = child.stdin.take().expect("stdin");
-    input
-        .write_all(stdin.unwrap_or("").as_bytes())
-        .expect("write stdin");
-    drop(input);
-    child.wait_with_output().expect("vigil runs")
+    support::run_with_input(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(args)
+            .current_dir(dir),
+        stdin.unwrap_or("").as_bytes(),
+        RUN,
+        &format!("vigil {}", args.join(" ")),
+    )
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -250,23 +249,34 @@ fn rows_written_into_a_pipe_come_out_before_the_pipe_closes() {
          SELECT host, cpu FROM m WHERE cpu > 90;",
     )]);
     let fifo = dir.path().join("in.fifo");
-    let made = Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .expect("mkfifo runs");
-    assert!(made.success());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(["run", "q.sql", "--format", "csv"])
-        .current_dir(dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("vigil starts");
-    // Opening the write end waits for vigil to open the read end.
-    let mut writer = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&fifo)
-        .expect("open fifo");
+    let made = support::run_within(Command::new("mkfifo").arg(&fifo), RUN, "mkfifo");
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let mut child = support::spawn(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["run", "q.sql", "--format", "csv"])
+            .current_dir(dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+        "vigil run over a FIFO",
+    );
+    // The write end opens once vigil has opened the read end: until then a
+    // non-blocking open fails (ENXIO), and a blocking one would wait for ever.
+    let writer = support::wait_until("vigil to open the FIFO for reading", RUN, || {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .ok()
+    });
+    // Writes block again, as into any pipe.
+    // SAFETY: fcntl on a descriptor this test owns.
+    let cleared = unsafe {
+        use std::os::fd::AsRawFd;
+        libc::fcntl(writer.as_raw_fd(), libc::F_SETFL, 0)
+    };
+    assert_eq!(cleared, 0, "fcntl F_SETFL on the FIFO");
+    let mut writer = writer;
     writer
         .write_all(b"ts,host,cpu\n1000,a,95\n2000,b,10\n")
         .expect("write rows");
@@ -293,7 +303,7 @@ fn rows_written_into_a_pipe_come_out_before_the_pipe_closes() {
         "a,95.0"
     );
     drop(writer);
-    assert!(child.wait().expect("vigil ends").success());
+    assert!(child.wait_within(RUN).success());
 }
 
 #[test]
@@ -424,7 +434,6 @@ fn until_end_overrides_the_follow_option() {
 #[test]
 fn follow_reads_appended_rows_live_until_sigterm() {
     use std::io::{BufRead, BufReader};
-    use std::time::Duration;
     let sql = "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE,
   WATERMARK FOR ts AS ts) WITH (path = 'm.csv');
 SELECT window_start, count(*) AS n, max(cpu) AS top
@@ -433,14 +442,15 @@ SELECT window_start, count(*) AS n, max(cpu) AS top
         ("q.sql", sql),
         ("m.csv", "ts,host,cpu\n1000,a,1\n2000,a,2\n"),
     ]);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(["run", "--follow", "q.sql"])
-        .current_dir(dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("vigil starts");
+    let mut child = support::spawn(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["run", "--follow", "q.sql"])
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+        "vigil run --follow",
+    );
     let stdout = child.stdout.take().expect("stdout");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -479,22 +489,10 @@ SELECT window_start, count(*) AS n, max(cpu) AS top
         child.try_wait().expect("try_wait").is_none(),
         "still running"
     );
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(killed.success());
-    let deadline = Instant::now() + wait;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("vigil did not stop on SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    child.signal(libc::SIGTERM);
+    let status = child
+        .wait_for_exit(wait)
+        .unwrap_or_else(|| panic!("vigil did not stop within {wait:?} of SIGTERM"));
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
         .expect("read stderr");
@@ -658,35 +656,37 @@ SELECT cpu, host FROM m WHERE cpu < 4;"
 #[test]
 fn a_closed_stdout_ends_the_run_cleanly() {
     use std::io::{BufRead, BufReader};
-    use std::time::Duration;
     // Far more output than a pipe holds, and a source that would follow
     // its file for ever: only the closed pipe can end this run.
     let sql = format!("{STREAM} WITH (path = 'm.csv');\nSELECT host, cpu FROM m;");
     let dir = setup(&[("q.sql", &sql), ("m.csv", &numbered_rows(50_000))]);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(["run", "q.sql", "--follow"])
-        .current_dir(dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("vigil starts");
+    let mut child = support::spawn(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["run", "q.sql", "--follow"])
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+        "vigil run --follow into a pipe",
+    );
+    // The first line is read on a thread, which hands the pipe back so that
+    // the test closes it; the guard's kill ends a read that never returns.
     let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut header = String::new();
-    stdout.read_line(&mut header).expect("a line");
-    assert_eq!(header, "host,cpu\n");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut header = String::new();
+        let read = stdout.read_line(&mut header).map(|_| header);
+        let _ = tx.send((read, stdout));
+    });
+    let (header, stdout) = rx
+        .recv_timeout(RUN)
+        .unwrap_or_else(|_| panic!("no first line from vigil within {RUN:?}"));
+    assert_eq!(header.expect("a line"), "host,cpu\n");
     drop(stdout);
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(90) {
-            let _ = child.kill();
-            panic!("vigil did not end after its stdout closed");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let limit = Duration::from_secs(90);
+    let status = child
+        .wait_for_exit(limit)
+        .unwrap_or_else(|| panic!("vigil did not end within {limit:?} after its stdout closed"));
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
         .expect("stderr");
@@ -926,23 +926,16 @@ fn peers_over_a_window_of_many_rows_do_not_hang() {
              WHERE n >= most;",
         ),
     ]);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(["run", "q.sql", "--output", "out.csv"])
-        .current_dir(dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("vigil starts");
-    let started = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if started.elapsed() > std::time::Duration::from_secs(120) {
-            child.kill().expect("kill");
-            panic!("the run hung");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let output = child.wait_with_output().expect("output");
+    let output = support::spawn(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["run", "q.sql", "--output", "out.csv"])
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+        "vigil run of the tied top-k over 60,000 rows",
+    )
+    .output_within(RUN);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let out = std::fs::read_to_string(dir.path().join("out.csv")).expect("results");
     // Every key has one row in each window: all of them tie for the most.

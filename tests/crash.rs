@@ -1,22 +1,31 @@
 //! The crash test of `vigil run` checkpoints: one script with a query per
 //! stateful feature over 2M rows, killed with SIGKILL at least 20 times
-//! (at named crash points and at random moments) and restarted each time
+//! (at named crash points, and by the test once the run's checkpoints show
+//! it went a random share of its input further) and restarted each time
 //! from its checkpoints; at the end every sink file must equal, byte for
 //! byte, the one an uninterrupted run writes. Every run has two instances
 //! of each keyed stage.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::support::{self, Guarded};
 
 const METRIC_ROWS: usize = 2_000_000;
 const HOSTS: u64 = 50;
 /// The first event time, in epoch milliseconds.
 const T0: i64 = 1_700_000_000_000;
 const KILLS: usize = 20;
+/// The longest one run may take, to its end or to its kill; a straight
+/// run reads all 2M rows on a loaded two-core machine well within it.
+const RUN_LIMIT: Duration = Duration::from_secs(600);
+/// The checkpoint interval of the crash runs.
+const INTERVAL_MS: u64 = 200;
 const SINKS: [&str; 8] = [
     "tumble",
     "hop",
@@ -174,7 +183,7 @@ fn run_dir(root: &Path, name: &str) -> PathBuf {
 }
 
 /// Starts `vigil run script.sql` in `dir`, stderr into `stderr`.
-fn start(dir: &Path, checkpoints: bool, crash_at: Option<&str>, stderr: &Path) -> Child {
+fn start(dir: &Path, checkpoints: bool, crash_at: Option<&str>, stderr: &Path) -> Guarded {
     let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
     command
         .current_dir(dir)
@@ -193,12 +202,18 @@ fn start(dir: &Path, checkpoints: bool, crash_at: Option<&str>, stderr: &Path) -
         .stdout(Stdio::null())
         .stderr(fs::File::create(stderr).unwrap());
     if checkpoints {
-        command.args(["--checkpoint-dir", "ck", "--checkpoint-interval", "200ms"]);
+        let interval = format!("{INTERVAL_MS}ms");
+        command.args(["--checkpoint-dir", "ck", "--checkpoint-interval", &interval]);
     }
     if let Some(point) = crash_at {
         command.env("VIGIL_CRASH_AT", point);
     }
-    command.spawn().expect("vigil starts")
+    let what = match (checkpoints, crash_at) {
+        (false, _) => "the straight vigil run".to_string(),
+        (true, None) => format!("the vigil run in {}", dir.display()),
+        (true, Some(point)) => format!("the vigil run in {} armed at {point}", dir.display()),
+    };
+    support::spawn(&mut command, &what)
 }
 
 /// How one run was asked to die.
@@ -206,8 +221,15 @@ fn start(dir: &Path, checkpoints: bool, crash_at: Option<&str>, stderr: &Path) -
 enum Kill {
     /// At crash point `point`, its `n`-th hit.
     At(&'static str, u64),
-    /// By the test, this long after the run reported its restores.
-    After(Duration),
+    /// By the test, once a query has a complete checkpoint `bytes` further
+    /// into `metrics.csv` than the one it restored from, and `jitter`
+    /// after that. The checkpoints anchor the kill to the run's progress,
+    /// whatever the machine's speed: no query gets more than about `bytes`
+    /// further per run (the first to get there sets the kill off), so the
+    /// kills land before the input ends. The jitter (below one checkpoint
+    /// interval) only moves the kill to a random moment between two
+    /// checkpoints: nothing is waited for with it.
+    AfterProgress { bytes: u64, jitter: Duration },
     /// By the test, once every query has a complete checkpoint.
     AfterFirstCheckpoint,
     /// Not at all: the run ends by itself.
@@ -246,6 +268,45 @@ fn queries_checkpointed(ck: &Path) -> usize {
         .count()
 }
 
+/// Per query folder under `ck`, how far into `metrics.csv` (bytes) its
+/// newest complete checkpoint had read: what a run restores from, and how
+/// far it got. A checkpoint removed by retention while it is read is
+/// skipped.
+fn metrics_checkpointed(ck: &Path) -> BTreeMap<String, u64> {
+    let mut read = BTreeMap::new();
+    for query in fs::read_dir(ck).into_iter().flatten().flatten() {
+        let mut complete: Vec<(u64, PathBuf)> = fs::read_dir(query.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|c| {
+                let id = c.file_name().to_str()?.strip_prefix("chk-")?.parse().ok()?;
+                let manifest = c.path().join("manifest.json");
+                manifest.exists().then_some((id, manifest))
+            })
+            .collect();
+        complete.sort();
+        let offset = complete.iter().rev().find_map(|(_, manifest)| {
+            let manifest: serde_json::Value =
+                serde_json::from_str(&fs::read_to_string(manifest).ok()?).ok()?;
+            let sources = manifest["sources"].as_array()?;
+            let metrics = sources.iter().find(|s| s["stream"] == "metrics")?;
+            metrics["position"]["offset"].as_u64()
+        });
+        if let Some(offset) = offset {
+            read.insert(query.file_name().to_string_lossy().into_owned(), offset);
+        }
+    }
+    read
+}
+
+/// A query has a checkpoint at least `bytes` further into `metrics.csv`
+/// than in `from`.
+fn progressed(from: &BTreeMap<String, u64>, now: &BTreeMap<String, u64>, bytes: u64) -> bool {
+    now.iter()
+        .any(|(query, at)| *at >= from.get(query).copied().unwrap_or(0) + bytes)
+}
+
 /// The queries a run's stderr says were restored.
 fn count_restores(stderr: &str) -> usize {
     stderr
@@ -254,39 +315,43 @@ fn count_restores(stderr: &str) -> usize {
         .count()
 }
 
-/// The restores the run writing `stderr` has reported so far.
-fn restore_lines(stderr: &Path) -> usize {
-    fs::read_to_string(stderr).map_or(0, |text| count_restores(&text))
-}
-
 fn run_once(dir: &Path, kill: &Kill, index: usize) -> Outcome {
     let stderr_path = dir.join(format!("stderr-{index}.txt"));
     let crash_at = match kill {
         Kill::At(point, n) => Some(format!("{point}:{n}")),
         _ => None,
     };
+    let ck = dir.join("ck");
+    // Where each query restores from: its newest complete checkpoint.
+    let restored = metrics_checkpointed(&ck);
     let started = Instant::now();
     let mut child = start(dir, true, crash_at.as_deref(), &stderr_path);
-    // A random kill's delay counts from when the run has restored its
-    // queries, so that a slow start on a loaded machine cannot make it
-    // die before it restored anything.
-    let mut restored_at = None;
+    let mut due: Option<Instant> = None;
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
-        if restored_at.is_none() && restore_lines(&stderr_path) >= SINKS.len() {
-            restored_at = Some(Instant::now());
+        assert!(
+            started.elapsed() < RUN_LIMIT,
+            "run {index} ({kill:?}) neither ended nor reached its kill within {RUN_LIMIT:?}; checkpoints at {:?} (restored from {restored:?})\n{}",
+            metrics_checkpointed(&ck),
+            fs::read_to_string(&stderr_path).unwrap_or_default()
+        );
+        if due.is_none() {
+            due = match kill {
+                Kill::AfterProgress { bytes, jitter } => {
+                    progressed(&restored, &metrics_checkpointed(&ck), *bytes)
+                        .then(|| Instant::now() + *jitter)
+                }
+                Kill::AfterFirstCheckpoint => {
+                    (queries_checkpointed(&ck) == SINKS.len()).then(Instant::now)
+                }
+                _ => None,
+            };
         }
-        let due = match kill {
-            Kill::After(delay) => restored_at.is_some_and(|t| t.elapsed() >= *delay),
-            Kill::AfterFirstCheckpoint => queries_checkpointed(&dir.join("ck")) == SINKS.len(),
-            _ => false,
-        };
-        if due {
-            // Child::kill sends SIGKILL.
-            child.kill().unwrap();
-            break child.wait().unwrap();
+        if due.is_some_and(|at| Instant::now() >= at) {
+            child.signal(libc::SIGKILL);
+            break child.wait_within(Duration::from_secs(60));
         }
         std::thread::sleep(Duration::from_millis(10));
     };
@@ -314,17 +379,20 @@ fn run_once(dir: &Path, kill: &Kill, index: usize) -> Outcome {
 
 /// The kills of the crash runs: first once every query has a checkpoint
 /// (so that every later run restores), then each crash point twice and
-/// random delays in between, `KILLS` or more in all.
-fn schedule(rng: &mut Rng, full_run: Duration) -> Vec<Kill> {
+/// kills after random progress in between, `KILLS` or more in all.
+fn schedule(rng: &mut Rng, input_bytes: u64) -> Vec<Kill> {
     let mut kills = vec![Kill::AfterFirstCheckpoint];
-    // Random kills between 0.3 s and a fifteenth of a full run (at least
-    // 1.5 s): together they stay well within the input.
-    let longest = (full_run.as_millis() as u64 / 15).max(1500);
+    // Each random kill comes 1% to 5% of the input further on: together
+    // (at most ten of them, and what the leading query checkpoints in the
+    // jitter) they stay well within the input.
     for round in 0..2 {
         for (point, low, high) in POINTS {
             kills.push(Kill::At(point, rng.range(low, high)));
             if round == 0 || kills.len() < KILLS {
-                kills.push(Kill::After(Duration::from_millis(rng.range(300, longest))));
+                kills.push(Kill::AfterProgress {
+                    bytes: input_bytes * rng.range(10, 50) / 1000,
+                    jitter: Duration::from_millis(rng.range(0, INTERVAL_MS)),
+                });
             }
         }
     }
@@ -354,9 +422,7 @@ fn sink_files_survive_sigkill_at_every_phase() {
 
     let straight = run_dir(root, "straight");
     let started = Instant::now();
-    let status = start(&straight, false, None, &straight.join("stderr.txt"))
-        .wait()
-        .unwrap();
+    let status = start(&straight, false, None, &straight.join("stderr.txt")).wait_within(RUN_LIMIT);
     let full_run = started.elapsed();
     let log = fs::read_to_string(straight.join("stderr.txt")).unwrap();
     assert!(status.success(), "the straight run failed: {log}");
@@ -375,12 +441,16 @@ fn sink_files_survive_sigkill_at_every_phase() {
 
     let crashed = run_dir(root, "crashed");
     let mut rng = Rng(0x5eed);
+    let input_bytes = fs::metadata(root.join("metrics.csv")).unwrap().len();
     let (mut kills, mut restores, mut hit_points) = (0, 0, Vec::new());
-    for (index, kill) in schedule(&mut rng, full_run).iter().enumerate() {
+    for (index, kill) in schedule(&mut rng, input_bytes).iter().enumerate() {
         let outcome = run_once(&crashed, kill, index);
         let what = match kill {
             Kill::At(point, n) => format!("at {point}:{n}"),
-            Kill::After(delay) => format!("after {delay:.1?}"),
+            Kill::AfterProgress { bytes, jitter } => format!(
+                "{jitter:.1?} after a query checkpointed {:.1}% more of the input",
+                *bytes as f64 * 100.0 / input_bytes as f64
+            ),
             Kill::AfterFirstCheckpoint => "once every query had a checkpoint".into(),
             Kill::Never => unreachable!(),
         };
@@ -396,7 +466,7 @@ fn sink_files_survive_sigkill_at_every_phase() {
         );
         assert!(
             outcome.killed,
-            "run {index} read all its input before its kill ({what}): the schedule is too slow for this machine\n{}",
+            "run {index} read all its input before its kill ({what}): the schedule goes too far into the input\n{}",
             outcome.stderr
         );
         if index > 0 {

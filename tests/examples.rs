@@ -10,10 +10,11 @@
 //!   and runs over another CSV given with `--input metrics=...`.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+
+use crate::support;
 
 /// How long one `vigil run` may take before the test gives up (debug build, 2 cores).
 const RUN_TIMEOUT: Duration = Duration::from_secs(300);
@@ -36,42 +37,11 @@ fn run_vigil(args: &[&str]) -> Output {
 
 /// Runs the `vigil` binary with `args`, stdin closed, killing it after `timeout`.
 fn run_vigil_within(args: &[&str], timeout: Duration) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn vigil");
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let out_reader = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = out.read_to_end(&mut buf);
-        buf
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = err.read_to_end(&mut buf);
-        buf
-    });
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for vigil") {
-            break status;
-        }
-        if started.elapsed() > timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("vigil {args:?} did not finish within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        status,
-        stdout: out_reader.join().expect("stdout reader"),
-        stderr: err_reader.join().expect("stderr reader"),
-    }
+    support::run_within(
+        Command::new(env!("CARGO_BIN_EXE_vigil")).args(args),
+        timeout,
+        &format!("vigil {args:?}"),
+    )
 }
 
 /// Fails with the command, status and both streams unless the run succeeded cleanly.

@@ -5,6 +5,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
+use crate::support;
+
 const SQL: &str = "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE,
   WATERMARK FOR ts AS ts) WITH (path = 'm.csv');
 SELECT host, cpu FROM m;";
@@ -52,14 +54,15 @@ fn follow_reopens_a_rotated_and_a_truncated_file() {
     std::fs::write(dir.path().join("q.sql"), SQL).expect("write sql");
     let input = dir.path().join("m.csv");
     std::fs::write(&input, "ts,host,cpu\n1000,a,1\n").expect("write input");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(["run", "--follow", "--format", "csv", "q.sql"])
-        .current_dir(dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("vigil starts");
+    let mut child = support::spawn(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["run", "--follow", "--format", "csv", "q.sql"])
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+        "vigil run --follow",
+    );
     let out = lines(child.stdout.take().expect("stdout"));
     let err = lines(child.stderr.take().expect("stderr"));
     expect(&out, "a,1.0", true);
@@ -79,6 +82,5 @@ fn follow_reopens_a_rotated_and_a_truncated_file() {
     expect(&err, "vigil: stream m: file truncated, reopened", false);
     expect(&out, "c,5.0", true);
 
-    let _ = child.kill();
-    let _ = child.wait();
+    child.kill_group();
 }

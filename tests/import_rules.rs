@@ -7,8 +7,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use yaml_rust2::{Yaml, YamlEmitter, YamlLoader};
+
+use crate::support;
+
+/// How long one run of vigil or promtool may take (debug build, 2 cores).
+const RUN: Duration = Duration::from_secs(120);
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -19,11 +25,13 @@ fn sample_rules() -> PathBuf {
 }
 
 fn vigil(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("vigil runs")
+    support::run_within(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(args)
+            .current_dir(dir),
+        RUN,
+        &format!("vigil {}", args.join(" ")),
+    )
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -510,11 +518,13 @@ fn two_translated_alerts_fire_when_prometheus_fires() {
     std::fs::write(dir.path().join("rules.yml"), rules_without_annotations()).unwrap();
     let test = promtool_test(&firing);
     std::fs::write(dir.path().join("test.yml"), &test).unwrap();
-    let out = Command::new(promtool)
-        .args(["test", "rules", "test.yml"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
+    let out = support::run_within(
+        Command::new(promtool)
+            .args(["test", "rules", "test.yml"])
+            .current_dir(dir.path()),
+        RUN,
+        "promtool test rules",
+    );
     assert!(
         out.status.success(),
         "Prometheus disagrees with vigil's firing times:\n{}{}\nvigil: {firing:?}",

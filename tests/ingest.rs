@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::service::{Server, SseEvent, TOKEN, agent, bearer, follow, next_matching, statements};
 use super::stack;
+use super::support;
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -56,11 +57,10 @@ fn post_raw(server: &Server, path: &str, headers: &[(&str, &str)], body: &[u8]) 
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    let mut response = request.send(body).expect("the server answers");
-    let status = response.status().as_u16();
+    let (parts, mut body) = request.send(body).expect("the server answers").into_parts();
     (
-        status,
-        response.body_mut().read_to_string().unwrap_or_default(),
+        parts.status.as_u16(),
+        body.read_to_string().unwrap_or_default(),
     )
 }
 
@@ -240,15 +240,16 @@ fn remote_write_answers_429_with_retry_after_while_the_queries_are_behind() {
     ];
     let mut answers = Vec::new();
     for _ in 0..300 {
-        let mut response = agent(Some(WAIT))
+        let (parts, mut body) = agent(Some(WAIT))
             .post(server.url("/api/v1/write"))
             .header("authorization", auth.as_str())
             .header("content-encoding", "snappy")
             .send(&request[..])
-            .expect("the server answers");
-        let status = response.status().as_u16();
-        let retry = response.headers().get("retry-after").cloned();
-        let body = response.body_mut().read_to_string().unwrap_or_default();
+            .expect("the server answers")
+            .into_parts();
+        let status = parts.status.as_u16();
+        let retry = parts.headers.get("retry-after").cloned();
+        let body = body.read_to_string().unwrap_or_default();
         answers.push(status);
         if status == 429 {
             let retry = retry.expect("429 carries Retry-After");
@@ -342,11 +343,13 @@ fn a_windowed_aggregate_written_into_prometheus_reads_back_through_its_api() {
         prometheus.url("/api/v1/write")
     );
     std::fs::write(dir.path().join("rec.sql"), script).unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(["run", "rec.sql"])
-        .current_dir(dir.path())
-        .output()
-        .expect("vigil runs");
+    let run = support::run_within(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["run", "rec.sql"])
+            .current_dir(dir.path()),
+        Duration::from_secs(120),
+        "vigil run rec.sql (remote_write into Prometheus)",
+    );
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{stderr}");
     assert!(
@@ -376,50 +379,47 @@ fn a_windowed_aggregate_written_into_prometheus_reads_back_through_its_api() {
     assert_eq!(answer["data"]["result"][0]["value"][1], "20", "{answer}");
 }
 
-/// A Python with the OpenTelemetry SDK and its OTLP/HTTP exporter: the
-/// venv in `$HOME/.cache/vigil/otel-venv`, created (with pip from PyPI)
-/// when missing. Fails, saying why, when it cannot be made.
+/// The environment variable naming a Python with the OpenTelemetry SDK
+/// and its OTLP/HTTP exporter, for [`otel_python`].
+const OTEL_PYTHON_VAR: &str = "VIGIL_TEST_OTEL_PYTHON";
+
+/// A Python with the OpenTelemetry SDK and its OTLP/HTTP exporter:
+/// `$VIGIL_TEST_OTEL_PYTHON`, else the venv `.ci/run` makes in
+/// `$HOME/.cache/vigil/otel-venv` from `tests/requirements-otel.txt`. The
+/// test installs nothing (no network at test time): without that Python it
+/// fails with the line that makes it.
 fn otel_python() -> PathBuf {
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
-    let venv = home.join(".cache/vigil/otel-venv");
-    let python = venv.join("bin/python");
-    let ready = |python: &Path| {
-        Command::new(python)
-            .args([
-                "-c",
-                "import opentelemetry.sdk.metrics, opentelemetry.exporter.otlp.proto.http",
-            ])
-            .status()
-            .is_ok_and(|s| s.success())
+    const VENV: &str = "$HOME/.cache/vigil/otel-venv";
+    let python = match std::env::var_os(OTEL_PYTHON_VAR) {
+        Some(python) => PathBuf::from(python),
+        None => {
+            let home = std::env::var_os("HOME").expect("HOME is set");
+            PathBuf::from(home).join(".cache/vigil/otel-venv/bin/python")
+        }
     };
-    if ready(&python) {
-        return python;
-    }
-    std::fs::create_dir_all(venv.parent().unwrap()).unwrap();
-    let made = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .output()
-        .expect("python3 runs (this test needs python3 with venv)");
-    assert!(
-        made.status.success(),
-        "python3 -m venv failed: {}",
-        String::from_utf8_lossy(&made.stderr)
+    let install = format!(
+        "make it with (at the repository's root):\n  \
+         python3 -m venv {VENV} && {VENV}/bin/pip install -r tests/requirements-otel.txt\n\
+         or set {OTEL_PYTHON_VAR} to a Python with those packages"
     );
-    let pip = Command::new(venv.join("bin/pip"))
-        .args([
-            "install",
-            "--quiet",
-            "opentelemetry-sdk",
-            "opentelemetry-exporter-otlp-proto-http",
-        ])
-        .output()
-        .expect("pip runs");
     assert!(
-        pip.status.success() && ready(&python),
-        "pip could not install the OpenTelemetry SDK into {}: {}",
-        venv.display(),
-        String::from_utf8_lossy(&pip.stderr)
+        python.exists(),
+        "no Python for the OpenTelemetry test at {}; {install}",
+        python.display()
+    );
+    let check = support::run_within(
+        Command::new(&python).args([
+            "-c",
+            "import opentelemetry.sdk.metrics, opentelemetry.exporter.otlp.proto.http",
+        ]),
+        Duration::from_secs(60),
+        "python importing the OpenTelemetry SDK",
+    );
+    assert!(
+        check.status.success(),
+        "{} cannot import the OpenTelemetry SDK and its OTLP/HTTP exporter ({}); {install}",
+        python.display(),
+        String::from_utf8_lossy(&check.stderr).trim()
     );
     python
 }
@@ -464,13 +464,15 @@ fn the_opentelemetry_sdk_exporter_sends_rows_to_an_otlp_stream() {
         "SELECT name, job, instance, kind, temporality, value FROM otel",
     );
     std::fs::write(dir.path().join("send.py"), OTEL_SCRIPT).unwrap();
-    let sent = Command::new(&python)
-        .arg("send.py")
-        .arg(server.url("/v1/metrics"))
-        .arg(TOKEN)
-        .current_dir(dir.path())
-        .output()
-        .expect("the SDK script runs");
+    let sent = support::run_within(
+        Command::new(&python)
+            .arg("send.py")
+            .arg(server.url("/v1/metrics"))
+            .arg(TOKEN)
+            .current_dir(dir.path()),
+        Duration::from_secs(120),
+        "the OpenTelemetry SDK script send.py",
+    );
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&sent.stdout),

@@ -8,14 +8,19 @@ use std::fs;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+use crate::support::{self, Guarded};
 
 const HOSTS: usize = 6;
 /// Seconds of data per host, one row a second.
@@ -25,6 +30,12 @@ const SECONDS: usize = 3000;
 /// at the third is reached.
 const SPEED: usize = 1000;
 const T0: i64 = 1_700_000_000_000;
+/// The longest a `vigil run` of these tests may take.
+const RUN_LIMIT: Duration = Duration::from_secs(120);
+/// The longest the producer's queue may stay full.
+const SEND_LIMIT: Duration = Duration::from_secs(60);
+/// The longest a member may take to leave its group on SIGTERM.
+const LEAVE_LIMIT: Duration = Duration::from_secs(120);
 
 /// A mock cluster with topic `metrics` (3 partitions) and `out` (1).
 fn cluster() -> MockCluster<'static, rdkafka::producer::DefaultProducerContext> {
@@ -41,6 +52,34 @@ pub(crate) fn producer(bootstrap: &str) -> BaseProducer {
         .unwrap()
 }
 
+/// Queues `record`, waiting while the producer's queue is full, at most
+/// [`SEND_LIMIT`]; any other refusal fails at once.
+fn queue(producer: &BaseProducer, mut record: BaseRecord<'_, str, str>) {
+    let deadline = Instant::now() + SEND_LIMIT;
+    loop {
+        match producer.send(record) {
+            Ok(()) => return,
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "the producer's queue stayed full for {SEND_LIMIT:?} (topic {})",
+                    back.topic
+                );
+                record = back;
+                producer.poll(Duration::from_millis(20));
+            }
+            Err((e, back)) => panic!("producing to {}: {e}", back.topic),
+        }
+    }
+}
+
+/// Waits until `producer` has delivered every message it queued.
+fn flush(producer: &BaseProducer) {
+    producer
+        .flush(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("the producer did not deliver its messages within 60 s: {e}"));
+}
+
 fn cpu(host: usize, second: usize) -> usize {
     (host * 7 + second * 13) % 100
 }
@@ -49,17 +88,12 @@ fn cpu(host: usize, second: usize) -> usize {
 /// and three messages that do not decode.
 fn produce_metrics(bootstrap: &str) {
     let producer = producer(bootstrap);
-    let send = |key: &str, payload: Option<&str>| loop {
+    let send = |key: &str, payload: Option<&str>| {
         let mut record = BaseRecord::<str, str>::to("metrics").key(key);
         if let Some(p) = payload {
             record = record.payload(p);
         }
-        match producer.send(record) {
-            Ok(()) => break,
-            Err(_) => {
-                producer.poll(Duration::from_millis(20));
-            }
-        }
+        queue(&producer, record);
     };
     for second in 0..SECONDS {
         for host in 0..HOSTS {
@@ -76,7 +110,7 @@ fn produce_metrics(bootstrap: &str) {
             send("h2", None);
         }
     }
-    producer.flush(Duration::from_secs(30)).unwrap();
+    flush(&producer);
 }
 
 /// What the query must give: per host and minute, the rows and their cpu
@@ -85,7 +119,9 @@ fn expected() -> BTreeMap<(String, i64), (u64, u64)> {
     expected_hosts(HOSTS, SECONDS)
 }
 
-/// Every message of `topic` a read_committed consumer sees: (key, value).
+/// Every message of partition 0 of `topic` a read_committed consumer
+/// sees, up to the partition's end when called: (key, value). Fails when
+/// the end is not reached within a minute.
 fn read_topic(bootstrap: &str, topic: &str) -> Vec<(Option<String>, String)> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -94,16 +130,25 @@ fn read_topic(bootstrap: &str, topic: &str) -> Vec<(Option<String>, String)> {
         .set("enable.auto.commit", "false")
         .create()
         .unwrap();
-    let (_, high) = consumer
+    let (low, high) = consumer
         .fetch_watermarks(topic, 0, Duration::from_secs(10))
-        .unwrap();
+        .unwrap_or_else(|e| panic!("the end of {topic}: {e}"));
+    if high <= low {
+        return Vec::new();
+    }
     let mut list = TopicPartitionList::new();
     list.add_partition_offset(topic, 0, Offset::Beginning)
         .unwrap();
     consumer.assign(&list).unwrap();
     let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
+    let limit = Duration::from_secs(60);
+    let deadline = Instant::now() + limit;
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "read {} messages of {topic} in {limit:?}, not up to its end at offset {high}",
+            out.len()
+        );
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => out.push((
                 m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
@@ -181,6 +226,8 @@ fn with_metrics(
     (cluster, bootstrap, dir)
 }
 
+/// Runs `vigil run q.sql` with checkpoints in `dir` to its end, armed at
+/// crash point `crash_at`.
 fn vigil_run(dir: &Path, crash_at: Option<&str>) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
     command
@@ -197,30 +244,20 @@ fn vigil_run(dir: &Path, crash_at: Option<&str>) -> Output {
     if let Some(point) = crash_at {
         command.env("VIGIL_CRASH_AT", point);
     }
-    output_within(command, Duration::from_secs(120))
+    let what = match crash_at {
+        Some(point) => format!("vigil run with checkpoints, armed at {point}"),
+        None => "vigil run with checkpoints".to_string(),
+    };
+    support::run_within(&mut command, RUN_LIMIT, &what)
 }
 
-/// Runs `command` to its end, which must come within `limit`.
-fn output_within(mut command: Command, limit: Duration) -> Output {
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("vigil runs");
-    let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "vigil did not end within {limit:?}:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().unwrap()
+/// Runs `vigil run q.sql` plus `args` in `dir` to its end, within
+/// [`RUN_LIMIT`].
+fn run_script(dir: &Path, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
+    command.current_dir(dir).args(["run", "q.sql"]).args(args);
+    let what = format!("vigil run q.sql {}", args.join(" "));
+    support::run_within(&mut command, RUN_LIMIT, what.trim_end())
 }
 
 #[test]
@@ -315,7 +352,7 @@ fn a_kafka_topic_is_a_control_stream() {
             format!(r#"{{"ts": {ts}, "word": "{word}"}}"#),
         );
     }
-    producer.flush(Duration::from_secs(30)).unwrap();
+    flush(&producer);
     let dir = tempfile::tempdir().unwrap();
     let read = |topic: &str| {
         format!(
@@ -337,7 +374,7 @@ fn a_kafka_topic_is_a_control_stream() {
     command
         .current_dir(dir.path())
         .args(["run", "q.sql", "--format", "csv"]);
-    let out = output_within(command, Duration::from_secs(60));
+    let out = support::run_within(&mut command, RUN_LIMIT, "vigil run of the control stream");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -363,9 +400,7 @@ fn a_stream_that_starts_at_the_end_of_its_topic_ends_at_once() {
         ),
     )
     .unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
-    command.current_dir(dir.path()).args(["run", "q.sql"]);
-    let out = output_within(command, Duration::from_secs(30));
+    let out = run_script(dir.path(), &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("rows=0 bad=0"), "{stderr}");
@@ -377,9 +412,7 @@ fn exactly_once_without_checkpoints_is_refused() {
     let bootstrap = cluster.bootstrap_servers();
     let dir = tempfile::tempdir().unwrap();
     script(dir.path(), &bootstrap, "exactly_once");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
-    command.current_dir(dir.path()).args(["run", "q.sql"]);
-    let out = output_within(command, Duration::from_secs(120));
+    let out = run_script(dir.path(), &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
@@ -391,9 +424,7 @@ fn exactly_once_without_checkpoints_is_refused() {
 #[test]
 fn at_least_once_writes_every_result_without_checkpoints() {
     let (_cluster, bootstrap, dir) = with_metrics("at_least_once");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
-    command.current_dir(dir.path()).args(["run", "q.sql"]);
-    let out = output_within(command, Duration::from_secs(120));
+    let out = run_script(dir.path(), &[]);
     assert!(
         out.status.success(),
         "{}",
@@ -475,14 +506,34 @@ fn at_least_once_sends_again_the_results_that_timed_out_while_the_broker_was_dow
     )
     .unwrap();
     sink_cluster.broker_down(1).unwrap();
+    let stderr_path = dir.path().join("stderr.txt");
     let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
-    command.current_dir(dir.path()).args(["run", "q.sql"]);
-    let run = std::thread::spawn(move || output_within(command, Duration::from_secs(120)));
-    std::thread::sleep(Duration::from_secs(4));
+    command
+        .current_dir(dir.path())
+        .args(["run", "q.sql"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&stderr_path).unwrap());
+    let mut run = support::spawn(&mut command, "vigil run with its sink's broker down");
+    let stderr = || fs::read_to_string(&stderr_path).unwrap_or_default();
+    // The broker comes back once the sink reports a result whose delivery
+    // timed out.
+    let timed_out = wait_until(RUN_LIMIT, || {
+        if let Some(status) = run.try_wait().unwrap() {
+            panic!(
+                "vigil ended ({status}) while the broker was down:\n{}",
+                stderr()
+            );
+        }
+        stderr()
+            .lines()
+            .any(|l| l.contains("was not delivered") && l.contains("timed out"))
+    });
+    assert!(timed_out, "no delivery timed out:\n{}", stderr());
     sink_cluster.broker_up(1).unwrap();
-    let out = run.join().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let status = run.wait_within(RUN_LIMIT);
+    let stderr = stderr();
+    assert!(status.success(), "{stderr}");
     assert!(stderr.contains("timed out"), "{stderr}");
     assert_every_result(&read_topic(&sink_bootstrap, "out"), &stderr);
 }
@@ -524,29 +575,26 @@ fn an_unreachable_broker_is_reported_and_waited_for() {
     )
     .unwrap();
     let stderr_path = dir.path().join("stderr.txt");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .current_dir(dir.path())
-        .args(["run", "q.sql"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(&stderr_path).unwrap())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut warned = false;
-    while Instant::now() < deadline && !warned {
-        std::thread::sleep(Duration::from_millis(200));
+    let mut child = support::spawn(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .current_dir(dir.path())
+            .args(["run", "q.sql"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&stderr_path).unwrap()),
+        "vigil run with an unreachable broker",
+    );
+    let warned = wait_until(Duration::from_secs(60), || {
         assert!(
             child.try_wait().unwrap().is_none(),
             "vigil ended: {}",
             fs::read_to_string(&stderr_path).unwrap()
         );
-        warned = fs::read_to_string(&stderr_path)
+        fs::read_to_string(&stderr_path)
             .unwrap()
-            .contains("stream metrics: kafka:");
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+            .contains("stream metrics: kafka:")
+    });
+    child.kill_group();
     assert!(
         warned,
         "no warning: {}",
@@ -578,7 +626,7 @@ fn a_live_topic_fires_windows_while_a_partition_stays_empty() {
         }
         producer.poll(Duration::ZERO);
     }
-    producer.flush(Duration::from_secs(30)).unwrap();
+    flush(&producer);
     let dir = tempfile::tempdir().unwrap();
     fs::write(
         dir.path().join("q.sql"),
@@ -593,29 +641,44 @@ fn a_live_topic_fires_windows_while_a_partition_stays_empty() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .current_dir(dir.path())
-        .args(["run", "q.sql"])
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let stderr_path = dir.path().join("stderr.txt");
+    let mut child = support::spawn(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .current_dir(dir.path())
+            .args(["run", "q.sql"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&stderr_path).unwrap()),
+        "vigil run of a live topic",
+    );
+    let stderr = || fs::read_to_string(&stderr_path).unwrap_or_default();
     // The data runs from 22:13:20 to 22:23:19: the watermark reaches
     // 22:23:14 and closes the windows from 22:13 to 22:22, 10 per host.
     let out = dir.path().join("out.csv");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut rows = 0;
-    while Instant::now() < deadline && rows < 20 {
-        std::thread::sleep(Duration::from_millis(200));
-        rows = fs::read_to_string(&out).map_or(0, |t| t.lines().count().saturating_sub(1));
-    }
-    // Nothing more comes: the last window stays open.
-    std::thread::sleep(Duration::from_millis(500));
-    rows = fs::read_to_string(&out).map_or(0, |t| t.lines().count().saturating_sub(1));
+    let rows = || fs::read_to_string(&out).map_or(0, |t| t.lines().count().saturating_sub(1));
+    let fired = wait_until(Duration::from_secs(60), || {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "vigil ended:\n{}",
+            stderr()
+        );
+        rows() >= 20
+    });
+    assert!(fired, "{} rows:\n{}", rows(), stderr());
+    // Nothing more comes: the last window stays open. Stopped by SIGTERM,
+    // vigil fires no open window and its sink keeps every row fired
+    // before: the file then holds all the run gave while live.
     assert!(child.try_wait().unwrap().is_none(), "vigil ended");
-    child.kill().unwrap();
-    child.wait().unwrap();
-    assert_eq!(rows, 20, "{}", fs::read_to_string(&out).unwrap_or_default());
+    child.signal(libc::SIGTERM);
+    let status = child.wait_within(LEAVE_LIMIT);
+    assert!(status.success(), "{status}\n{}", stderr());
+    assert!(stderr().contains("vigil: stopped by"), "{}", stderr());
+    assert_eq!(
+        rows(),
+        20,
+        "{}",
+        fs::read_to_string(&out).unwrap_or_default()
+    );
 }
 
 /// Rows of `hosts` hosts for seconds `from..to`, keyed by host (so a host
@@ -630,20 +693,16 @@ pub(crate) fn produce_hosts(bootstrap: &str, hosts: usize, seconds: std::ops::Ra
                 cpu(host, second)
             );
             let key = format!("h{host}");
-            while producer
-                .send(
-                    BaseRecord::<str, str>::to("metrics")
-                        .key(&key)
-                        .payload(&row),
-                )
-                .is_err()
-            {
-                producer.poll(Duration::from_millis(20));
-            }
+            queue(
+                &producer,
+                BaseRecord::to("metrics")
+                    .key(key.as_str())
+                    .payload(row.as_str()),
+            );
         }
         producer.poll(Duration::ZERO);
     }
-    producer.flush(Duration::from_secs(30)).unwrap();
+    flush(&producer);
 }
 
 /// One row per partition an hour after the data, so that every window of
@@ -661,7 +720,7 @@ pub(crate) fn produce_closing_rows(bootstrap: &str, partitions: i32, second: usi
             )
             .unwrap();
     }
-    producer.flush(Duration::from_secs(30)).unwrap();
+    flush(&producer);
 }
 
 /// What the query gives over [`produce_hosts`]' rows of `0..seconds`.
@@ -685,59 +744,86 @@ pub(crate) fn data_results(bootstrap: &str) -> BTreeMap<(String, i64), (u64, u64
     got
 }
 
-/// A member process, killed when dropped: a test that fails leaves none
-/// running (they would wait for the brokers the test took with it).
-pub(crate) struct Member(std::process::Child);
-
-impl std::ops::Deref for Member {
-    type Target = std::process::Child;
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Member {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.0
-    }
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
 /// Starts `vigil run q.sql --group cpu --checkpoint-dir ck` in `dir`, its
-/// stderr in `<name>.stderr`.
-pub(crate) fn member(dir: &Path, name: &str) -> Member {
+/// stderr in `<name>.stderr`. The member is killed when the value is
+/// dropped: a test that fails leaves none running (they would wait for
+/// the brokers the test took with it).
+pub(crate) fn member(dir: &Path, name: &str) -> Guarded {
     // Set, it keeps that many checkpoints per query, for a failure's
     // evidence.
     let keep = std::env::var("VIGIL_TEST_KEEP_CHECKPOINTS").unwrap_or_else(|_| "3".into());
-    let child = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .current_dir(dir)
-        .args([
-            "run",
-            "q.sql",
-            "--group",
-            "cpu",
-            "--checkpoint-dir",
-            "ck",
-            "--checkpoint-interval",
-            "200ms",
-            "--keep-checkpoints",
-            &keep,
-        ])
-        .env_remove("VIGIL_CRASH_AT")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(dir.join(format!("{name}.stderr"))).unwrap())
-        .spawn()
+    support::spawn(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .current_dir(dir)
+            .args([
+                "run",
+                "q.sql",
+                "--group",
+                "cpu",
+                "--checkpoint-dir",
+                "ck",
+                "--checkpoint-interval",
+                "200ms",
+                "--keep-checkpoints",
+                &keep,
+            ])
+            .env_remove("VIGIL_CRASH_AT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(dir.join(format!("{name}.stderr"))).unwrap()),
+        &format!("group member {name}"),
+    )
+}
+
+/// Member `name`'s stderr so far.
+fn member_stderr(dir: &Path, name: &str) -> String {
+    fs::read_to_string(dir.join(format!("{name}.stderr"))).unwrap_or_default()
+}
+
+/// Stops member `name` with SIGTERM: it must leave within [`LEAVE_LIMIT`]
+/// and end well. Gives its stderr.
+fn terminate(dir: &Path, name: &str, child: &mut Guarded) -> String {
+    child.signal(libc::SIGTERM);
+    let status = child.wait_within(LEAVE_LIMIT);
+    let stderr = member_stderr(dir, name);
+    assert!(status.success(), "{name}: {status}\n{stderr}");
+    stderr
+}
+
+/// The end (next offset) of each of the `partitions` of `topic`.
+fn topic_ends(bootstrap: &str, topic: &str, partitions: i32) -> Vec<i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
         .unwrap();
-    Member(child)
+    (0..partitions)
+        .map(|p| {
+            consumer
+                .fetch_watermarks(topic, p, Duration::from_secs(10))
+                .unwrap_or_else(|e| panic!("the end of {topic} partition {p}: {e}"))
+                .1
+        })
+        .collect()
+}
+
+/// The partitions the member with process id `pid` says it runs, in its
+/// status file under `ck/groups/cpu`.
+fn member_partitions(ck: &Path, pid: u32) -> Vec<i32> {
+    let suffix = format!("-{pid}.json");
+    fs::read_dir(ck.join("groups/cpu"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|f| f.file_name().to_string_lossy().ends_with(&suffix))
+        .filter_map(|f| fs::read_to_string(f.path()).ok())
+        .filter_map(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .flat_map(|status| {
+            let partitions = status["partitions"].as_array().cloned().unwrap_or_default();
+            partitions
+                .into_iter()
+                .filter_map(|p| p.as_i64().map(|p| p as i32))
+        })
+        .collect()
 }
 
 /// The stream options of one process reading the whole topic once.
@@ -756,18 +842,152 @@ fn run_alone(script: &str) {
     );
 }
 
-/// Waits until `count` gives the same number twice 3 s apart, for at most
-/// 60 s: the group has handed on what it had.
-fn wait_for_quiet(mut count: impl FnMut() -> usize) {
-    let mut last = count();
-    for _ in 0..20 {
-        std::thread::sleep(Duration::from_secs(3));
-        let now = count();
-        if now == last {
-            return;
+/// The complete checkpoints of every query folder under `ck` (not the
+/// groups' status folder), oldest first: (id, manifest). One removed by
+/// retention while it is read is left out.
+fn complete_checkpoints(ck: &Path) -> BTreeMap<String, Vec<(u64, serde_json::Value)>> {
+    let mut queries = BTreeMap::new();
+    for query in fs::read_dir(ck).into_iter().flatten().flatten() {
+        let folder = query.file_name().to_string_lossy().into_owned();
+        if folder == "groups" || !query.path().is_dir() {
+            continue;
         }
-        last = now;
+        let mut complete: Vec<(u64, serde_json::Value)> = fs::read_dir(query.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|c| {
+                let id = c.file_name().to_str()?.strip_prefix("chk-")?.parse().ok()?;
+                let text = fs::read_to_string(c.path().join("manifest.json")).ok()?;
+                Some((id, serde_json::from_str(&text).ok()?))
+            })
+            .collect();
+        complete.sort_by_key(|(id, _)| *id);
+        queries.insert(folder, complete);
     }
+    queries
+}
+
+/// The query a checkpoint folder is named after (`q%2Eq1-p0`: `q.q1-p0`).
+fn query_of_folder(folder: &str) -> String {
+    let mut bytes = Vec::new();
+    let mut rest = folder.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        match (b, tail.get(..2).and_then(|h| std::str::from_utf8(h).ok())) {
+            (b'%', Some(hex)) if u8::from_str_radix(hex, 16).is_ok() => {
+                bytes.push(u8::from_str_radix(hex, 16).unwrap());
+                rest = &tail[2..];
+            }
+            _ => {
+                bytes.push(b);
+                rest = tail;
+            }
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The topic and partitions the query of checkpoint folder `folder` reads
+/// in group `cpu` over the `partitions` of topic `metrics`: a part per
+/// partition (`-p<n>`) reads partition n of `metrics`; the part after a
+/// re-partitioning (`-r<n>`) partition n of its exchange; the part over
+/// every key (`-global`) every partition of its exchange.
+fn reads(folder: &str, partitions: i32) -> Option<(String, Vec<i32>)> {
+    let query = query_of_folder(folder);
+    if let Some(base) = query.strip_suffix("-global") {
+        return Some((format!("cpu-{base}-global"), (0..partitions).collect()));
+    }
+    let (base, part) = query.rsplit_once('-')?;
+    let (kind, n) = part.split_at(1);
+    let n: i32 = n.parse().ok()?;
+    match kind {
+        "p" => Some(("metrics".into(), vec![n])),
+        "r" => Some((format!("cpu-{base}-repartition"), vec![n])),
+        _ => None,
+    }
+}
+
+/// What keeps group `cpu` (its checkpoints under `ck`, its brokers at
+/// `ends`' cluster) from having committed all it was given: empty once
+/// every query's two newest complete checkpoints record the same source
+/// positions, at the end of the partitions it reads. A sink commits a
+/// checkpoint's transaction before it takes the next barrier, so the
+/// older of the two had its results committed, and with nothing read
+/// since, the transactions after it hold no rows (no query here fires on
+/// processing time). `partitions` is the data topic's.
+fn uncommitted(ck: &Path, ends: &BaseConsumer, partitions: i32) -> Vec<String> {
+    let mut missing = Vec::new();
+    let checkpoints = complete_checkpoints(ck);
+    for p in 0..partitions {
+        if !checkpoints.keys().any(|f| f.ends_with(&format!("-p{p}"))) {
+            missing.push(format!(
+                "partition {p}: no pipeline has a checkpoint folder yet"
+            ));
+        }
+    }
+    for (folder, complete) in &checkpoints {
+        let [.., (older, before), (newest, last)] = complete.as_slice() else {
+            missing.push(format!("{folder}: fewer than two complete checkpoints"));
+            continue;
+        };
+        if before["sources"] != last["sources"] {
+            missing.push(format!(
+                "{folder}: still reading (checkpoints {older} and {newest} differ)"
+            ));
+            continue;
+        }
+        let Some((topic, read)) = reads(folder, partitions) else {
+            continue;
+        };
+        let sources = last["sources"].as_array().cloned().unwrap_or_default();
+        for p in read {
+            let (_, high) = match ends.fetch_watermarks(&topic, p, Duration::from_secs(10)) {
+                Ok(ends) => ends,
+                Err(e) => {
+                    missing.push(format!("{folder}: the end of {topic} partition {p}: {e}"));
+                    continue;
+                }
+            };
+            let at = sources
+                .iter()
+                .find_map(|s| s["position"]["extra"]["offsets"][p.to_string()].as_i64())
+                .unwrap_or(0);
+            if at != high {
+                missing.push(format!(
+                    "{folder}: checkpoint {newest} read {topic} partition {p} to {at}, not to its end {high}"
+                ));
+            }
+        }
+    }
+    missing
+}
+
+/// Waits until group `cpu` with its checkpoints in `dir/ck` has committed
+/// all it was given (see [`uncommitted`]), at most 90 s; `stderr` gives
+/// the members' output for the failure.
+///
+/// Why the tests wait for this before they SIGKILL or SIGSTOP a member:
+/// librdkafka's mock brokers do not implement read_committed (a reader
+/// sees a killed producer's open transaction), so a member must not be
+/// stopped with rows in an open transaction.
+fn wait_until_committed(dir: &Path, bootstrap: &str, partitions: i32, stderr: impl Fn() -> String) {
+    let ends: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    let ck = dir.join("ck");
+    let limit = Duration::from_secs(90);
+    let mut missing = Vec::new();
+    let committed = wait_until(limit, || {
+        missing = uncommitted(&ck, &ends, partitions);
+        missing.is_empty()
+    });
+    assert!(
+        committed,
+        "the group had not committed all it read within {limit:?}:\n{}\n{}",
+        missing.join("\n"),
+        stderr()
+    );
 }
 
 /// Waits until `done` holds, for at most `limit`.
@@ -858,24 +1078,27 @@ fn a_group_of_processes_shares_a_topic_and_survives_a_sigkill() {
     // Under load the group may still be settling (a member's status
     // shows no partitions between a revocation and the next assignment).
     let list = || {
-        let out = Command::new(env!("CARGO_BIN_EXE_vigil"))
-            .current_dir(dir.path())
-            .args(["group", "cpu", "--checkpoint-dir", "ck"])
-            .output()
-            .unwrap();
+        let out = support::run_within(
+            Command::new(env!("CARGO_BIN_EXE_vigil"))
+                .current_dir(dir.path())
+                .args(["group", "cpu", "--checkpoint-dir", "ck"]),
+            RUN_LIMIT,
+            "vigil group cpu",
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let held = |listing: &str| listing.lines().filter(|l| l.contains(" ago")).count();
     let settled = wait_until(Duration::from_secs(30), || held(&list()) == 6);
     let listing = list();
     assert!(settled, "every partition held once:\n{listing}");
-    // SIGKILL once the first half's results stop coming: librdkafka's
+    // SIGKILL once the first half's results are committed: librdkafka's
     // mock brokers do not implement read_committed (they show a killed
     // producer's open transaction), so the kill must not land in a
     // transaction with rows.
-    wait_for_quiet(|| data_results(&bootstrap).len());
-    a.kill().unwrap();
-    a.wait().unwrap();
+    wait_until_committed(dir.path(), &bootstrap, 6, || {
+        format!("a:\n{}\nb:\n{}", stderr("a"), stderr("b"))
+    });
+    a.kill_group();
     let mut c = member(dir.path(), "c");
     produce_hosts(&bootstrap, GROUP_HOSTS, HALF..SECONDS);
     produce_closing_rows(&bootstrap, 6, SECONDS);
@@ -901,15 +1124,9 @@ fn a_group_of_processes_shares_a_topic_and_survives_a_sigkill() {
     let alerts = alert_rows(&bootstrap, "alerts");
     assert!(alerts.len() > 20, "{alerts:?}");
     assert_eq!(alerts, alert_rows(&bootstrap, "alone_alerts"));
-    for (name, child) in [("b", &mut *b), ("c", &mut *c)] {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
-        let status = child.wait().unwrap();
-        assert!(status.success(), "{name}: {status}\n{}", stderr(name));
-        assert!(stderr(name).contains("left group cpu"), "{}", stderr(name));
+    for (name, child) in [("b", &mut b), ("c", &mut c)] {
+        let stderr = terminate(dir.path(), name, child);
+        assert!(stderr.contains("left group cpu"), "{stderr}");
     }
 }
 
@@ -933,6 +1150,7 @@ fn a_member_that_leaves_while_rows_flow_hands_its_partitions_on_at_a_checkpoint(
     )
     .unwrap();
     produce_hosts(&bootstrap, GROUP_HOSTS, 0..CHUNK);
+    let first_chunk = topic_ends(&bootstrap, "metrics", 6);
     let mut a = member(dir.path(), "a");
     let mut b = member(dir.path(), "b");
     let stderr =
@@ -941,23 +1159,48 @@ fn a_member_that_leaves_while_rows_flow_hands_its_partitions_on_at_a_checkpoint(
         stderr("a").contains("pipeline started") && stderr("b").contains("pipeline started")
     });
     assert!(both_run, "a:\n{}\nb:\n{}", stderr("a"), stderr("b"));
-    // A minute of event time every 100 ms, while `a` leaves.
+    // A minute of event time every 100 ms, while `a` leaves. The last ten
+    // minutes wait until `a` was told to leave, so that rows still come
+    // after it was, however slow the machine.
+    let told = Arc::new(AtomicBool::new(false));
     let producing = {
         let bootstrap = bootstrap.clone();
+        let told = told.clone();
         std::thread::spawn(move || {
             for from in (CHUNK..SECONDS).step_by(CHUNK) {
+                if from == SECONDS - 10 * CHUNK {
+                    support::wait_until("member a to be told to leave", RUN_LIMIT, || {
+                        told.load(Ordering::Relaxed).then_some(())
+                    });
+                }
                 produce_hosts(&bootstrap, GROUP_HOSTS, from..from + CHUNK);
                 std::thread::sleep(Duration::from_millis(100));
             }
         })
     };
-    std::thread::sleep(Duration::from_secs(2));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(a.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let status = a.wait().unwrap();
+    // `a` leaves once a pipeline of its has checkpointed rows produced
+    // after the first minute: rows flow through it.
+    let pid = a.id();
+    let flowing = wait_until(Duration::from_secs(60), || {
+        let checkpoints = complete_checkpoints(&dir.path().join("ck"));
+        member_partitions(&dir.path().join("ck"), pid)
+            .iter()
+            .any(|&p| {
+                checkpoints
+                    .iter()
+                    .filter(|(folder, _)| folder.ends_with(&format!("-p{p}")))
+                    .filter_map(|(_, complete)| complete.last())
+                    .any(|(_, manifest)| {
+                        manifest["sources"][0]["position"]["extra"]["offsets"][p.to_string()]
+                            .as_i64()
+                            .is_some_and(|at| at > first_chunk[p as usize])
+                    })
+            })
+    });
+    assert!(flowing, "no rows flow through a:\n{}", stderr("a"));
+    a.signal(libc::SIGTERM);
+    told.store(true, Ordering::Relaxed);
+    let status = a.wait_within(LEAVE_LIMIT);
     assert!(status.success(), "a: {status}\n{}", stderr("a"));
     assert!(
         stderr("a").contains("pipeline stopped at a checkpoint")
@@ -974,12 +1217,7 @@ fn a_member_that_leaves_while_rows_flow_hands_its_partitions_on_at_a_checkpoint(
     assert!(complete, "results missing\nb:\n{}", stderr("b"));
     // Every result once (`results` checks), none missing, none wrong.
     assert_eq!(data_results(&bootstrap), want);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(b.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    assert!(b.wait().unwrap().success(), "{}", stderr("b"));
+    terminate(dir.path(), "b", &mut b);
 }
 
 /// A member that stalls longer than its session (SIGSTOP) loses its
@@ -1013,18 +1251,21 @@ fn a_member_that_stalls_past_its_session_gives_its_partitions_up_and_goes_on() {
         data_results(&bootstrap).len() >= first_half
     });
     assert!(both_run, "a:\n{}\nb:\n{}", stderr("a"), stderr("b"));
-    wait_for_quiet(|| data_results(&bootstrap).len());
+    // Stopped with rows in an open transaction, `a` would leave them for
+    // the mock brokers' readers to see (no read_committed there).
+    wait_until_committed(dir.path(), &bootstrap, 6, || {
+        format!("a:\n{}\nb:\n{}", stderr("a"), stderr("b"))
+    });
     let count = |name: &str, what: &str| stderr(name).matches(what).count();
     let held_by_a = count("a", "pipeline started") - count("a", "pipeline stopped");
     let started_by_b = count("b", "pipeline started");
     assert!(held_by_a > 0, "a:\n{}\nb:\n{}", stderr("a"), stderr("b"));
-    let pid = nix::unistd::Pid::from_raw(a.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    a.signal(libc::SIGSTOP);
     // b takes a's partitions once a's session (6 s) is over.
     let taken = wait_until(Duration::from_secs(60), || {
         count("b", "pipeline started") >= started_by_b + held_by_a
     });
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    a.signal(libc::SIGCONT);
     assert!(taken, "b:\n{}", stderr("b"));
     let lost = wait_until(Duration::from_secs(30), || {
         stderr("a").contains("lost (this member's session timed out)")
@@ -1045,14 +1286,8 @@ fn a_member_that_stalls_past_its_session_gives_its_partitions_up_and_goes_on() {
     );
     // Every result once (`results` checks), none missing, none wrong.
     assert_eq!(data_results(&bootstrap), want);
-    for (name, child) in [("a", &mut *a), ("b", &mut *b)] {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
-        let status = child.wait().unwrap();
-        assert!(status.success(), "{name}: {status}\n{}", stderr(name));
+    for (name, child) in [("a", &mut a), ("b", &mut b)] {
+        terminate(dir.path(), name, child);
     }
 }
 
@@ -1094,16 +1329,7 @@ fn a_group_refuses_queries_it_would_answer_in_part() {
     ] {
         fs::write(dir.path().join("l.csv"), "ts,host\n").unwrap();
         fs::write(dir.path().join("q.sql"), format!("{stream}\n{query}")).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
-        command.current_dir(dir.path()).args([
-            "run",
-            "q.sql",
-            "--group",
-            "g",
-            "--checkpoint-dir",
-            "ck",
-        ]);
-        let out = output_within(command, Duration::from_secs(30));
+        let out = run_script(dir.path(), &["--group", "g", "--checkpoint-dir", "ck"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{stderr}");
         assert!(stderr.contains(want), "{stderr}");
@@ -1127,20 +1353,16 @@ fn produce_scattered(
                 cpu(host, second)
             );
             let partition = ((host + second) % partitions) as i32;
-            while producer
-                .send(
-                    BaseRecord::<str, str>::to("metrics")
-                        .partition(partition)
-                        .payload(&row),
-                )
-                .is_err()
-            {
-                producer.poll(Duration::from_millis(20));
-            }
+            queue(
+                &producer,
+                BaseRecord::to("metrics")
+                    .partition(partition)
+                    .payload(row.as_str()),
+            );
         }
         producer.poll(Duration::ZERO);
     }
-    producer.flush(Duration::from_secs(30)).unwrap();
+    flush(&producer);
 }
 
 #[test]
@@ -1192,11 +1414,13 @@ fn a_group_re_partitions_a_topic_keyed_otherwise_than_its_query() {
         stderr("a"),
         stderr("b")
     );
-    // SIGKILL once quiet: the mock brokers show a killed producer's open
-    // transaction (no read_committed), so it must hold no rows.
-    wait_for_quiet(|| data_results(&bootstrap).len());
-    a.kill().unwrap();
-    a.wait().unwrap();
+    // SIGKILL once all is committed: the mock brokers show a killed
+    // producer's open transaction (no read_committed), so it must hold no
+    // rows.
+    wait_until_committed(dir.path(), &bootstrap, 6, || {
+        format!("a:\n{}\nb:\n{}", stderr("a"), stderr("b"))
+    });
+    a.kill_group();
     let mut c = member(dir.path(), "c");
     produce_scattered(&bootstrap, GROUP_HOSTS, 6, HALF..SECONDS_HERE);
     produce_closing_rows(&bootstrap, 6, SECONDS_HERE);
@@ -1214,14 +1438,8 @@ fn a_group_re_partitions_a_topic_keyed_otherwise_than_its_query() {
     );
     // Every result once (`results` checks), none missing, none wrong.
     assert_eq!(data_results(&bootstrap), want);
-    for (name, child) in [("b", &mut *b), ("c", &mut *c)] {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
-        let status = child.wait().unwrap();
-        assert!(status.success(), "{name}: {status}\n{}", stderr(name));
+    for (name, child) in [("b", &mut b), ("c", &mut c)] {
+        terminate(dir.path(), name, child);
     }
 }
 
@@ -1323,17 +1541,15 @@ fn a_group_answers_queries_over_every_key_once_whatever_its_processes() {
         stderr("a"),
         stderr("b")
     );
-    // SIGKILL once the first half's results stop coming: librdkafka's mock
-    // brokers do not implement read_committed (they show a killed
-    // producer's open transaction), so the kill must not land in a
-    // transaction with rows. With the first half read, every pipeline only
-    // commits empty ones.
-    wait_for_quiet(|| {
-        data_rows(&bootstrap, "totals", SECONDS_HERE).len()
-            + data_rows(&bootstrap, "peers", SECONDS_HERE).len()
+    // SIGKILL once the first half's results are committed, through the
+    // exchanges too: librdkafka's mock brokers do not implement
+    // read_committed (they show a killed producer's open transaction), so
+    // the kill must not land in a transaction with rows. With the first
+    // half read, every pipeline only commits empty ones.
+    wait_until_committed(dir.path(), &bootstrap, 6, || {
+        format!("a:\n{}\nb:\n{}", stderr("a"), stderr("b"))
     });
-    a.kill().unwrap();
-    a.wait().unwrap();
+    a.kill_group();
     let mut c = member(dir.path(), "c");
     produce_hosts(&bootstrap, GROUP_HOSTS, HALF..SECONDS_HERE);
     produce_closing_rows(&bootstrap, 6, SECONDS_HERE);
@@ -1391,7 +1607,7 @@ fn a_group_answers_queries_over_every_key_once_whatever_its_processes() {
             exchange_positions(&dir.path().join("ck"))
         );
         for member in [&mut b, &mut c] {
-            let _ = member.kill();
+            member.kill_group();
         }
         let kept = keep_evidence(
             dir,
@@ -1402,14 +1618,8 @@ fn a_group_answers_queries_over_every_key_once_whatever_its_processes() {
         );
         panic!("{said}\nthe exchange's messages: {kept}");
     }
-    for (name, child) in [("b", &mut *b), ("c", &mut *c)] {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
-        let status = child.wait().unwrap();
-        assert!(status.success(), "{name}: {status}\n{}", stderr(name));
+    for (name, child) in [("b", &mut b), ("c", &mut c)] {
+        terminate(dir.path(), name, child);
     }
 }
 
@@ -1521,6 +1731,13 @@ fn keep_evidence(
                     "{at} {} rows={rows} {}",
                     headers.join(" "),
                     marked.join("; ")
+                ));
+            }
+            // Evidence for a failure already reported: what was read is
+            // kept, and said to be partial.
+            if next < high {
+                lines.push(format!(
+                    "p{p}: read to offset {next} of {high} within 30 s, the rest is missing here"
                 ));
             }
         }

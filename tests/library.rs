@@ -41,7 +41,11 @@ fn run_script(dir: &Path, sql: &str) -> Vec<Vec<RecordBatch>> {
         }
     }
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    runtime.block_on(run(queries)).expect("runs");
+    let limit = std::time::Duration::from_secs(120);
+    runtime
+        .block_on(async { tokio::time::timeout(limit, run(queries)).await })
+        .unwrap_or_else(|_| panic!("the queries did not end within {limit:?}"))
+        .expect("runs");
     outputs
         .into_iter()
         .map(|c| c.0.lock().unwrap().clone())

@@ -8,6 +8,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use crate::support;
+
 const STREAM: &str = "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE,
     WATERMARK FOR ts AS ts) WITH (path = 'm.csv');\n";
 
@@ -40,12 +42,13 @@ fn check_and_run_refuse_long_statements_with_exit_1() {
     for (statement, limit) in long_statements() {
         std::fs::write(dir.path().join("q.sql"), format!("{STREAM}{statement}")).expect("write");
         for command in ["check", "run"] {
-            let out = Command::new(env!("CARGO_BIN_EXE_vigil"))
-                .args([command, "q.sql"])
-                .current_dir(dir.path())
-                .stdin(Stdio::null())
-                .output()
-                .expect("vigil runs");
+            let out = support::run_within(
+                Command::new(env!("CARGO_BIN_EXE_vigil"))
+                    .args([command, "q.sql"])
+                    .current_dir(dir.path()),
+                Duration::from_secs(120),
+                &format!("vigil {command} of a long statement"),
+            );
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(1), "{command}: {stderr}");
             assert!(stderr.contains(limit), "{command}: {stderr}");
@@ -57,15 +60,16 @@ fn check_and_run_refuse_long_statements_with_exit_1() {
 #[test]
 fn serve_answers_400_to_long_statements_and_goes_on() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .current_dir(dir.path())
-        .env_remove("VIGIL_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("vigil starts");
+    let mut child = support::spawn(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["serve", "--addr", "127.0.0.1:0"])
+            .current_dir(dir.path())
+            .env_remove("VIGIL_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+        "vigil serve",
+    );
     let (tx, rx) = mpsc::channel();
     let pipe = child.stderr.take().expect("stderr");
     std::thread::spawn(move || {
@@ -84,12 +88,13 @@ fn serve_answers_400_to_long_statements_and_goes_on() {
         .build()
         .new_agent();
     let post = |sql: &str| {
-        let mut response = agent
+        let response = agent
             .post(format!("{base}/statements"))
             .send(sql)
             .expect("the server answers");
-        let body = response.body_mut().read_to_string().expect("a body");
-        (response.status().as_u16(), body)
+        let (parts, mut body) = response.into_parts();
+        let body = body.read_to_string().expect("a body");
+        (parts.status.as_u16(), body)
     };
     assert_eq!(post(STREAM).0, 200);
     for (statement, limit) in long_statements() {
@@ -100,6 +105,5 @@ fn serve_answers_400_to_long_statements_and_goes_on() {
     // Still serving.
     let (status, body) = post("EXPLAIN SELECT host FROM m;");
     assert_eq!(status, 200, "{body}");
-    let _ = child.kill();
-    let _ = child.wait();
+    child.kill_group();
 }

@@ -28,6 +28,7 @@ mod session;
 mod shed;
 mod stack;
 mod statement_gen;
+mod support;
 mod webhook;
 mod with_prometheus;
 

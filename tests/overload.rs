@@ -8,13 +8,14 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::service::{Server, TOKEN, agent, bearer};
+use super::service::{Server, TOKEN, agent, bearer, status_code};
+use super::support::{self, Guarded, join_within};
 use super::webhook::serve_locally;
 
 /// Peak resident memory the process may reach under overload.
@@ -22,6 +23,10 @@ const RSS_BOUND: u64 = 300 << 20;
 
 /// How long the producers offer more than the query takes.
 const FEED_FOR: Duration = Duration::from_secs(30);
+
+/// How long vigil may take, past the feeding, to take the last rows and
+/// end; and its results to be complete.
+const PATIENCE: Duration = Duration::from_secs(120);
 
 /// Windows each row belongs to: HOP of 1 s every 100 ms.
 const WINDOWS_PER_ROW: u64 = 10;
@@ -117,7 +122,7 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1 << 20) as f64
 }
 
-fn start_run(dir: &Path, sql: &str) -> Child {
+fn start_run(dir: &Path, sql: &str) -> Guarded {
     std::fs::write(dir.join("q.sql"), sql).expect("write the script");
     let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
     command
@@ -129,14 +134,15 @@ fn start_run(dir: &Path, sql: &str) -> Child {
     for var in ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"] {
         command.env_remove(var);
     }
-    command.spawn().expect("vigil starts")
+    support::spawn(&mut command, "vigil run")
 }
 
 /// Writes rows into `stdin` as fast as it takes them, for `FEED_FOR`, then
-/// closes it; returns how many rows were written.
-fn feed(mut stdin: std::process::ChildStdin) -> u64 {
-    stdin.write_all(b"ts,host,v\n").expect("write the header");
+/// closes it; returns how many rows were written, and the seconds the
+/// writing took.
+fn feed(mut stdin: std::process::ChildStdin) -> (u64, f64) {
     let start = Instant::now();
+    stdin.write_all(b"ts,host,v\n").expect("write the header");
     let (mut rows, mut buffer) = (0, Vec::with_capacity(1 << 20));
     while start.elapsed() < FEED_FOR {
         buffer.clear();
@@ -144,7 +150,7 @@ fn feed(mut stdin: std::process::ChildStdin) -> u64 {
         stdin.write_all(&buffer).expect("vigil reads its stdin");
         rows += 2_000;
     }
-    rows
+    (rows, start.elapsed().as_secs_f64())
 }
 
 /// What a run fed by [`feed`] did.
@@ -168,18 +174,20 @@ fn run_fed(sql: &str) -> Fed {
     let counted = sum_column(child.stdout.take().expect("stdout"), "n");
     let stderr = child.stderr.take().expect("stderr");
     let stderr = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
-    let started = Instant::now();
-    let written = feed(child.stdin.take().expect("stdin"));
-    let fed_for = started.elapsed().as_secs_f64();
-    let status = child.wait().expect("vigil ends");
+    // Fed on a thread: a write vigil does not take cannot hold the test
+    // past the deadline below (the kill breaks the pipe).
+    let stdin = child.stdin.take().expect("stdin");
+    let feeder = std::thread::spawn(move || feed(stdin));
+    let status = child.wait_within(FEED_FOR + PATIENCE);
     let peak = peak.finish();
-    let stderr = stderr.join().expect("stderr read");
+    let (written, fed_for) = join_within(feeder, PATIENCE, "the feeder");
+    let stderr = join_within(stderr, PATIENCE, "vigil's stderr");
     assert!(status.success(), "vigil failed: {stderr}");
     Fed {
         written,
         fed_for,
         peak,
-        counted: counted.join().expect("stdout read"),
+        counted: join_within(counted, PATIENCE, "vigil's results"),
         stderr,
     }
 }
@@ -257,7 +265,7 @@ fn push_once(server: &Server, agent: &ureq::Agent, body: &[u8]) -> Option<u64> {
         .header("content-type", "text/csv")
         .send(body)
         .expect("the server answers");
-    let status = response.status().as_u16();
+    let status = status_code(&response);
     let retry_after = response
         .headers()
         .get("retry-after")
@@ -332,10 +340,12 @@ fn concurrent_http_pushes_get_429_when_the_query_is_behind_and_lose_nothing() {
         .header("content-type", "text/csv")
         .send("ts,host,v\n999999999999,end,0\n")
         .expect("the server answers");
-    assert_eq!(last.status().as_u16(), 200);
+    assert_eq!(status_code(&last), 200);
+    // The results are complete when their counts add up (checked below,
+    // with vigil's stderr, if they do not in time).
     let out = dir.path().join("out.csv");
     let waiting = Instant::now();
-    while sum_file(&out) < taken * WINDOWS_PER_ROW && waiting.elapsed() < Duration::from_secs(120) {
+    while sum_file(&out) < taken * WINDOWS_PER_ROW && waiting.elapsed() < PATIENCE {
         std::thread::sleep(Duration::from_millis(200));
     }
     let peak = peak.finish();

@@ -4,19 +4,29 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 use crate::stack;
+use crate::support::run_within;
+
+/// How long a run of a few scrapes may take, and node_exporter to answer.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// The scrapes' interval and timeout: node_exporter collects everything
+/// at each scrape, which on a loaded machine can take over a second.
+const INTERVAL: &str = "5 seconds";
 
 /// Runs `vigil run q.sql` in `dir` with `sql` as the script.
 fn run(dir: &Path, sql: &str) -> Output {
     std::fs::write(dir.join("q.sql"), sql).expect("write q.sql");
-    Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(["run", "q.sql"])
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("vigil runs")
+    run_within(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["run", "q.sql"])
+            .current_dir(dir),
+        PATIENCE,
+        "vigil run scraping node_exporter",
+    )
 }
 
 /// The rows of a CSV file written by a sink, as column -> value maps.
@@ -45,7 +55,11 @@ fn number(row: &BTreeMap<String, String>, column: &str) -> f64 {
 
 /// The page node_exporter serves now.
 fn page(node: &stack::Program) -> String {
-    ureq::get(&node.url("/metrics"))
+    ureq::Agent::config_builder()
+        .timeout_global(Some(PATIENCE))
+        .build()
+        .new_agent()
+        .get(&node.url("/metrics"))
         .call()
         .expect("node_exporter answers")
         .body_mut()
@@ -86,8 +100,9 @@ fn memory_and_cpu_of_a_real_node_exporter() {
     let sql = format!(
         "CREATE STREAM node (ts TIMESTAMP, instance TEXT, name TEXT, value DOUBLE,
            WATERMARK FOR ts AS ts)
-           WITH (connector = 'prometheus', targets = '{}', interval = '1 second',
-                 limit = '3', match = 'node_cpu_seconds_total|node_memory_.*');
+           WITH (connector = 'prometheus', targets = '{}', interval = '{INTERVAL}',
+                 timeout = '{INTERVAL}', limit = '3',
+                 match = 'node_cpu_seconds_total|node_memory_.*');
          CREATE SINK mem WITH (path = 'mem.csv');
          CREATE SINK cpu WITH (path = 'cpu.csv');
          INSERT INTO mem
@@ -117,7 +132,7 @@ fn memory_and_cpu_of_a_real_node_exporter() {
         assert_eq!(row["instance"], node.address());
         let available = number(row, "available");
         assert!(available > 0.0 && available <= total, "{row:?}");
-        // node_exporter reads the same /proc/meminfo a second earlier.
+        // node_exporter read the same /proc/meminfo a few seconds earlier.
         assert!(
             (available - now).abs() < total / 4.0,
             "{available} vs {now}"
@@ -174,8 +189,9 @@ fn a_disk_full_alert_fires_per_mountpoint() {
     let sql = format!(
         "CREATE STREAM fs (ts TIMESTAMP, instance TEXT, name TEXT, labels MAP<TEXT, TEXT>,
            value DOUBLE, WATERMARK FOR ts AS ts)
-           WITH (connector = 'prometheus', targets = '{}', interval = '1 second',
-                 limit = '2', match = 'node_filesystem_(avail|size)_bytes');
+           WITH (connector = 'prometheus', targets = '{}', interval = '{INTERVAL}',
+                 timeout = '{INTERVAL}', limit = '2',
+                 match = 'node_filesystem_(avail|size)_bytes');
          CREATE SINK pages WITH (path = 'alerts.csv');
          CREATE ALERT disk_full AS
            SELECT window_end, instance, labels['mountpoint'] AS mountpoint,
@@ -218,7 +234,7 @@ fn a_down_target_gives_up_0_and_the_live_one_its_samples() {
         "CREATE STREAM node (ts TIMESTAMP, job TEXT, instance TEXT, name TEXT, value DOUBLE,
            WATERMARK FOR ts AS ts)
            WITH (connector = 'prometheus', targets = '127.0.0.1:{closed}, {}',
-                 interval = '1 second', timeout = '500 ms', limit = '2',
+                 interval = '{INTERVAL}', timeout = '{INTERVAL}', limit = '2',
                  match = 'node_memory_MemAvailable_bytes');
          CREATE SINK out WITH (path = 'out.csv');
          INSERT INTO out SELECT job, instance, name, value FROM node;",

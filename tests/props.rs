@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use proptest::prelude::*;
-use proptest::test_runner::Config;
+use proptest::test_runner::{Config, FileFailurePersistence, RngSeed};
 use vigil::connectors::{Format, Replay, SourceConfig, SourceLocation, SourceStats, read_bytes};
 use vigil::engine::Engine;
 use vigil::sql::parse_statements;
@@ -21,13 +21,40 @@ use crate::statement_gen::{PRELUDE, script};
 /// takes, so only a hang (or a quadratic blow-up) trips it.
 const BOUND: Duration = Duration::from_secs(60);
 
+/// The runner's configuration: `cases` cases from a seed that is printed,
+/// failing inputs kept.
+///
+/// A failure's minimal input is saved in `proptest-regressions/props.txt`
+/// (at the repository's root, beside the other modules' files); every later
+/// run tries the saved cases first, so commit that file with the fix.
+///
+/// The cases come from one seed per test, `PROPTEST_RNG_SEED` when it is
+/// set, else a random one. It is printed to the test's output, which
+/// `cargo test` shows when the test fails; rerun the same cases with
+///
+/// ```text
+/// PROPTEST_RNG_SEED=<seed> cargo test --locked --test main props::<test name>
+/// ```
 fn config(cases: u32) -> Config {
+    // Config::default() reads the PROPTEST_* variables.
+    let defaults = Config::default();
+    let seed = match defaults.rng_seed {
+        RngSeed::Fixed(seed) => seed,
+        RngSeed::Random => fastrand::u64(..),
+    };
+    eprintln!(
+        "proptest seed {seed} ({:?}); rerun with PROPTEST_RNG_SEED={seed}",
+        defaults.rng_algorithm
+    );
     Config {
         cases,
         // A failure is shrunk a little, not for minutes.
         max_shrink_iters: 64,
-        failure_persistence: None,
-        ..Config::default()
+        failure_persistence: Some(Box::new(FileFailurePersistence::SourceParallel(
+            "proptest-regressions",
+        ))),
+        rng_seed: RngSeed::Fixed(seed),
+        ..defaults
     }
 }
 

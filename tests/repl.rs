@@ -5,14 +5,21 @@
 //! The screen is matched by substrings, never by layout: the line editor
 //! repaints lines as it likes.
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
-use rexpect::process::WaitStatus;
+use rexpect::process::{PtyProcess, WaitStatus};
 use rexpect::session::{Options, PtySession, spawn_with_options};
+
+use crate::support;
 
 /// Per expectation: generous, the machine is shared and slow.
 const TIMEOUT_MS: u64 = 60_000;
+
+/// How long the shell may take to exit once told to.
+const EXIT: Duration = Duration::from_secs(60);
 
 const ROWS: &str = "ts,host,cpu\n1000,a,1\n4000,a,3\n11000,b,5\n25000,a,7\n";
 
@@ -23,6 +30,23 @@ fn start(dir: &Path, history: &Path) -> PtySession {
         .env("VIGIL_HISTORY", history)
         .env("TERM", "xterm")
         .env("NO_COLOR", "1");
+    // rexpect forks the shell itself (in its own session, on a pty), so not
+    // through `support::spawn`; the session's drop kills it, and the kernel
+    // does if the test ends first.
+    // SAFETY: prctl and getppid are async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() == 1 {
+                return Err(std::io::Error::other(
+                    "the test ended before the shell started",
+                ));
+            }
+            Ok(())
+        });
+    }
     let options = Options::new()
         .timeout_ms(Some(TIMEOUT_MS))
         .strip_ansi_escape_codes(true);
@@ -144,8 +168,8 @@ fn a_session_at_the_prompt() {
 
     type_line(&mut repl, ".quit");
     repl.exp_eof().expect("vigil exits");
-    match repl.process().wait() {
-        Ok(WaitStatus::Exited(_, code)) => assert_eq!(code, 0, "exit status"),
+    match exit_status(&repl) {
+        Some(WaitStatus::Exited(_, code)) => assert_eq!(code, 0, "exit status"),
         other => panic!("vigil did not exit normally: {other:?}"),
     }
 
@@ -186,17 +210,28 @@ fn a_live_cpu_alert_fires_in_the_shell() {
     expect(&mut repl, "cpu on ");
     type_line(&mut repl, ".stop all");
     type_line(&mut repl, ".quit");
-    match repl.process_mut().wait() {
-        Ok(WaitStatus::Exited(_, 0)) => {}
+    match exit_status(&repl) {
+        Some(WaitStatus::Exited(_, 0)) => {}
         other => panic!("the shell should exit 0, got {other:?}"),
     }
+}
+
+/// The shell's exit status once it is no longer running, waiting at most
+/// [`EXIT`]; `None` when it cannot be had (already reaped).
+fn exit_status(session: &PtySession) -> Option<WaitStatus> {
+    support::wait_until("the shell to exit", EXIT, || {
+        match PtyProcess::status(session.process()) {
+            Some(WaitStatus::StillAlive) => None,
+            other => Some(other),
+        }
+    })
 }
 
 /// Waits for the shell to exit and returns its exit code.
 fn exit_code(session: &mut PtySession) -> i32 {
     session.exp_eof().expect("vigil exits");
-    match session.process().wait() {
-        Ok(WaitStatus::Exited(_, code)) => code,
+    match exit_status(session) {
+        Some(WaitStatus::Exited(_, code)) => code,
         other => panic!("vigil did not exit normally: {other:?}"),
     }
 }
@@ -442,8 +477,8 @@ fn a_pack_file_reads_twice_then_drop_and_show() {
     expect(&mut repl, "rows_out");
     expect(&mut repl, "SELECT v FROM p");
     type_line(&mut repl, ".quit");
-    match repl.process_mut().wait() {
-        Ok(WaitStatus::Exited(_, 0)) => {}
+    match exit_status(&repl) {
+        Some(WaitStatus::Exited(_, 0)) => {}
         other => panic!("the shell should exit 0, got {other:?}"),
     }
 }
@@ -626,21 +661,15 @@ fn the_shell_shows_a_group_of_processes() {
 
 /// [`piped`] with command-line arguments `args`.
 fn piped_with(dir: &Path, args: &[&str], input: &str) -> (Option<i32>, String, String) {
-    use std::io::Write as _;
-    use std::process::Stdio;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(args)
-        .current_dir(dir)
-        .env("VIGIL_HISTORY", dir.join("history"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("vigil starts");
-    let mut stdin = child.stdin.take().expect("stdin");
-    stdin.write_all(input.as_bytes()).expect("write stdin");
-    drop(stdin);
-    let out = child.wait_with_output().expect("vigil runs");
+    let out = support::run_with_input(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(args)
+            .current_dir(dir)
+            .env("VIGIL_HISTORY", dir.join("history")),
+        input.as_bytes(),
+        Duration::from_secs(120),
+        &format!("vigil {} reading statements from a pipe", args.join(" ")),
+    );
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     (out.status.code(), text(&out.stdout), text(&out.stderr))
 }

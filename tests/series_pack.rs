@@ -8,6 +8,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
+
+use crate::support;
 
 /// NAB's labelled windows of `realKnownCause/machine_temperature_system_failure.csv`,
 /// inclusive, as ISO text (which sorts like time).
@@ -52,10 +55,11 @@ fn alert_rows(file: &str, input: Option<&Path>) -> Vec<(String, String, String)>
         args.push("--input".to_string());
         args.push(format!("metrics={}", input.display()));
     }
-    let output = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(&args)
-        .output()
-        .expect("run vigil");
+    let output = support::run_within(
+        Command::new(env!("CARGO_BIN_EXE_vigil")).args(&args),
+        Duration::from_secs(120),
+        &format!("vigil run {file}"),
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{file}: {stderr}");
@@ -429,11 +433,11 @@ fn machine_metrics_rules_raise_the_replayed_alerts_on_an_smd_slice() {
 #[test]
 fn the_detection_scorer_passes_its_self_test() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/detection/score.py");
-    let output = Command::new("python3")
-        .arg(&script)
-        .arg("--self-test")
-        .output()
-        .expect("run python3 (the scorer needs Python 3)");
+    let output = support::run_within(
+        Command::new("python3").arg(&script).arg("--self-test"),
+        Duration::from_secs(120),
+        "python3 benches/detection/score.py --self-test (the scorer needs Python 3)",
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success() && stdout.contains("self-test: all passed"),

@@ -3,12 +3,14 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+use super::support::{self, Guarded};
 
 /// Generous: the machine is shared and slow.
 const WAIT: Duration = Duration::from_secs(60);
@@ -16,7 +18,7 @@ pub(crate) const TOKEN: &str = "secret";
 
 /// A `vigil serve` process, killed when dropped.
 pub(crate) struct Server {
-    child: Child,
+    child: Guarded,
     base: String,
     stderr: Arc<Mutex<String>>,
 }
@@ -29,7 +31,8 @@ impl Server {
 
     /// Like [`Server::start`], with environment variables `env` set.
     fn start_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
+        command
             .arg("serve")
             .args(args)
             .current_dir(dir)
@@ -37,9 +40,8 @@ impl Server {
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("vigil starts");
+            .stderr(Stdio::piped());
+        let mut child = support::spawn(&mut command, "vigil serve");
         let stderr = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = mpsc::channel();
         let pipe = child.stderr.take().expect("stderr");
@@ -59,7 +61,7 @@ impl Server {
         let base = match rx.recv_timeout(WAIT) {
             Ok(base) => base,
             Err(_) => {
-                let _ = child.kill();
+                child.kill_group();
                 panic!(
                     "vigil serve did not print its address; stderr:\n{}",
                     stderr.lock().unwrap()
@@ -90,31 +92,14 @@ impl Server {
 
     /// Sends SIGTERM and waits for the exit.
     fn terminate(&mut self) -> ExitStatus {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success());
-        wait_exit(&mut self.child).expect("vigil serve exits after SIGTERM")
+        self.child.signal(libc::SIGTERM);
+        self.child.wait_within(WAIT)
     }
-}
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// Kills the server with SIGKILL, as a crash would.
+    fn kill9(&mut self) {
+        self.child.kill_group();
     }
-}
-
-fn wait_exit(child: &mut Child) -> Option<ExitStatus> {
-    let start = Instant::now();
-    while start.elapsed() < WAIT {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return Some(status);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    None
 }
 
 pub(crate) fn agent(timeout: Option<Duration>) -> ureq::Agent {
@@ -153,7 +138,7 @@ fn answer(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> An
         .map(|v| v.to_str().unwrap().to_string())
         .unwrap_or_default();
     Answer {
-        status: response.status().as_u16(),
+        status: status_code(&response),
         content_type,
         body: response.body_mut().read_to_string().expect("a text body"),
     }
@@ -203,14 +188,31 @@ pub(crate) fn follow(server: &Server, path: &str) -> Receiver<SseEvent> {
     read_events(subscribe(server, path))
 }
 
-/// Opens an event stream without reading it.
+/// The status code of `response`.
+pub(crate) fn status_code(response: &ureq::http::Response<ureq::Body>) -> u16 {
+    ureq::http::Response::status(response).as_u16()
+}
+
+/// How long an event stream may stay open: longer than any test.
+const STREAM_FOR: Duration = Duration::from_secs(1800);
+
+/// Opens an event stream without reading it. The answer's headers come
+/// within [`WAIT`]; its body, open as long as the stream is, within
+/// [`STREAM_FOR`] (the readers of its events wait at most [`WAIT`] each).
 fn subscribe(server: &Server, path: &str) -> ureq::http::Response<ureq::Body> {
-    let response = agent(None)
+    let response = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_connect(Some(WAIT))
+        .timeout_send_request(Some(WAIT))
+        .timeout_recv_response(Some(WAIT))
+        .timeout_recv_body(Some(STREAM_FOR))
+        .build()
+        .new_agent()
         .get(server.url(path))
         .header("authorization", bearer(TOKEN))
         .call()
         .expect("the server answers");
-    assert_eq!(response.status().as_u16(), 200, "GET {path}");
+    assert_eq!(status_code(&response), 200, "GET {path}");
     let content_type = response.headers().get("content-type").unwrap();
     assert_eq!(content_type.to_str().unwrap(), "text/event-stream");
     response
@@ -537,20 +539,15 @@ fn a_broken_startup_script_stops_the_service_before_it_listens() {
         "CREATE STREAM s (ts TIMESTAMP) WITH (connector = 'push');\nSELECT nope FROM s;\n",
     )
     .expect("write script");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(["serve", "--addr", "127.0.0.1:0", "bad.sql"])
-        .current_dir(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("vigil starts");
-    let status = wait_exit(&mut child);
-    if status.is_none() {
-        let _ = child.kill();
-    }
-    let output = child.wait_with_output().expect("output");
+    let output = support::run_within(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["serve", "--addr", "127.0.0.1:0", "bad.sql"])
+            .current_dir(dir.path()),
+        WAIT,
+        "vigil serve with a broken startup script",
+    );
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(status.map(|s| s.code()), Some(Some(1)), "{stderr}");
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("error: bad.sql: "), "{stderr}");
     assert!(stderr.contains("line 2, column 1"), "{stderr}");
     assert!(!stderr.contains("listening"), "{stderr}");
@@ -1084,11 +1081,6 @@ fn request_totals(i: u64) -> [(String, u64, f64); 2] {
     [("a".into(), 50, sum(0)), ("b".into(), 50, sum(1))]
 }
 
-fn kill9(server: &mut Server) {
-    let _ = server.child.kill();
-    let _ = server.child.wait();
-}
-
 #[test]
 fn a_durable_service_killed_at_random_points_loses_no_acknowledged_row() {
     const REQUESTS: u64 = 1000;
@@ -1124,12 +1116,12 @@ fn a_durable_service_killed_at_random_points_loses_no_acknowledged_row() {
                 .post(url)
                 .header("content-type", "application/x-ndjson")
                 .send(body)
-                .map(|r| r.status().as_u16())
+                .map(|r| status_code(&r))
         };
         if kills.contains(&i) {
             let request = std::thread::spawn(send);
             std::thread::sleep(Duration::from_micros(random(12_000)));
-            kill9(&mut server);
+            server.kill9();
             match request.join().unwrap() {
                 Ok(200) => acked.push(i),
                 Ok(status) => panic!("request {i}: status {status}"),
@@ -1250,7 +1242,7 @@ fn a_full_write_ahead_log_answers_503_with_retry_after_and_savepoints_are_taken(
             .header("content-type", "application/x-ndjson")
             .send(request_rows(i))
             .expect("an answer");
-        match response.status().as_u16() {
+        match status_code(&response) {
             200 => {}
             503 => {
                 full = Some(response);
@@ -1290,7 +1282,7 @@ fn a_full_write_ahead_log_answers_503_with_retry_after_and_savepoints_are_taken(
     let second = start_query(&server, "SELECT v FROM ev WHERE v > 1e9;");
     assert_eq!(delete(&server, &format!("/queries/{second}")).status, 200);
     let mut server = server;
-    kill9(&mut server);
+    server.kill9();
     let server = Server::start(
         dir.path(),
         &[
@@ -1405,6 +1397,7 @@ fn metrics_show_operators_queues_lag_and_latency() {
     let rows: Vec<Value> = (0..10)
         .map(|i| json!({"ts": old + i, "host": "a", "cpu": i * 10}))
         .collect();
+    let pushing = Instant::now();
     let pushed = post(
         &server,
         "/streams/events/rows",
@@ -1527,13 +1520,21 @@ fn metrics_show_operators_queues_lag_and_latency() {
         value_of(&scrape, "vigil_buffer_full", &[("stream", "events")]),
         0.0
     );
-    assert!(
-        value_of(
-            &scrape,
-            "vigil_stream_blocked_seconds_total",
-            &[("stream", "events")]
-        ) >= 0.0
-    );
+    // The stream's back-pressure is a counter of seconds: the pushed rows
+    // were handed on within the time since they were pushed.
+    let blocked = scrape
+        .samples
+        .iter()
+        .find(|s| {
+            s.metric == "vigil_stream_blocked_seconds_total"
+                && s.labels.get("stream") == Some("events")
+        })
+        .unwrap_or_else(|| panic!("no back-pressure of stream events:\n{page}"));
+    let prometheus_parse::Value::Counter(blocked) = blocked.value else {
+        panic!("vigil_stream_blocked_seconds_total is not a counter:\n{page}");
+    };
+    let since = pushing.elapsed().as_secs_f64();
+    assert!((0.0..=since).contains(&blocked), "{blocked} s of {since} s");
 }
 
 /// Pushed rows go through the decoder files use: nested JSON values and CSV
@@ -1754,16 +1755,19 @@ fn a_pushed_control_stream_blocks_and_unblocks_keys_of_a_running_query() {
     };
     // A silence of host a from time 0; the rows at 1 s wait for both
     // streams' watermark, which the quiet silences stop holding back
-    // after their idle timeout.
+    // after their idle timeout: the results come once vigil finds them
+    // idle. The streams' rows meet in the order they get there, and the
+    // silences may be idle already (then the metrics' watermark alone
+    // lets rows through): the silence must be in before the rows.
     push(
         "silences",
         "{\"ts\": 0, \"key\": \"a\", \"action\": \"block\"}\n",
     );
+    wait_taken_in(&server, id, 1, 1.0);
     push(
         "metrics",
         &(metric(1000, "a", 1.5) + &metric(1000, "b", 2.5)),
     );
-    std::thread::sleep(Duration::from_millis(1500));
     push("metrics", &metric(2000, "a", 3.5));
     let result = |_: &str, _: &Value| true;
     assert_eq!(
@@ -1775,11 +1779,11 @@ fn a_pushed_control_stream_blocks_and_unblocks_keys_of_a_running_query() {
         "silences",
         "{\"ts\": 3000, \"key\": \"a\", \"action\": \"unblock\"}\n",
     );
+    wait_taken_in(&server, id, 1, 2.0);
     push(
         "metrics",
         &(metric(4000, "a", 4.5) + &metric(4000, "b", 5.5)),
     );
-    std::thread::sleep(Duration::from_millis(1500));
     push("metrics", &metric(5000, "b", 6.5));
     assert_eq!(
         next_matching(&rows, "result", result),
@@ -1789,6 +1793,62 @@ fn a_pushed_control_stream_blocks_and_unblocks_keys_of_a_running_query() {
         next_matching(&rows, "result", result),
         json!({"host": "b", "cpu": 5.5})
     );
+}
+
+/// Waits until query `id` has taken `rows` rows of its input `input` out
+/// of the queue that feeds where its inputs meet (which takes from its
+/// inputs' queues in the order their rows get there).
+fn wait_taken_in(server: &Server, id: u64, input: usize, rows: f64) {
+    let query = id.to_string();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let page = get(server, "/metrics", Some(TOKEN)).body;
+        let scrape = scrape(&page);
+        let queues: Vec<&str> = scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == "vigil_queue_received_rows_total")
+            .filter(|s| s.labels.get("query") == Some(query.as_str()))
+            .filter_map(|s| s.labels.get("queue"))
+            .collect();
+        let queue = meeting_queue(&queues, input);
+        let taken = value_of(
+            &scrape,
+            "vigil_queue_received_rows_total",
+            &[("query", &query), ("queue", &queue)],
+        );
+        if taken >= rows {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "query {id} took {taken} of {rows} rows of input {input} out of {queue}:\n{page}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Of a query's queues (their labels in `GET /metrics`), the one that
+/// takes input `input`'s rows to where the inputs meet: the one after the
+/// input's last stage (`in1.s1`, or `in1.s1 gather` behind several
+/// instances), or its source's (`in1 source`) when it has no stage.
+fn meeting_queue(queues: &[&str], input: usize) -> String {
+    let prefix = format!("in{input}.s");
+    let stage = |q: &&str| {
+        q.strip_prefix(&prefix)?
+            .split(' ')
+            .next()?
+            .parse::<usize>()
+            .ok()
+    };
+    let Some(last) = queues.iter().filter_map(stage).max() else {
+        return format!("in{input} source");
+    };
+    let (after, gather) = (format!("{prefix}{last}"), format!("{prefix}{last} gather"));
+    match queues.contains(&gather.as_str()) {
+        true => gather,
+        false => after,
+    }
 }
 
 /// The members `GET /groups/cpu` lists: (member, partitions).
@@ -2011,21 +2071,22 @@ fn a_service_refuses_a_group_script_it_would_answer_in_part() {
     )
     .unwrap();
     std::fs::write(dir.path().join("l.csv"), "ts,host\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .current_dir(dir.path())
-        .args([
-            "serve",
-            "--addr",
-            "127.0.0.1:0",
-            "--group",
-            "g",
-            "--checkpoint-dir",
-            "ck",
-            "q.sql",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = support::run_within(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .current_dir(dir.path())
+            .args([
+                "serve",
+                "--addr",
+                "127.0.0.1:0",
+                "--group",
+                "g",
+                "--checkpoint-dir",
+                "ck",
+                "q.sql",
+            ]),
+        WAIT,
+        "vigil serve with a group script it cannot run",
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("which is not a kafka stream"), "{stderr}");

@@ -16,6 +16,18 @@ mod embed;
 
 const WAIT: Duration = Duration::from_secs(20);
 
+/// How long the embedding example may take, a whole run (debug build, 2
+/// loaded cores).
+const RUN: Duration = Duration::from_secs(120);
+
+/// `future`'s output if it comes within `limit`; else the test fails
+/// naming `what` it waited for.
+async fn within<T>(what: &str, limit: Duration, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(limit, future)
+        .await
+        .unwrap_or_else(|_| panic!("waited {limit:?} for {what}"))
+}
+
 /// The query handles among what `execute` gave.
 pub(crate) fn started(executed: Vec<Executed>) -> Vec<QueryHandle> {
     executed
@@ -29,7 +41,9 @@ pub(crate) fn started(executed: Vec<Executed>) -> Vec<QueryHandle> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedding_example_prints_its_alerts() {
-    let messages = embed::run().await.expect("the example runs");
+    let messages = within("the embedding example to end", RUN, embed::run())
+        .await
+        .expect("the example runs");
     // web-2 is hot from 20 s to 45 s: windows ending at 30 and 40 s average
     // 97, so FOR 2 WINDOWS fires at 40 s; the window ending at 50 s averages
     // 66, not below 50, so it stays firing; the one ending at 60 s resolves.
@@ -84,7 +98,9 @@ async fn an_alert_on_pushed_rows_fires_while_the_stream_is_open() {
         ],
     )
     .unwrap();
-    session.push("events", batch).await.expect("pushes");
+    within("the push", WAIT, session.push("events", batch))
+        .await
+        .expect("pushes");
     let fired = tokio::time::timeout(WAIT, alerts.recv())
         .await
         .expect("the alert fires before the stream ends")
@@ -93,7 +109,7 @@ async fn an_alert_on_pushed_rows_fires_while_the_stream_is_open() {
     let state = fired.column_by_name("state").unwrap().as_string::<i32>();
     let host = fired.column_by_name("host").unwrap().as_string::<i32>();
     assert_eq!((state.value(0), host.value(0)), ("firing", "a"));
-    session.shutdown().await;
+    within("the session to shut down", WAIT, session.shutdown()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,7 +128,9 @@ async fn a_session_at_parallelism_3_alerts_on_every_key_once() {
         ],
     )
     .unwrap();
-    session.push("events", batch).await.expect("pushes");
+    within("the push", WAIT, session.push("events", batch))
+        .await
+        .expect("pushes");
     let mut fired = Vec::new();
     while fired.len() < hosts.len() {
         let batch = tokio::time::timeout(WAIT, alerts.recv())
@@ -126,7 +144,7 @@ async fn a_session_at_parallelism_3_alerts_on_every_key_once() {
     let mut expected = hosts;
     expected.sort();
     assert_eq!(fired, expected, "each host once");
-    session.shutdown().await;
+    within("the session to shut down", WAIT, session.shutdown()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,13 +164,16 @@ async fn queries_are_listed_and_stopped() {
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].id, query.id);
     assert_eq!(listed[0].label, "SELECT host FROM events");
-    let pushed = session
-        .push_json(
+    let pushed = within(
+        "the push",
+        WAIT,
+        session.push_json(
             "events",
             "{\"ts\": 1, \"host\": \"a\"}\nnot json\n{\"ts\": 2, \"host\": \"b\"}\n",
-        )
-        .await
-        .expect("pushes");
+        ),
+    )
+    .await
+    .expect("pushes");
     assert_eq!(pushed, 2);
     assert_eq!(
         session
@@ -180,13 +201,17 @@ async fn pushing_into_a_file_stream_or_an_unknown_one_is_refused() {
     session
         .execute("CREATE STREAM f (ts TIMESTAMP) WITH (path = 'nowhere.csv');")
         .unwrap();
-    let e = session.push_json("f", "{\"ts\": 1}").await.unwrap_err();
+    let e = within("the push", WAIT, session.push_json("f", "{\"ts\": 1}"))
+        .await
+        .unwrap_err();
     assert!(
         e.to_string()
             .contains("only streams with connector = 'push'"),
         "{e}"
     );
-    let e = session.push_json("nope", "{}").await.unwrap_err();
+    let e = within("the push", WAIT, session.push_json("nope", "{}"))
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("unknown stream 'nope'"), "{e}");
 }
 
@@ -222,11 +247,19 @@ async fn queries_started_one_by_one_share_a_file_sink() {
         "{other}"
     );
     let rows: String = (0..100).map(|i| format!("{i},{i}\n")).collect();
-    session
-        .push_csv("events", &format!("ts,n\n{rows}"))
-        .await
-        .expect("pushes");
-    session.end_stream("events").await;
+    within(
+        "the push",
+        WAIT,
+        session.push_csv("events", &format!("ts,n\n{rows}")),
+    )
+    .await
+    .expect("pushes");
+    within(
+        "the end of stream events",
+        WAIT,
+        session.end_stream("events"),
+    )
+    .await;
     for query in handles.iter().chain(&more) {
         tokio::time::timeout(WAIT, session.wait(query.id))
             .await
@@ -257,10 +290,13 @@ async fn a_query_that_fails_while_running_is_kept_with_its_error() {
     );
     let (failing, running) = (handles.remove(0), handles.remove(0));
     let ended = session.wait(failing.id);
-    session
-        .push_json("events", "{\"ts\": 1, \"host\": \"abc\"}\n")
-        .await
-        .expect("pushes");
+    within(
+        "the push",
+        WAIT,
+        session.push_json("events", "{\"ts\": 1, \"host\": \"abc\"}\n"),
+    )
+    .await
+    .expect("pushes");
     let error = tokio::time::timeout(WAIT, ended)
         .await
         .expect("the query ends")
@@ -294,7 +330,12 @@ async fn a_query_that_fails_while_running_is_kept_with_its_error() {
 
     // A query whose input ends is kept as finished.
     let ended = session.wait(running.id);
-    session.end_stream("events").await;
+    within(
+        "the end of stream events",
+        WAIT,
+        session.end_stream("events"),
+    )
+    .await;
     tokio::time::timeout(WAIT, ended)
         .await
         .expect("the query ends")
@@ -325,10 +366,13 @@ async fn a_failure_in_one_input_ends_the_whole_query() {
     );
     let id = handles[0].id;
     let ended = session.wait(id);
-    session
-        .push_json("a", "{\"ts\": 1, \"host\": \"abc\"}\n")
-        .await
-        .expect("pushes");
+    within(
+        "the push",
+        WAIT,
+        session.push_json("a", "{\"ts\": 1, \"host\": \"abc\"}\n"),
+    )
+    .await
+    .expect("pushes");
     // Stream b stays open: the failed input must stop the rest.
     let error = tokio::time::timeout(WAIT, ended)
         .await
@@ -336,7 +380,7 @@ async fn a_failure_in_one_input_ends_the_whole_query() {
         .expect_err("it failed");
     assert!(error.to_string().contains("abc"), "{error}");
     assert_eq!(session.all_queries()[0].state, QueryState::Failed);
-    session.shutdown().await;
+    within("the session to shut down", WAIT, session.shutdown()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -386,7 +430,7 @@ async fn a_bounded_question_over_a_file_is_answered_and_refused_over_pushed_rows
         e.contains("unbounded aggregate") && e.contains("stream 'p', which never ends"),
         "{e}"
     );
-    session.shutdown().await;
+    within("the session to shut down", WAIT, session.shutdown()).await;
 }
 
 const DURABLE_SQL: &str =
@@ -440,7 +484,9 @@ fn a_durable_session_restores_its_query_and_replays_logged_rows_after_a_crash() 
         let mut session = session;
         session.execute(DURABLE_SQL).unwrap();
         for k in 0..10 {
-            session.push_json("ev", &window_rows(k)).await.unwrap();
+            within("the push", WAIT, session.push_json("ev", &window_rows(k)))
+                .await
+                .unwrap();
         }
         let stats = session.checkpoint_stats().expect("checkpoints are on");
         let deadline = std::time::Instant::now() + WAIT;
@@ -449,7 +495,9 @@ fn a_durable_session_restores_its_query_and_replays_logged_rows_after_a_crash() 
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         for k in 10..15 {
-            session.push_json("ev", &window_rows(k)).await.unwrap();
+            within("the push", WAIT, session.push_json("ev", &window_rows(k)))
+                .await
+                .unwrap();
         }
         assert!(session.wal_bytes()[0].1 > 0, "the rows are logged");
         std::mem::forget(session);
@@ -465,9 +513,11 @@ fn a_durable_session_restores_its_query_and_replays_logged_rows_after_a_crash() 
         let stats = session.checkpoint_stats().unwrap();
         assert_eq!(stats.restores.load(std::sync::atomic::Ordering::Relaxed), 1);
         for k in 15..20 {
-            session.push_json("ev", &window_rows(k)).await.unwrap();
+            within("the push", WAIT, session.push_json("ev", &window_rows(k)))
+                .await
+                .unwrap();
         }
-        session.end_stream("ev").await;
+        within("the end of stream ev", WAIT, session.end_stream("ev")).await;
         tokio::time::timeout(WAIT, session.wait(id))
             .await
             .expect("the query ends")
@@ -515,7 +565,9 @@ async fn the_log_is_cut_behind_the_kept_checkpoints() {
     session.set_base_dir(dir.path());
     session.execute(DURABLE_SQL).unwrap();
     for k in 0..100 {
-        session.push_json("ev", &window_rows(k)).await.unwrap();
+        within("the push", WAIT, session.push_json("ev", &window_rows(k)))
+            .await
+            .unwrap();
     }
     let before = session.wal_bytes()[0].1;
     let stats = session.checkpoint_stats().unwrap();
@@ -530,5 +582,5 @@ async fn the_log_is_cut_behind_the_kept_checkpoints() {
     session.trim_wals().unwrap();
     let after = session.wal_bytes()[0].1;
     assert!(after < before / 2, "{before} -> {after}");
-    session.shutdown().await;
+    within("the session to shut down", WAIT, session.shutdown()).await;
 }

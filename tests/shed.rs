@@ -11,10 +11,12 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::support::{self, Guarded, join_within};
 
 const HOSTS: u64 = 4;
 /// Windows each row is in: 2 s windows sliding by 500 ms.
@@ -22,6 +24,9 @@ const WINDOWS_PER_ROW: u64 = 4;
 const WINDOW_MS: i64 = 2_000;
 const DELAY_MS: i64 = 500;
 const MAX_LATENCY_MS: i64 = 1_000;
+/// How long vigil may take, once its input has ended, to finish (and the
+/// threads feeding and reading it to end).
+const PATIENCE: Duration = Duration::from_secs(120);
 
 /// A query that is expensive per row (a regular expression over a long
 /// string, and a median), not per window: what shedding can save.
@@ -63,16 +68,16 @@ struct Run {
     stderr: String,
 }
 
-fn start(dir: &Path, sql: &str) -> Child {
+fn start(dir: &Path, sql: &str) -> Guarded {
     std::fs::write(dir.join("q.sql"), sql).expect("write script");
-    Command::new(env!("CARGO_BIN_EXE_vigil"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
+    command
         .args(["run", "q.sql", "--format", "csv"])
         .current_dir(dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("vigil starts")
+        .stderr(Stdio::piped());
+    support::spawn(&mut command, "vigil run")
 }
 
 /// Runs `sql` for `length`, offering `rate` rows per second (or as many as
@@ -96,19 +101,20 @@ fn run(sql: &str, rate: Option<f64>, length: Duration, drain: bool) -> Run {
         let stop = stop.clone();
         std::thread::spawn(move || generate(input, rate, started, &stop))
     };
+    // The run's length, by design: not a wait for anything.
     std::thread::sleep(length);
     stop.store(true, Ordering::Relaxed);
     if !drain {
-        let _ = child.kill();
+        child.kill_group();
     }
-    let offered = writer.join().expect("generator");
-    let _ = child.wait();
-    reader.join().expect("reader");
+    let offered = join_within(writer, PATIENCE, "the generator");
+    child.wait_within(PATIENCE);
+    join_within(reader, PATIENCE, "vigil's results");
     let arrivals = std::mem::take(&mut *arrivals.lock().unwrap());
     Run {
         offered,
         arrivals,
-        stderr: errors.join().expect("stderr reader"),
+        stderr: join_within(errors, PATIENCE, "vigil's stderr"),
     }
 }
 

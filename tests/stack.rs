@@ -1,6 +1,8 @@
 //! The real monitoring programs that vigil's connectors talk to (Prometheus,
 //! node_exporter, Alertmanager), started for one test on 127.0.0.1 with a
-//! free port and a temporary data directory, and stopped when dropped.
+//! free port and a temporary data directory, and stopped when dropped
+//! (with its process group, through `tests/support`; the kernel kills it if
+//! the test binary dies first).
 //!
 //! They come from Debian (`prometheus`, `prometheus-node-exporter`,
 //! `prometheus-alertmanager`); `.ci/run` installs them. A missing program
@@ -10,16 +12,33 @@
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::support::{self, Guarded};
 
 /// How long a program may take to answer its readiness endpoint.
 const READY: Duration = Duration::from_secs(60);
 
-/// A running program, killed (and its directory removed) when dropped.
+/// How long one HTTP request to a program (or to vigil) may take.
+const HTTP: Duration = Duration::from_secs(30);
+
+/// An HTTP client whose every request ends within [`HTTP`]; a non-2xx
+/// answer is an error, as with `ureq::get`.
+pub(crate) fn http() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(HTTP))
+        .build()
+        .into()
+}
+
+/// A running program, killed (and its directory removed) when dropped:
+/// the guard is declared before `dir`, so the program is gone before its
+/// directory goes.
 pub(crate) struct Program {
     name: &'static str,
-    child: Child,
+    /// Held for its drop, which kills the program's process group.
+    _child: Guarded,
     /// Its port on 127.0.0.1.
     pub(crate) port: u16,
     dir: tempfile::TempDir,
@@ -49,13 +68,6 @@ impl Program {
             let _ = f.read_to_string(&mut text);
         }
         format!("--- {} log ---\n{text}", self.name)
-    }
-}
-
-impl Drop for Program {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -95,17 +107,18 @@ fn start(
     let port = free_port();
     let log = dir.path().join(format!("{name}.log"));
     let out = std::fs::File::create(&log).expect("log file");
-    let child = Command::new(path)
-        .args(args(port, dir.path()))
-        .current_dir(dir.path())
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().expect("log file"))
-        .stderr(out)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {binary}: {e}"));
+    let child = support::spawn(
+        Command::new(path)
+            .args(args(port, dir.path()))
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log file"))
+            .stderr(out),
+        binary,
+    );
     let program = Program {
         name,
-        child,
+        _child: child,
         port,
         dir,
         log,
@@ -122,7 +135,7 @@ fn wait_ready(program: &Program, path: &str) {
     let deadline = Instant::now() + READY;
     while Instant::now() < deadline {
         if let Ok(answer) = agent.get(&program.url(path)).call()
-            && answer.status() == 200
+            && answer.into_parts().0.status == 200
         {
             return;
         }
@@ -200,7 +213,8 @@ pub(crate) fn prometheus(config: &str, extra: &[&str]) -> Program {
 #[test]
 fn the_programs_start_and_answer() {
     let node = node_exporter();
-    let body = ureq::get(&node.url("/metrics"))
+    let body = http()
+        .get(&node.url("/metrics"))
         .call()
         .expect("node_exporter answers")
         .body_mut()

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -132,7 +133,7 @@ fn vigil(dir: &Path) -> Output {
     for var in ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"] {
         command.env_remove(var);
     }
-    command.output().expect("vigil runs")
+    crate::support::run_within(&mut command, Duration::from_secs(120), "vigil run")
 }
 
 fn text(bytes: &[u8]) -> String {

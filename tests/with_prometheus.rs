@@ -39,7 +39,8 @@ fn swap(text: &str, from: &str, to: &str) -> String {
 }
 
 fn alerts(am: &str) -> Vec<Value> {
-    let text = ureq::get(am)
+    let text = stack::http()
+        .get(am)
         .call()
         .expect("Alertmanager answers")
         .body_mut()
@@ -49,7 +50,8 @@ fn alerts(am: &str) -> Vec<Value> {
 }
 
 fn queries(server: &Server) -> Value {
-    let answer = ureq::get(&server.url("/queries"))
+    let answer = stack::http()
+        .get(&server.url("/queries"))
         .header("Authorization", &format!("Bearer {TOKEN}"))
         .call()
         .expect("vigil answers")

@@ -326,7 +326,11 @@ mod tests {
         };
         let name = change.name.clone();
         assert!(name.is_some());
-        change.end_run().await.unwrap();
+        let limit = Duration::from_secs(60);
+        tokio::time::timeout(limit, change.end_run())
+            .await
+            .unwrap_or_else(|_| panic!("the first run did not end within {limit:?}"))
+            .unwrap();
         // Rows only the log holds for the next run.
         for k in 12..15 {
             session.push_json("ev", &second(k, 4)).await.unwrap();
@@ -338,9 +342,15 @@ mod tests {
             session.push_json("ev", &second(k, 4)).await.unwrap();
         }
         session.end_stream("ev").await;
-        session.wait(id).await.unwrap();
+        tokio::time::timeout(limit, session.wait(id))
+            .await
+            .unwrap_or_else(|_| panic!("the changed query did not end within {limit:?}"))
+            .unwrap();
         let mut counts: BTreeMap<(i64, String), i64> = BTreeMap::new();
-        while let Some(batch) = handle.next().await {
+        while let Some(batch) = tokio::time::timeout(limit, handle.next())
+            .await
+            .unwrap_or_else(|_| panic!("the ended query's results did not end within {limit:?}"))
+        {
             let end = batch
                 .column(0)
                 .as_primitive::<datafusion::arrow::datatypes::TimestampMillisecondType>();
