@@ -1,5 +1,6 @@
-//! Conformance suite: runs every `tests/cases/*.case` file against the real
-//! `vigil` binary and reports every failing case at the end.
+//! Conformance suite: every `tests/cases/*.case` file is a test of its own
+//! (`conformance::case::NAME`), run against the real `vigil` binary in
+//! every mode, parallelism and way, reporting every failing run.
 //!
 //! # Case file format
 //!
@@ -42,6 +43,10 @@
 //! - `--- stderr` (optional): each non-empty line must occur in stderr at
 //!   word boundaries (see [`contains_token`]): `late=1` does not match
 //!   `late=12`.
+//! - `--- stop-after` (optional): the number of rows after which the
+//!   restored run stops its sources (default: half the data lines of the
+//!   smallest input file); for inputs whose lines are not rows (bad rows,
+//!   records over several lines), so that the savepoint is really taken.
 //! - `--- error` (optional): the run must exit non-zero and each non-empty
 //!   line must occur in stderr, matched the same way. Without it the exit
 //!   code must be 0.
@@ -52,13 +57,14 @@
 //! parallelism must give the same results.
 //!
 //! A run must never panic (`panicked at` on stderr fails the case) and is
-//! killed after [`TIMEOUT`]. Set `VIGIL_CASE=substring` to run only the cases
-//! whose file name contains the substring.
+//! killed after [`TIMEOUT`]. `cargo test --test main conformance::case::NAME`
+//! (or `cargo nextest run -E 'test(NAME)'`) runs one case.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::support;
 
 /// Every case runs once in each execution mode.
 const MODES: [&str; 2] = ["micro-batch", "per-record"];
@@ -80,6 +86,7 @@ struct Case {
     stderr: Vec<String>,
     error: Option<Vec<String>>,
     expect_files: Vec<(String, String)>,
+    stop_after: Option<usize>,
 }
 
 /// Parses the text of a case file.
@@ -119,6 +126,13 @@ fn parse_case(text: &str) -> Result<Case, String> {
             ("output", None) => case.output = Some(text),
             ("stderr", None) => case.stderr = lines(),
             ("error", None) => case.error = Some(lines()),
+            ("stop-after", None) => {
+                let rows = text
+                    .trim()
+                    .parse()
+                    .map_err(|e| format!("`--- stop-after`: {e}"))?;
+                case.stop_after = Some(rows);
+            }
             _ => return Err(format!("unknown section `--- {header}`")),
         }
     }
@@ -292,42 +306,21 @@ struct RunResult {
 
 /// Runs the binary in `dir`, capturing output, killing it after [`TIMEOUT`].
 fn run_vigil(dir: &Path, args: &[String]) -> RunResult {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
+    command
         .arg("run")
         .arg("case.sql")
         .args(args)
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn vigil");
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = pipe.read_to_end(&mut buf);
-            String::from_utf8_lossy(&buf).into_owned()
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().unwrap()));
-    let err = drain(Box::new(child.stderr.take().unwrap()));
-    let start = Instant::now();
-    let mut timed_out = false;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait vigil") {
-            break status;
-        }
-        if start.elapsed() > TIMEOUT {
-            timed_out = true;
-            let _ = child.kill();
-            break child.wait().expect("wait vigil");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+        .stderr(Stdio::piped());
+    let child = support::spawn(&mut command, "vigil run case.sql");
+    let (output, timed_out) = child.output_or_kill(TIMEOUT);
     RunResult {
-        code: status.code(),
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
         timed_out,
     }
 }
@@ -473,7 +466,10 @@ fn run_restored(case: &Case, dir: &Path, args: &[String], parallelism: usize) ->
     if !restorable(case, args) {
         return (run_vigil(dir, &with_parallelism(args, parallelism)), false);
     }
-    let stop = half_of_smallest_input(case).to_string();
+    let stop = case
+        .stop_after
+        .unwrap_or_else(|| half_of_smallest_input(case))
+        .to_string();
     let common = ["--checkpoint-dir", "checkpoints", "--batch-size", "1"];
     let mut first_args = with_parallelism(args, parallelism);
     first_args.extend(common.iter().map(|a| a.to_string()));
@@ -558,50 +554,284 @@ fn case_files() -> Vec<PathBuf> {
     files
 }
 
-#[test]
-fn conformance_suite() {
-    let filter = std::env::var("VIGIL_CASE").ok();
-    let mut ran = 0;
-    let mut restored = 0;
+/// Runs one case in every mode, parallelism and way; fails with every
+/// variant's report. A case that can be restored must be restored in each
+/// of its restored runs: a `--stop-after-rows` that stopped nothing would
+/// otherwise leave the restore path untested in silence.
+fn run_every_way(name: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/cases/{name}.case"));
+    let text = std::fs::read_to_string(&path).expect("read case");
+    let case = parse_case(&text).unwrap_or_else(|e| panic!("{name}: bad case file: {e}"));
+    let restorable = restorable(&case, case.args.as_deref().unwrap_or(&[]));
+    let runs = MODES
+        .into_iter()
+        .flat_map(|m| PARALLELISMS.map(|p| (m, p)))
+        .flat_map(|setting| [Way::Straight, Way::Restored].map(|w| (setting, w)));
     let mut failures = Vec::new();
-    for path in case_files() {
-        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-        if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).expect("read case");
-        // Both execution modes and every parallelism must give the same
-        // results, straight and restored (rescaled) from a savepoint
-        // half-way.
-        let runs = MODES
-            .into_iter()
-            .flat_map(|m| PARALLELISMS.map(|p| (m, p)))
-            .flat_map(|setting| [Way::Straight, Way::Restored].map(|w| (setting, w)));
-        for ((mode, parallelism), way) in runs {
-            ran += 1;
-            match run_case(&name, &text, (mode, parallelism), way) {
-                Ok(true) => restored += 1,
-                Ok(false) => {}
-                Err(report) => failures.push((
-                    format!("{name} [{mode}, parallelism {parallelism}, {way:?}]"),
-                    report,
-                )),
-            }
+    for ((mode, parallelism), way) in runs {
+        let variant = format!("{name} [{mode}, parallelism {parallelism}, {way:?}]");
+        match run_case(name, &text, (mode, parallelism), way) {
+            Ok(false) if way == Way::Restored && restorable => failures.push(format!(
+                "=== {variant}: the first run wrote no savepoint, so nothing was restored\n"
+            )),
+            Ok(_) => {}
+            Err(report) => failures.push(report),
         }
     }
-    assert!(ran > 0, "no conformance case matched VIGIL_CASE={filter:?}");
-    eprintln!("conformance: {ran} runs, {restored} of them restored from a savepoint half-way");
-    if !failures.is_empty() {
-        for (_, report) in &failures {
-            eprintln!("{report}");
+    assert!(
+        failures.is_empty(),
+        "{} of 8 runs failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// One test per case file, so cases run in parallel and are named, timed
+/// and retried one by one: `cargo test --test main conformance::case::NAME`.
+macro_rules! cases {
+    ($($name:ident)*) => {
+        /// Every case file, one test each.
+        mod case {
+            $(#[test] fn $name() { super::run_every_way(stringify!($name)) })*
         }
-        let names: Vec<&str> = failures.iter().map(|(n, _)| n.as_str()).collect();
-        panic!(
-            "{} of {ran} conformance cases failed: {}",
-            failures.len(),
-            names.join(", ")
-        );
-    }
+        /// The names [`cases!`] lists.
+        const CASES: &[&str] = &[$(stringify!($name)),*];
+    };
+}
+
+// The list of `tests/cases/*.case`, sorted; `every_case_file_has_a_test`
+// prints it anew when a case is added or removed.
+cases! {
+    agg_all_null_is_null
+    agg_approx_percentile
+    agg_approx_percentile_sketch
+    agg_avg_ignores_null
+    agg_bigint_sum_min_max_avg
+    agg_count_star_vs_count_col
+    agg_mad
+    agg_median_even
+    agg_median_even_integers
+    agg_median_odd
+    agg_percentile_cont_tumble
+    agg_quantiles_emit_changes
+    agg_quantiles_hop
+    agg_quantiles_session
+    agg_stddev_sample
+    agg_sum_min_max
+    alert_deadman
+    alert_fires_resolves_suppresses
+    alert_for_interval_gap
+    alert_for_windows_hysteresis
+    alert_keep_firing_labels
+    alert_raw_rows_event_time_order
+    alert_resolve_message
+    alert_resolve_message_deadman
+    alert_resolve_message_errors
+    alert_routed_to_sink
+    alert_without_keys
+    append_only_sink_final_rows
+    bad_csv_field_count
+    bad_csv_number
+    bad_csv_stray_quote
+    bad_csv_timestamp
+    bad_json_broken
+    bad_json_wrong_type
+    bad_nested_shapes
+    batch_count_star
+    batch_group_by_without_window
+    batch_join_two_streams
+    batch_not_for_streaming_only_nodes
+    batch_order_by_limit
+    batch_view_and_union
+    changes_only_real_changes
+    changes_tumble_any_aggregate
+    cli_input_override
+    cli_input_unknown_stream
+    cli_output_flag
+    control_maintenance_window
+    control_params_alert
+    control_params_filter
+    control_silence_alert
+    control_words_drop_ignore
+    course_hop_busy_machines
+    course_session_jobs
+    course_tumble_terminations
+    csv_extra_reordered_columns
+    csv_header_case_insensitive
+    ddl_no_watermark
+    ddl_quoted_identifiers_nab
+    ddl_type_aliases
+    ddl_watermark_interval_units
+    ddl_watermark_zero_delay
+    demo_source_limit
+    emit_changes_per_key
+    emit_changes_running_median
+    emit_changes_tumble
+    emit_every_final_rows
+    emit_on_window_close_explicit
+    empty_windows_gap
+    err_alert_bad_clauses
+    err_alert_by_nested_field
+    err_alert_emit_changes
+    err_alert_for_without_key
+    err_alert_keep_firing
+    err_alert_label_name
+    err_alert_label_reads_message
+    err_alert_label_template
+    err_alert_message_column
+    err_alert_parse_position
+    err_alert_unknown_column
+    err_append_only_sink
+    err_cadence_type
+    err_change_score_hop
+    err_change_score_n
+    err_controlled
+    err_cusum_h
+    err_cusum_hop
+    err_cusum_k
+    err_cusum_type
+    err_dbscan_eps
+    err_emit_changes_hop
+    err_emit_every_without_aggregate
+    err_ewma_alpha
+    err_host_unknown_column
+    err_join
+    err_join_without_window
+    err_lateness_bad_value
+    err_missing_file
+    err_missing_header_column
+    err_nested_types
+    err_order_by
+    err_over_raw_stream
+    err_params
+    err_parse_error_position
+    err_seasonal_z_period
+    err_seasonal_z_period_column
+    err_type_error_arithmetic
+    err_type_error_sum_text
+    err_unbounded_aggregate
+    err_unbounded_aggregate_global
+    err_unknown_column
+    err_unknown_stream
+    err_view_unbounded
+    filter_projection
+    filter_timestamp_compare
+    having_aggregate_not_selected
+    having_count
+    hop_all_aggregates
+    hop_cascade
+    hop_empty_windows
+    hop_offset
+    hop_out_of_order
+    hop_partly_late
+    hop_size_2x_slide
+    hop_size_3x_slide
+    hop_size_6x_slide
+    hop_slide_equals_size
+    hop_slide_not_dividing_size
+    host_source_limit
+    invariant_range_windows_alert
+    invariant_set_offline_online
+    join_window_results
+    join_window_rows
+    jsonl_format_option
+    jsonl_input
+    late_rows_dropped
+    late_side_output
+    lateness_hop_partial
+    lateness_refires
+    lateness_session
+    multi_stdout_csv
+    nested_alert_by_map_value
+    nested_csv_cells
+    nested_group_by_map_value
+    nested_json_text_functions
+    nested_struct_list_map_jsonl
+    nested_unnest
+    null_key
+    out_of_order_not_late
+    over_lag_moving_average
+    over_robust_score
+    over_running_max
+    peer_alert_many_windows
+    peer_dbscan_noise
+    peer_group_robust_z
+    peer_median_rank
+    peer_robust_z_alert
+    peer_union_straddles_watermarks
+    quoted_identifiers_stateless
+    scalar_arithmetic
+    scalar_case_when
+    scalar_upper_round
+    session_aggregates
+    session_end_of_input
+    session_late_row
+    session_merge_bridge
+    session_multiple_keys
+    session_no_key
+    session_single
+    session_split_at_gap
+    shed_alert_marks_approximate
+    shed_options_errors
+    shed_replay_sheds_nothing
+    shed_set_overrides_the_stream
+    sink_and_select
+    sink_file_csv
+    sink_shared_file
+    sink_shared_file_other_columns
+    sink_stdout
+    source_missing_column_null
+    source_multiline_csv
+    stateless_null_predicates
+    stdin_source
+    timeseries_cadence
+    timeseries_cadence_hop
+    timeseries_change_score
+    timeseries_change_score_alert
+    timeseries_change_score_group_by
+    timeseries_cusum
+    timeseries_cusum_alert
+    timeseries_cusum_small_shift
+    timeseries_ewma_chart
+    timeseries_moving_relative_ewma
+    timeseries_seasonal_z
+    ts_epoch_ms_rendered_iso
+    ts_future_disabled
+    ts_future_outlier
+    ts_iso_formats
+    ts_space_format_windows
+    ts_unit_seconds
+    ts_unit_warning
+    tumble_1_minute_iso
+    tumble_1s_empty_windows
+    tumble_5s_no_key
+    tumble_multiple_keys
+    tumble_offset
+    tumble_worked_vector
+    union_stateless
+    union_windowed
+    view_stateless
+    view_window_over_window
+    where_before_window
+    window_over_window_results
+    window_partial_columns
+}
+
+#[test]
+fn every_case_file_has_a_test() {
+    let files: Vec<String> = case_files()
+        .iter()
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        files == CASES,
+        "tests/cases and the list in tests/conformance.rs differ; the list should read:\n{}",
+        files
+            .iter()
+            .map(|f| format!("    {f}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
 
 #[test]
