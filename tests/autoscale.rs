@@ -210,9 +210,11 @@ fn report(name: &str, run: &Run) {
 
 /// It measures rates, so it needs the machine to itself: with the other
 /// tests running, the pusher gets too little time to offer more than one
-/// instance takes. `.ci/run` runs it alone after them.
+/// instance takes. nextest runs it alone (`--run-ignored all`, the `alone`
+/// group of `.config/nextest.toml`); libtest cannot isolate it, so plain
+/// `cargo test` skips it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "measures rates: run alone (cargo test --test main autoscale -- --ignored)"]
+#[ignore = "measures rates: run alone (cargo nextest run --run-ignored all -E 'test(/^autoscale::/)')"]
 async fn a_rate_step_is_followed_up_and_down_without_losing_a_row() {
     let phase = Duration::from_secs(6);
     let ds2 = run("ds2", &[2_000, 0, 2_000], phase).await;
