@@ -5,7 +5,6 @@
 //! The screen is matched by substrings, never by layout: the line editor
 //! repaints lines as it likes.
 
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -33,20 +32,7 @@ fn start(dir: &Path, history: &Path) -> PtySession {
     // rexpect forks the shell itself (in its own session, on a pty), so not
     // through `support::spawn`; the session's drop kills it, and the kernel
     // does if the test ends first.
-    // SAFETY: prctl and getppid are async-signal-safe.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::getppid() == 1 {
-                return Err(std::io::Error::other(
-                    "the test ended before the shell started",
-                ));
-            }
-            Ok(())
-        });
-    }
+    support::die_with_test(&mut command);
     let options = Options::new()
         .timeout_ms(Some(TIMEOUT_MS))
         .strip_ansi_escape_codes(true);

@@ -28,6 +28,20 @@ pub(crate) struct Guarded {
 /// Starts `command` guarded; `what` names it in failures.
 pub(crate) fn spawn(command: &mut Command, what: &str) -> Guarded {
     command.process_group(0);
+    die_with_test(command);
+    let child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    Guarded {
+        child,
+        what: what.to_string(),
+    }
+}
+
+/// Makes the kernel kill the child `command` starts when the thread that
+/// starts it ends (for children another library forks, such as rexpect's
+/// shell; [`spawn`] does this itself).
+pub(crate) fn die_with_test(command: &mut Command) {
     // SAFETY: prctl and getppid are async-signal-safe; nothing is allocated
     // between fork and exec.
     unsafe {
@@ -43,13 +57,6 @@ pub(crate) fn spawn(command: &mut Command, what: &str) -> Guarded {
             }
             Ok(())
         });
-    }
-    let child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-    Guarded {
-        child,
-        what: what.to_string(),
     }
 }
 
