@@ -554,6 +554,19 @@ fn at_least_once_fails_the_query_once_its_deliveries_keep_failing() {
     assert!(error.contains("InvalidRecord"), "{error}");
 }
 
+/// Starts `vigil run q.sql` in `dir`, its stderr into `stderr`, guarded.
+fn start_run(dir: &Path, stderr: &Path, what: &str) -> support::Guarded {
+    support::spawn(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .current_dir(dir)
+            .args(["run", "q.sql"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(stderr).unwrap()),
+        what,
+    )
+}
+
 #[test]
 fn an_unreachable_broker_is_reported_and_waited_for() {
     // A port nothing listens on: the source retries and warns, and the
@@ -575,13 +588,9 @@ fn an_unreachable_broker_is_reported_and_waited_for() {
     )
     .unwrap();
     let stderr_path = dir.path().join("stderr.txt");
-    let mut child = support::spawn(
-        Command::new(env!("CARGO_BIN_EXE_vigil"))
-            .current_dir(dir.path())
-            .args(["run", "q.sql"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&stderr_path).unwrap()),
+    let mut child = start_run(
+        dir.path(),
+        &stderr_path,
         "vigil run with an unreachable broker",
     );
     let warned = wait_until(Duration::from_secs(60), || {
@@ -642,15 +651,7 @@ fn a_live_topic_fires_windows_while_a_partition_stays_empty() {
     )
     .unwrap();
     let stderr_path = dir.path().join("stderr.txt");
-    let mut child = support::spawn(
-        Command::new(env!("CARGO_BIN_EXE_vigil"))
-            .current_dir(dir.path())
-            .args(["run", "q.sql"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&stderr_path).unwrap()),
-        "vigil run of a live topic",
-    );
+    let mut child = start_run(dir.path(), &stderr_path, "vigil run of a live topic");
     let stderr = || fs::read_to_string(&stderr_path).unwrap_or_default();
     // The data runs from 22:13:20 to 22:23:19: the watermark reaches
     // 22:23:14 and closes the windows from 22:13 to 22:22, 10 per host.
