@@ -21,8 +21,10 @@ use super::webhook::serve_locally;
 /// Peak resident memory the process may reach under overload.
 const RSS_BOUND: u64 = 300 << 20;
 
-/// How long the producers offer more than the query takes.
-const FEED_FOR: Duration = Duration::from_secs(30);
+/// How long the producers offer more than the query takes: long enough
+/// that a source read without back-pressure would pass the memory bound
+/// several times over (the generator makes millions of rows a second).
+const FEED_FOR: Duration = Duration::from_secs(12);
 
 /// How long vigil may take, past the feeding, to take the last rows and
 /// end; and its results to be complete.
