@@ -1387,6 +1387,69 @@ mod tests {
         assert!(q.graph.describe().contains("window aggregate"));
     }
 
+    /// The queries planned by running `script` over `m`.
+    fn queries(script: &str) -> Vec<PreparedQuery> {
+        let mut engine = engine();
+        let mut queries = Vec::new();
+        for s in parse_script(script).unwrap() {
+            if let Outcome::Query(q) = engine.execute(&s, Path::new(".")).unwrap() {
+                queries.push(*q);
+            }
+        }
+        queries
+    }
+
+    /// What each input of `graph` runs before the merge.
+    fn input_ops(graph: &QueryGraph) -> Vec<String> {
+        graph
+            .inputs
+            .iter()
+            .map(|i| {
+                let ops = i.stages.iter().flat_map(|s| s.ops());
+                ops.map(|op| op.describe()).collect::<Vec<_>>().join(" | ")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_window_over_a_union_runs_in_each_input_on_its_own_clock() {
+        let q = queries(
+            "CREATE STREAM n (ts TIMESTAMP, host TEXT) WITH (path = 'n.csv');
+             CREATE VIEW u AS SELECT ts, host FROM m UNION ALL SELECT ts, host FROM n;
+             SELECT window_start, count(*) AS c FROM TUMBLE(u, ts, INTERVAL '10' SECOND)
+             GROUP BY window_start, window_end;",
+        );
+        let inputs = input_ops(&q[0].graph);
+        assert_eq!(inputs.len(), 2, "{}", q[0].graph.describe());
+        for ops in &inputs {
+            assert!(ops.contains("window"), "{}", q[0].graph.describe());
+        }
+        let after_merge = q[0].graph.stages.iter().flat_map(|s| s.ops());
+        assert!(
+            !after_merge
+                .map(|op| op.describe())
+                .any(|d| d.starts_with("window tumble") || d.starts_with("window hop")),
+            "{}",
+            q[0].graph.describe()
+        );
+    }
+
+    #[test]
+    fn controlled_over_a_plain_view_gets_the_stream_s_watermark() {
+        let q = queries(
+            "CREATE STREAM ctl (ts TIMESTAMP, key TEXT, action TEXT) WITH (path = 'c.csv');
+             CREATE VIEW busy AS SELECT ts, host, cpu FROM m WHERE cpu > 50;
+             SELECT * FROM CONTROLLED(busy, ctl, host, ts);",
+        );
+        let inputs = input_ops(&q[0].graph);
+        assert!(
+            inputs[0].contains("watermark(column 0 - 2000 ms)"),
+            "{}",
+            q[0].graph.describe()
+        );
+        assert_eq!(inputs[1].matches("watermark").count(), 1, "{inputs:?}");
+    }
+
     /// The error planning `sql` over `m` read with `follow`: a stream that
     /// never ends.
     fn err_following(sql: &str) -> String {

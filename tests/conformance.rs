@@ -809,6 +809,10 @@ cases! {
     tumble_offset
     tumble_worked_vector
     union_stateless
+    union_view_paced_input
+    union_view_session
+    union_view_three_inputs
+    union_view_window_min_watermark
     union_windowed
     view_stateless
     view_window_over_window

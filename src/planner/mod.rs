@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{Column, DFSchema};
 use datafusion::common::{JoinType, ScalarValue};
 use datafusion::execution::context::ExecutionProps;
@@ -542,6 +543,25 @@ impl Built {
         &self.inputs[0].0
     }
 
+    /// True for a union with nothing after its merge yet: stateless
+    /// operators then go into each of its inputs, so that a window after
+    /// them can too (see [`Builder::window`]).
+    fn is_open_union(&self) -> bool {
+        self.inputs.len() > 1 && self.join.is_none() && self.ops.is_empty()
+    }
+
+    /// Adds a stateless operator made by `make`: to each input of an open
+    /// union, otherwise after what was built.
+    fn push_fused(&mut self, make: impl Fn() -> Box<dyn Operator>) {
+        if self.is_open_union() {
+            for (_, ops) in &mut self.inputs {
+                ops.push((make(), Placement::Fused));
+            }
+        } else {
+            self.ops.push((make(), Placement::Fused));
+        }
+    }
+
     /// The largest allowed lateness of the streams read.
     fn lateness_ms(&self) -> i64 {
         self.inputs
@@ -697,9 +717,7 @@ impl Builder {
                     window.check_reads(&filter.predicate, filter.input.schema())?;
                 }
                 let predicate = self.physical(&filter.predicate, filter.input.schema())?;
-                built
-                    .ops
-                    .push((Box::new(FilterOp::new(predicate)), Placement::Fused));
+                built.push_fused(|| Box::new(FilterOp::new(predicate.clone())));
                 Ok(built)
             }
             LogicalPlan::Projection(projection) => {
@@ -730,9 +748,7 @@ impl Builder {
                 if before.is_some_and(|w| w.holds_panes()) && built.window.is_none() {
                     return Err(window_without_aggregate());
                 }
-                built
-                    .ops
-                    .push((Box::new(ProjectOp::new(exprs, schema)), Placement::Fused));
+                built.push_fused(|| Box::new(ProjectOp::new(exprs.clone(), schema.clone())));
                 Ok(built)
             }
             LogicalPlan::SubqueryAlias(alias) => self.build(&alias.input),
@@ -894,41 +910,7 @@ impl Builder {
             return self.control(control);
         }
         if let Some(window) = node.as_any().downcast_ref::<WindowNode>() {
-            let mut built = self.build(&window.input)?;
-            let schema = Arc::new(node.schema().as_arrow().clone());
-            // Over a stream, the watermark's delay and the stream's lateness;
-            // over window results (a view), neither: they come in order.
-            let over_stream = matches!(&window.input, LogicalPlan::Extension(e)
-                if e.node.as_any().downcast_ref::<WatermarkNode>().is_some());
-            let (delay, lateness) = match over_stream {
-                true => (built.stream().delay_ms, built.stream().lateness_ms),
-                false if built.window.is_some() => (0, 0),
-                false => (built.stream().delay_ms, 0),
-            };
-            let (time, stats) = (window.time_column, self.stats.clone());
-            let late_rows = self.late_rows(&built.stream().name.clone());
-            let (op, kind): (Box<dyn Operator>, _) = match window.window {
-                Window::Aligned(spec) => (
-                    Box::new(WindowAssignOp::new(
-                        time, spec, delay, lateness, schema, stats, late_rows,
-                    )),
-                    Windowing::Grid(WindowGrid::Panes(spec)),
-                ),
-                Window::Session { gap_ms } => (
-                    Box::new(SessionAssignOp::new(
-                        time, gap_ms, delay, lateness, schema, stats, late_rows,
-                    )),
-                    Windowing::Session { gap_ms },
-                ),
-            };
-            built.ops.push((op, Placement::Serial));
-            let start = window.window_start_index();
-            built.window = Some(WindowColumns {
-                start: Some(start),
-                end: Some(start + 1),
-                kind,
-            });
-            return Ok(built);
+            return self.window(window);
         }
         Err(Error::Plan(format!("unknown plan node {}", node.name())))
     }
@@ -1351,6 +1333,71 @@ impl Builder {
 
     /// `UNION ALL` of streams: each input keeps its own operators, and the
     /// rows meet in a merge that forwards the minimum of their watermarks.
+    /// A window's assignment: after its input, or, over a union, in each
+    /// of the union's inputs, so that each stream's rows are judged by its
+    /// own clock and the merge takes the least of the inputs' watermarks
+    /// (a clock after the merge would run at the fastest input's pace and
+    /// drop the others' rows as late).
+    fn window(&mut self, window: &WindowNode) -> Result<Built> {
+        let mut built = self.build(&window.input)?;
+        // Over a stream, the watermark's delay and the stream's lateness;
+        // over window results (a view), neither: they come in order.
+        let over_stream = matches!(&window.input, LogicalPlan::Extension(e)
+            if e.node.as_any().downcast_ref::<WatermarkNode>().is_some());
+        let of_results = built.window.is_some();
+        let clock = |stream: &StreamDef| match (over_stream, of_results) {
+            (true, _) => (stream.delay_ms, stream.lateness_ms),
+            (false, true) => (0, 0),
+            (false, false) => (stream.delay_ms, 0),
+        };
+        let kind = match window.window {
+            Window::Aligned(spec) => Windowing::Grid(WindowGrid::Panes(spec)),
+            Window::Session { gap_ms } => Windowing::Session { gap_ms },
+        };
+        if built.is_open_union() {
+            for (stream, ops) in &mut built.inputs {
+                let (delay, lateness) = clock(stream);
+                let late_rows = self.late_rows(&stream.name);
+                ops.push((
+                    self.assign(window, delay, lateness, late_rows),
+                    Placement::Serial,
+                ));
+            }
+        } else {
+            let (delay, lateness) = clock(built.stream());
+            let late_rows = self.late_rows(&built.stream().name.clone());
+            let op = self.assign(window, delay, lateness, late_rows);
+            built.ops.push((op, Placement::Serial));
+        }
+        let start = window.window_start_index();
+        built.window = Some(WindowColumns {
+            start: Some(start),
+            end: Some(start + 1),
+            kind,
+        });
+        Ok(built)
+    }
+
+    /// The operator that gives rows their window (or pane, or session).
+    fn assign(
+        &self,
+        window: &WindowNode,
+        delay: i64,
+        lateness: i64,
+        late_rows: Arc<LateRows>,
+    ) -> Box<dyn Operator> {
+        let schema = Arc::new(UserDefinedLogicalNode::schema(window).as_arrow().clone());
+        let (time, stats) = (window.time_column, self.stats.clone());
+        match window.window {
+            Window::Aligned(spec) => Box::new(WindowAssignOp::new(
+                time, spec, delay, lateness, schema, stats, late_rows,
+            )),
+            Window::Session { gap_ms } => Box::new(SessionAssignOp::new(
+                time, gap_ms, delay, lateness, schema, stats, late_rows,
+            )),
+        }
+    }
+
     fn union(&mut self, union: &datafusion::logical_expr::Union) -> Result<Built> {
         let mut inputs = Vec::new();
         let mut windows = Vec::new();
@@ -1398,13 +1445,23 @@ impl Builder {
     /// [`ControlFilter`], each read with its own watermark.
     fn control(&mut self, control: &ControlNode) -> Result<Built> {
         let mut inputs = Vec::with_capacity(2);
-        for side in [&control.data, &control.control] {
+        let sides = [
+            (&control.data, control.data_time),
+            (&control.control, control.control_time),
+        ];
+        for (side, time) in sides {
             let built = self.build(side)?;
             if built.inputs.len() != 1 || built.join.is_some() {
                 return Err(Error::Plan("CONTROLLED reads two declared streams".into()));
             }
             let (stream, mut ops) = built.inputs.into_iter().next().expect("one input");
             ops.extend(built.ops);
+            // A plain view of a stream has no clock of its own: without one
+            // its rows would wait for the end of input.
+            if !has_clock(side) {
+                let clock = WatermarkOp::new(time, stream.delay_ms);
+                ops.push((Box::new(clock), Placement::Serial));
+            }
             inputs.push((stream, ops));
         }
         let schema = |plan: &LogicalPlan| Arc::new(plan.schema().as_arrow().clone());
@@ -1571,6 +1628,16 @@ impl Builder {
             &self.planning,
         )?)
     }
+}
+
+/// True when `plan` makes watermarks of its own: it reads a stream through
+/// a watermark or a window.
+fn has_clock(plan: &LogicalPlan) -> bool {
+    plan.exists(|node| {
+        Ok(matches!(node, LogicalPlan::Extension(e)
+            if e.node.as_any().is::<WatermarkNode>() || e.node.as_any().is::<WindowNode>()))
+    })
+    .unwrap_or(false)
 }
 
 fn column_index(expr: &Expr, schema: &DFSchema) -> Option<usize> {
