@@ -660,6 +660,43 @@ fn piped_with(dir: &Path, args: &[&str], input: &str) -> (Option<i32>, String, S
     (out.status.code(), text(&out.stdout), text(&out.stderr))
 }
 
+/// A script piped into the shell runs as `vigil run` runs it: it waits
+/// for its alerts over a file that ends, prints their rows as plain CSV,
+/// one alert's after the other, and says nothing of running in the
+/// background.
+#[test]
+fn a_piped_script_waits_for_its_alerts_and_prints_them_plainly() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("m.csv"),
+        "ts,host,cpu\n1000,a,95\n2000,b,20\n3000,a,97\n4000,b,99\n5000,a,10\n9000,b,10\n",
+    )
+    .unwrap();
+    let script = "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE, WATERMARK FOR ts AS ts)
+         WITH (path = 'm.csv');
+       CREATE ALERT hot AS SELECT ts, host, cpu FROM m ALERT BY host WHEN cpu > 90;
+       CREATE ALERT very_hot AS SELECT window_end, host, max(cpu) AS top
+         FROM TUMBLE(m, ts, INTERVAL '2' SECOND) GROUP BY window_end, host
+       ALERT WHEN top > 96;\n";
+    let (code, out, err) = piped(dir.path(), script);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert_eq!(
+        out,
+        "alert,host,state,event_time,since,cpu,severity,message
+hot,a,firing,1970-01-01T00:00:01,1970-01-01T00:00:01,95.0,,
+hot,b,firing,1970-01-01T00:00:04,1970-01-01T00:00:04,99.0,,
+hot,a,resolved,1970-01-01T00:00:05,1970-01-01T00:00:01,10.0,,
+hot,b,resolved,1970-01-01T00:00:09,1970-01-01T00:00:04,10.0,,
+alert,host,state,event_time,since,top,severity,message
+very_hot,a,firing,1970-01-01T00:00:04,1970-01-01T00:00:04,97.0,,
+very_hot,b,firing,1970-01-01T00:00:06,1970-01-01T00:00:06,99.0,,
+very_hot,a,resolved,1970-01-01T00:00:06,1970-01-01T00:00:04,10.0,,
+very_hot,b,resolved,1970-01-01T00:00:10,1970-01-01T00:00:06,10.0,,
+",
+        "{err}"
+    );
+}
+
 /// `ALTER ALERT` in the shell: with a state directory the running alert
 /// keeps its state; without one the change is refused and the alert
 /// runs on unchanged.

@@ -10,8 +10,11 @@
 //! format; psql's `\q`, `\d` and a few more do the same as their dot
 //! commands.
 //!
-//! Piped input (standard input is not a terminal) runs as a script that
-//! stops at its first error, with a failure exit code.
+//! Piped input (standard input is not a terminal) runs as a script, as
+//! `vigil run` runs it: it stops at its first error, with a failure exit
+//! code; background queries and alerts print plain lines, one query's after
+//! another (see [`turns`]); at the end of the script the shell waits for
+//! the queries whose inputs end and stops those whose inputs never do.
 //!
 //! The line editor blocks while it reads, so it runs on a blocking thread
 //! of the tokio runtime, which keeps running the queries meanwhile.
@@ -46,6 +49,7 @@ mod commands;
 mod helper;
 mod output;
 mod table;
+mod turns;
 mod with_options;
 
 use std::cell::Cell;
@@ -54,7 +58,7 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -115,15 +119,18 @@ pub async fn run(state_dir: Option<PathBuf>) -> Result<ExitCode> {
         Some(dir) => Session::builder().state_dir(dir).build()?,
         None => Session::new(),
     };
+    let printer = Printer::start(external);
+    let script = (!interactive).then(|| Script::new(printer.clone()));
     let mut repl = Repl {
         session,
         format,
         shared,
-        printer: Printer::start(external),
+        printer,
         functions: Vec::new(),
         interactive,
         failed: Cell::new(false),
         screenful: DEFAULT_SCREENFUL,
+        script,
     };
     repl.functions = repl.session.engine().function_names();
     repl.refresh_names();
@@ -135,6 +142,7 @@ pub async fn run(state_dir: Option<PathBuf>) -> Result<ExitCode> {
         );
     }
     repl.read_loop(&mut reader).await;
+    repl.finish_script().await;
     repl.printer.close();
     repl.session.shutdown().await;
     reader.save();
@@ -165,6 +173,35 @@ struct Repl {
     failed: Cell<bool>,
     /// Table rows that fill the terminal.
     screenful: usize,
+    /// The background queries of a piped script (input not a terminal).
+    script: Option<Script>,
+}
+
+/// What a piped script's background queries need: their output in turns,
+/// and what the end of the script waits for.
+struct Script {
+    turns: turns::Turns,
+    running: Vec<Background>,
+    /// A background query failed: the script exits with a failure.
+    failed: Arc<AtomicBool>,
+}
+
+/// A background query of a script.
+struct Background {
+    id: QueryId,
+    /// Its inputs all end, so the script waits for it.
+    finite: bool,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Script {
+    fn new(printer: Printer) -> Self {
+        Self {
+            turns: turns::Turns::new(move |text| printer.print(text)),
+            running: Vec::new(),
+            failed: Arc::default(),
+        }
+    }
 }
 
 /// A query started by a statement.
@@ -174,6 +211,8 @@ struct Started {
     sink: Option<String>,
     /// True for `CREATE ALERT`: it always runs in the background.
     alert: bool,
+    /// Every input it reads ends.
+    finite: bool,
 }
 
 impl Repl {
@@ -407,11 +446,17 @@ impl Repl {
         }
         let sink = query.sink.as_ref().map(|s| s.name.clone());
         let alert = query.declares_alert.is_some();
+        let finite = query
+            .graph
+            .inputs
+            .iter()
+            .all(|i| crate::planner::never_ends(&i.stream).is_none());
         let handle = self.session.start(*query, &label(sql, statement.line))?;
         Ok(Some(Started {
             handle,
             sink,
             alert,
+            finite,
         }))
     }
 
@@ -525,7 +570,10 @@ impl Repl {
     /// Lets a query run in the background; its lines are printed tagged
     /// with its id as they come (table rows a little later, gathered as in
     /// the foreground).
-    fn detach(&self, started: Started) {
+    fn detach(&mut self, started: Started) {
+        if self.script.is_some() {
+            return self.detach_in_script(started);
+        }
         let Started { mut handle, .. } = started;
         let id = handle.id;
         let ended = self.session.wait(id);
@@ -560,6 +608,70 @@ impl Repl {
                 Err(e) => print(format!("error: {e}\n")),
             }
         });
+    }
+}
+
+impl Repl {
+    /// Lets a script's query run in the background: its lines, untagged,
+    /// in its turn (see [`turns`]); an error fails the script.
+    fn detach_in_script(&mut self, started: Started) {
+        let script = self.script.as_mut().expect("a script");
+        let Started {
+            mut handle, finite, ..
+        } = started;
+        let id = handle.id;
+        let ended = self.session.wait(id);
+        let (turns, failed) = (script.turns.clone(), script.failed.clone());
+        let place = turns.join();
+        let mut renderer = Renderer::new(self.format, self.screenful);
+        let task = tokio::spawn(async move {
+            while let Some(batch) = handle.next().await {
+                match renderer.push(&batch) {
+                    Ok(text) => turns.write(place, &text),
+                    Err(e) => {
+                        errln!("error: query {id}: {e}");
+                        failed.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+            turns.write(place, &renderer.finish());
+            if let Err(e) = ended.await {
+                errln!("error: query {id}: {e}");
+                failed.store(true, Ordering::Relaxed);
+            }
+            turns.end(place);
+        });
+        script.running.push(Background { id, finite, task });
+    }
+
+    /// At the end of a piped script: waits for its background queries
+    /// whose inputs end (Ctrl-C stops them) and stops the others, as
+    /// `vigil run` would have run them to their end.
+    async fn finish_script(&mut self) {
+        let Some(script) = self.script.as_mut() else {
+            return;
+        };
+        let running = std::mem::take(&mut script.running);
+        let failed = script.failed.clone();
+        for query in running.iter().filter(|q| !q.finite) {
+            self.session.stop(query.id);
+        }
+        let ids: Vec<QueryId> = running.iter().map(|q| q.id).collect();
+        let all = futures::future::join_all(running.into_iter().map(|q| q.task));
+        tokio::pin!(all);
+        tokio::select! {
+            _ = &mut all => {}
+            _ = tokio::signal::ctrl_c() => {
+                for &id in &ids {
+                    self.session.stop(id);
+                }
+                let grace = tokio::time::sleep(STOP_GRACE);
+                tokio::select! { _ = &mut all => {}, _ = grace => {} }
+            }
+        }
+        if failed.load(Ordering::Relaxed) {
+            self.failed.set(true);
+        }
     }
 }
 
