@@ -25,6 +25,7 @@ pub mod registry;
 pub mod remote_write;
 pub mod sink;
 pub mod source;
+pub mod table;
 #[cfg(test)]
 mod test_server;
 pub mod timestamp;

@@ -48,7 +48,6 @@ macro_rules! errln {
 mod commands;
 mod helper;
 mod output;
-mod table;
 mod turns;
 mod with_options;
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use datafusion::arrow::record_batch::RecordBatch;
 use rustyline::ExternalPrinter;
 
-use super::table::Table;
+use crate::connectors::table::Table;
 use crate::connectors::{OutputFormat, Sink, make_sink};
 use crate::error::Result;
 

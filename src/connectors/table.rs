@@ -1,5 +1,6 @@
-//! The shell's table format: result rows drawn as a text table that the
-//! later rows of the same query continue, and numbers rounded for reading.
+//! Text tables: result rows drawn as a table that the later rows of the same
+//! query continue, and numbers rounded for reading (the shell and `vigil run`
+//! on a terminal).
 //!
 //! A continuous query's rows come a few at a time. The rows of one query
 //! share one table: its header is drawn once, and rows that come later are
