@@ -38,11 +38,11 @@ use datafusion::arrow::json::writer::{
     make_encoder,
 };
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::arrow::util::pretty::pretty_format_batches;
 
 use serde_json::Value;
 
 use super::file_commit::{CommittedFile, FileWriter};
+use super::table::Table;
 use super::timestamp::write_timestamp_ms;
 use super::{OutputFormat, SinkConfig, SinkTarget};
 use crate::error::{Error, Result};
@@ -240,6 +240,11 @@ impl Sink for FormatSink {
     }
 
     fn finish(&mut self) -> Result<()> {
+        self.buf.clear();
+        self.format.finish(&mut self.buf);
+        if !self.buf.is_empty() {
+            self.out.send(&self.buf)?;
+        }
         self.out.finish()
     }
 
@@ -455,12 +460,20 @@ trait Format: Send {
     fn restore(&mut self, _state: Option<&Value>) -> Result<()> {
         Ok(())
     }
+
+    /// Appends what ends the output once the query has ended (a table's
+    /// closing border).
+    fn finish(&mut self, _buf: &mut Vec<u8>) {}
 }
 
 fn make_format(format: OutputFormat, label: Option<&str>) -> Box<dyn Format> {
     let label = label.map(str::to_string);
     match format {
-        OutputFormat::Table => Box::new(TableFormat { label }),
+        OutputFormat::Table => Box::new(TableFormat {
+            label,
+            table: None,
+            widths: None,
+        }),
         OutputFormat::Csv => Box::new(CsvFormat {
             label,
             header_written: false,
@@ -469,20 +482,60 @@ fn make_format(format: OutputFormat, label: Option<&str>) -> Box<dyn Format> {
     }
 }
 
+/// One table per query that grows as its rows come (see [`Table`]):
+/// the header once, numbers rounded as the shell shows them.
 struct TableFormat {
     /// The query's name, written above each of its tables.
     label: Option<String>,
+    /// Made at the first batch, from its schema.
+    table: Option<Table>,
+    /// The widths of a table to continue, from a restore.
+    widths: Option<Vec<usize>>,
 }
 
 impl Format for TableFormat {
     fn render(&mut self, batch: &RecordBatch, buf: &mut Vec<u8>) -> Result<()> {
         let batch = nested_as_text(&timestamps_as_text(batch)?)?;
-        let table = pretty_format_batches(&[batch])?;
-        if let Some(label) = &self.label {
+        let table = self.table.get_or_insert_with(|| {
+            let mut table = Table::new(&batch.schema());
+            table.continue_with(self.widths.take().unwrap_or_default());
+            table
+        });
+        table.push(&batch)?;
+        let text = table.flush();
+        // Rows that continue the table start with `|`; a new table (the
+        // first, or one with wider columns) with a border.
+        if let (Some(label), true) = (&self.label, text.starts_with('+')) {
             writeln!(buf, "-- {label}").expect("writing to a Vec cannot fail");
         }
-        writeln!(buf, "{table}").expect("writing to a Vec cannot fail");
+        buf.extend_from_slice(text.as_bytes());
         Ok(())
+    }
+
+    fn state(&self) -> Option<Value> {
+        let widths = self.table.as_ref().map(|t| t.widths().to_vec());
+        Some(serde_json::json!({ "widths": widths.or_else(|| self.widths.clone()) }))
+    }
+
+    fn restore(&mut self, state: Option<&Value>) -> Result<()> {
+        let widths = state
+            .and_then(|s| s.get("widths"))
+            .and_then(Value::as_array)
+            .map(|w| {
+                w.iter()
+                    .filter_map(Value::as_u64)
+                    .map(|w| w as usize)
+                    .collect()
+            });
+        self.table = None;
+        self.widths = widths;
+        Ok(())
+    }
+
+    fn finish(&mut self, buf: &mut Vec<u8>) {
+        if let Some(table) = &mut self.table {
+            buf.extend_from_slice(table.finish().as_bytes());
+        }
     }
 }
 
@@ -967,6 +1020,23 @@ mod tests {
         );
     }
 
+    /// On a terminal a query's rows continue one table, as in the shell:
+    /// one header for batches that fit its columns, DOUBLEs rounded.
+    #[test]
+    fn table_output_grows_one_table_with_rounded_numbers() {
+        let row = sample().slice(0, 1);
+        let text = render(OutputFormat::Table, &[row.clone(), row]);
+        assert_eq!(text.matches("| window_start").count(), 1, "{text}");
+        assert_eq!(text.matches("| 1970-01-01T00:00:10 |").count(), 2, "{text}");
+        let unrounded = batch(
+            vec![Some(0)],
+            vec![Some("a")],
+            vec![Some(93.78999999999999)],
+        );
+        let text = render(OutputFormat::Table, &[unrounded]);
+        assert!(text.contains("| 93.79 "), "{text}");
+    }
+
     #[test]
     fn table_output() {
         let text = render(OutputFormat::Table, &[sample().slice(0, 2)]);
@@ -1145,6 +1215,7 @@ mod tests {
         let mut sink = make_labelled_sink(OutputFormat::Table, "q1", Box::new(shared.clone()));
         sink.write(&sample().slice(0, 1).project(&[1]).unwrap())
             .unwrap();
+        sink.finish().unwrap();
         assert_eq!(
             shared.text(),
             "-- q1\n+------+\n| host |\n+------+\n| a    |\n+------+\n"

@@ -58,6 +58,17 @@ impl Table {
         Ok(())
     }
 
+    /// The column widths of the table being drawn (empty before its first
+    /// row and once closed): what a restored output needs to continue it.
+    pub fn widths(&self) -> &[usize] {
+        &self.widths
+    }
+
+    /// Continues a table drawn with `widths` (see [`Table::widths`]).
+    pub fn continue_with(&mut self, widths: Vec<usize>) {
+        self.widths = widths;
+    }
+
     /// Rows kept and not drawn yet.
     pub fn buffered(&self) -> usize {
         self.buffered.len()
