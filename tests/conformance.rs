@@ -681,6 +681,7 @@ cases! {
     err_alert_message_column
     err_alert_parse_position
     err_alert_unknown_column
+    err_all_rows_bad
     err_append_only_sink
     err_cadence_type
     err_change_score_hop

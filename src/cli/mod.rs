@@ -476,7 +476,22 @@ async fn run(args: RunArgs) -> Result<()> {
         eprintln!("vigil: savepoint written to {root}");
     }
     print_summary(&report);
-    Ok(())
+    unreadable_inputs(&report)
+}
+
+/// Fails the run when an input had rows and not one of them could be
+/// read: its results would be empty for no reason the exit status shows.
+fn unreadable_inputs(report: &RunReport) -> Result<()> {
+    let unreadable = report.streams.iter().find(|(_, stats)| {
+        stats.rows.load(Ordering::Relaxed) == 0 && stats.bad_rows.load(Ordering::Relaxed) > 0
+    });
+    match unreadable {
+        Some((name, stats)) => Err(Error::Connector(format!(
+            "stream {name}: none of its {} rows could be read (see the bad rows above)",
+            stats.bad_rows.load(Ordering::Relaxed)
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The outputs of a run that queries without a sink of their own share.
