@@ -319,19 +319,15 @@ fn check_accepts_good_scripts_without_running_them() {
         ),
     ]);
     // Each file alone: q.sql needs ddl.sql's stream and sink.
-    let alone = vigil(dir.path(), &["check", "ddl.sql", "q.sql"], None);
+    let alone = vigil(dir.path(), &["check", "--each", "ddl.sql", "q.sql"], None);
     let alone_err = text(&alone.stderr);
     assert_eq!(alone.status.code(), Some(1), "{alone_err}");
     assert!(
         alone_err.contains("q.sql:1:1: unknown stream 'm'"),
         "{alone_err}"
     );
-    // With --together they share one catalog, as `vigil run` runs them.
-    let out = vigil(
-        dir.path(),
-        &["check", "--together", "ddl.sql", "q.sql"],
-        None,
-    );
+    // By default they share one catalog, as `vigil run` runs them.
+    let out = vigil(dir.path(), &["check", "ddl.sql", "q.sql"], None);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(out.stdout.is_empty());
@@ -358,7 +354,7 @@ INSERT INTO out SELECT host FROM m;
     );
     let second = "SELECT host FROM m WHERE;\nSELECT host FROM m;";
     let dir = setup(&[("a.sql", &first), ("b.sql", second)]);
-    let out = vigil(dir.path(), &["check", "--together", "a.sql", "b.sql"], None);
+    let out = vigil(dir.path(), &["check", "a.sql", "b.sql"], None);
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);
     let errors: Vec<&str> = stderr

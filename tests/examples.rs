@@ -1030,6 +1030,63 @@ fn query_pack_raises_exactly_the_expected_alerts_on_fleet_csv() {
     );
 }
 
+/// The pack as a whole: `vigil check` and `vigil run` over all its files agree
+/// (the files share one catalog; a view one file declares is not redefined
+/// otherwise by another), and the run raises what each file raises alone. Its
+/// output holds one section per alert, labelled with a leading `query` column.
+#[test]
+fn the_whole_pack_checks_and_runs_together() {
+    let paths: Vec<String> = pack_files()
+        .iter()
+        .map(|n| pack_dir().join(n).to_string_lossy().into_owned())
+        .collect();
+    let files: Vec<&str> = paths.iter().map(String::as_str).collect();
+    let check = run_vigil_within(&[&["check"], files.as_slice()].concat(), PACK_TIMEOUT);
+    let check_err = String::from_utf8_lossy(&check.stderr);
+    assert!(check.status.success(), "{check_err}");
+    let args = [&["run", "--format", "csv"], files.as_slice()].concat();
+    let output = run_vigil_within(&args, PACK_TIMEOUT);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let mut sections: Vec<(String, String)> = Vec::new();
+    for line in stdout.lines() {
+        let (label, rest) = line.split_once(',').expect("a labelled line");
+        if label == "query" {
+            sections.push((String::new(), format!("{rest}\n")));
+        } else {
+            let section = sections.last_mut().expect("a header first");
+            section.0 = label.to_string();
+            section.1.push_str(&format!("{rest}\n"));
+        }
+    }
+    let mut failures = Vec::new();
+    for &(name, alert, expected) in PACK {
+        let Some((_, text)) = sections.iter().find(|(label, _)| label == alert) else {
+            if !expected.is_empty() {
+                failures.push(format!("{name}: no rows of alert {alert}"));
+            }
+            continue;
+        };
+        match alert_changes(name, alert, text) {
+            Ok(changes) => {
+                let mut actual: Vec<(String, String, String)> = changes;
+                let mut wanted: Vec<(String, String, String)> = expected
+                    .iter()
+                    .map(|&(h, s, t)| (h.to_string(), s.to_string(), t.to_string()))
+                    .collect();
+                actual.sort();
+                wanted.sort();
+                if actual != wanted {
+                    failures.push(format!("{name}: {actual:?}, expected {wanted:?}"));
+                }
+            }
+            Err(e) => failures.push(e),
+        }
+    }
+    assert!(failures.is_empty(), "{}\n{stderr}", failures.join("\n"));
+}
+
 /// The documented way to use a pack file: point it at another CSV with `--input`. Over
 /// `queries/data/metrics.csv` (five hosts, one row per second, 10 minutes) every file
 /// runs; the spike detector reports web-02's spike, which make_metrics.py puts at

@@ -44,7 +44,7 @@ CREATE OR REPLACE STREAM metrics (
   WATERMARK FOR ts AS ts - INTERVAL '30' SECOND
 ) WITH (path = '../data/fleet.csv');
 
-CREATE OR REPLACE VIEW cpu_per_minute AS
+CREATE OR REPLACE VIEW cpu_per_minute_by_tier AS
   SELECT window_start, window_end, host, split_part(host, '-', 1) AS tier,
          avg(cpu) AS avg_cpu
   FROM TUMBLE(metrics, ts, INTERVAL '1' MINUTE)
@@ -55,7 +55,7 @@ CREATE OR REPLACE ALERT peer_outlier AS
          count(*) OVER peers AS peer_count,
          avg_cpu - median(avg_cpu) OVER peers AS above_peers,
          robust_z(avg_cpu) OVER peers AS z
-  FROM cpu_per_minute
+  FROM cpu_per_minute_by_tier
   WINDOW peers AS (PARTITION BY window_end, tier)
 ALERT BY host WHEN peer_count >= 5 AND z > 3.5 AND above_peers > 10
   FOR INTERVAL '10' MINUTE RESOLVE WHEN above_peers < 5

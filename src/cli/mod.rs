@@ -79,12 +79,17 @@ struct ReplArgs {
 
 #[derive(Debug, clap::Args)]
 struct CheckArgs {
-    /// Script files, each checked on its own (like `promtool check rules`).
+    /// Script files, checked in order with one catalog, as `vigil run`
+    /// runs them (later files see the streams and sinks of earlier ones).
     #[arg(required = true)]
     files: Vec<PathBuf>,
-    /// Check the files in order with one catalog, as `vigil run` runs them
-    /// (later files see the streams and sinks of earlier ones).
-    #[arg(long)]
+    /// Check each file on its own instead (like `promtool check rules`): a
+    /// directory of independent alert files that each declare their stream.
+    #[arg(long, conflicts_with = "together")]
+    each: bool,
+    /// The default; kept for scripts written when checking each file on
+    /// its own was.
+    #[arg(long, hide = true)]
     together: bool,
     /// Plan queries in this execution mode until a `SET execution_mode`
     /// says otherwise.
@@ -326,9 +331,9 @@ fn check(args: CheckArgs) -> ExitCode {
         }
         engine
     };
-    let report = match args.together {
-        true => check::check_files(&mut engine(), &args.files),
-        false => check::check_each(engine, &args.files),
+    let report = match args.each {
+        false => check::check_files(&mut engine(), &args.files),
+        true => check::check_each(engine, &args.files),
     };
     for message in report.warnings.iter().chain(&report.errors) {
         eprintln!("{message}");
