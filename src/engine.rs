@@ -434,6 +434,11 @@ impl Engine {
                 emit,
                 alert,
             } => {
+                if sink.is_none() && alert.is_none() && emit.is_none() {
+                    if let Some(rows) = self.answer_without_streams(query)? {
+                        return Ok(Outcome::Rows(rows));
+                    }
+                }
                 let sink = match sink {
                     Some(name) => Some(
                         self.catalog
@@ -1128,6 +1133,22 @@ impl Engine {
             .planner
             .plan_alert(&self.catalog, logical, clause, name)?;
         self.plan_graph(logical, emit)
+    }
+
+    /// A query that reads no stream nor view (`SELECT 1`, `SELECT now()`)
+    /// is answered at once, as a one-off question; `None` for one that
+    /// reads something.
+    fn answer_without_streams(&self, query: &Query) -> Result<Option<Listing>> {
+        let logical = self.planner.plan_query(&self.catalog, query)?;
+        let reads_a_table = logical
+            .exists(|node| Ok(matches!(node, LogicalPlan::TableScan(_))))
+            .unwrap_or(true);
+        if reads_a_table {
+            return Ok(None);
+        }
+        let batches = crate::exec::answer_once(&logical)?;
+        let schema = logical.schema().as_arrow().clone();
+        Listing::from_batches(&schema, &batches).map(Some)
     }
 
     fn plan_logical(&self, query: &Query, emit: Option<&Emit>) -> Result<LogicalPlan> {
@@ -1980,6 +2001,26 @@ mod tests {
         )
         .unwrap();
         assert!(engine.catalog().view("fresh").is_some());
+    }
+
+    /// A view or alert over a built-in stream names it as its source.
+    #[test]
+    fn a_view_of_a_built_in_stream_names_it() {
+        let mut engine = engine();
+        exec(
+            &mut engine,
+            "CREATE VIEW busy_here AS SELECT ts, cpu FROM host_metrics WHERE cpu > 90",
+        )
+        .unwrap();
+        let Outcome::Rows(views) = exec(&mut engine, "SHOW VIEWS").unwrap() else {
+            panic!("rows")
+        };
+        let row = views
+            .rows
+            .iter()
+            .find(|r| r[0] == "busy_here")
+            .expect("the view");
+        assert_eq!(row.last().unwrap(), "reads host_metrics", "{views:?}");
     }
 
     #[test]

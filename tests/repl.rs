@@ -315,16 +315,18 @@ fn psql_commands_and_the_kinds_of_streams() {
     );
     expect(&mut repl, "vigil> ");
 
+    // Wider than the terminal: one field a line (`\\x auto`), every source
+    // named.
     type_line(&mut repl, "\\d");
-    for row in [
-        "| p            | stream",
-        "| host_metrics | stream",
-        "| demo         | stream",
-        "| big_v        | view",
-        "| hot          | alert",
-        "| out          | sink",
+    for (name, kind) in [
+        ("p", "stream"),
+        ("host_metrics", "stream"),
+        ("demo", "stream"),
+        ("big_v", "view"),
+        ("hot", "alert"),
+        ("out", "sink"),
     ] {
-        expect(&mut repl, row);
+        expect(&mut repl, &format!("name    | {name}\r\nkind    | {kind}\r\n"));
     }
     expect(&mut repl, "vigil> ");
     type_line(&mut repl, ".streams");
@@ -341,12 +343,12 @@ fn psql_commands_and_the_kinds_of_streams() {
     expect(&mut repl, "vigil> ");
 
     // Any other backslash command: a hint, and a fresh prompt.
-    type_line(&mut repl, "\\dt");
-    let screen = expect(&mut repl, "unknown command \\dt; try .help");
+    type_line(&mut repl, "\\dS");
+    let screen = expect(&mut repl, "unknown command \\dS; try .help");
     assert!(!screen.contains("...>"), "{screen}");
     expect(&mut repl, "vigil> ");
-    type_line(&mut repl, "\\x");
-    expect(&mut repl, "unknown command \\x; try .help");
+    type_line(&mut repl, "\\z");
+    expect(&mut repl, "unknown command \\z; try .help");
     let screen = expect(&mut repl, "vigil> ");
     assert!(!screen.contains("...>"), "{screen}");
 
@@ -658,6 +660,33 @@ fn piped_with(dir: &Path, args: &[&str], input: &str) -> (Option<i32>, String, S
     );
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// psql and DuckDB habits work: a query that reads no stream answers once,
+/// `SHOW TABLES`, `.tables` and `\\dt` list the catalog, and a listing wider
+/// than the terminal (80 columns when it is not one) is shown expanded,
+/// one field a line, as `\\x` shows it; `\\x off` draws the wide table.
+#[test]
+fn sql_shell_habits_work_and_listings_fit_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "SELECT 1 + 2 AS three, upper('x') AS s;\nSHOW TABLES;\n.format table\n.tables\n\\dt\n\\x off\n\\d\n";
+    let (code, out, err) = piped(dir.path(), script);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(out.starts_with("three,s\n3,X\n"), "{out}");
+    assert!(out.contains("host_metrics,stream,"), "{out}");
+    let expanded = out.matches("-[ RECORD 1 ]").count();
+    assert_eq!(expanded, 2, "{out}");
+    let tables = &out[out.find("-[ RECORD 1 ]").unwrap()..];
+    let (listings, wide) = tables.split_at(tables.rfind("-[ RECORD 2 ]").unwrap());
+    assert!(
+        listings.lines().all(|l| l.chars().count() <= 80),
+        "a line wider than 80 columns:\n{listings}"
+    );
+    assert!(wide.lines().any(|l| l.chars().count() > 80), "{wide}");
+    assert!(
+        out.contains("columns | ts TIMESTAMP, host TEXT, cpu DOUBLE"),
+        "{out}"
+    );
 }
 
 /// A script piped into the shell runs as `vigil run` runs it: it waits

@@ -119,6 +119,67 @@ impl Table {
     }
 }
 
+/// `batch` as one closed table.
+pub fn draw(batch: &RecordBatch) -> Result<String> {
+    let mut table = Table::new(&batch.schema());
+    table.push(batch)?;
+    Ok(table.finish())
+}
+
+/// The width of the widest line of `text`.
+pub fn widest_line(text: &str) -> usize {
+    text.lines().map(width).max().unwrap_or(0)
+}
+
+/// `batch` in psql's expanded display: per row a `-[ RECORD n ]-` line,
+/// then one `column | value` line per column, a long value wrapped at its
+/// spaces to fit `columns` characters (a value with no space to break at
+/// runs on).
+pub fn expanded(batch: &RecordBatch, columns: usize) -> Result<String> {
+    let options = FormatOptions::default().with_display_error(true);
+    let schema = batch.schema();
+    let names: Vec<String> = schema.fields().iter().map(|f| clean(f.name())).collect();
+    let name_width = names.iter().map(|n| width(n)).max().unwrap_or(0);
+    let value_width = columns.saturating_sub(name_width + 3).max(20);
+    let cells = batch
+        .columns()
+        .iter()
+        .map(|array| Column::new(array.as_ref(), &options))
+        .collect::<Result<Vec<_>>>()?;
+    let mut out = String::new();
+    for row in 0..batch.num_rows() {
+        let title = format!("-[ RECORD {} ]", row + 1);
+        let rule = (name_width + 3 + value_width).saturating_sub(width(&title));
+        out.push_str(&format!("{title}{}\n", "-".repeat(rule.max(1))));
+        for (name, column) in names.iter().zip(&cells) {
+            let mut lines = wrap(&column.cell(row), value_width).into_iter();
+            let first = lines.next().unwrap_or_default();
+            out.push_str(&format!("{name:<name_width$} | {first}\n"));
+            for line in lines {
+                out.push_str(&format!("{:<name_width$} | {line}\n", ""));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `text` cut into lines of at most `limit` characters at its spaces.
+fn wrap(text: &str, limit: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        if !line.is_empty() && width(&line) + 1 + width(word) > limit {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    lines.push(line);
+    lines
+}
+
 /// How one column's values become text.
 enum Column<'a> {
     Double(&'a dyn Array, usize),
@@ -222,6 +283,41 @@ fn line(cells: &[String], widths: &[usize]) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// psql's expanded display: a record per block, long values wrapped
+    /// at spaces within the width given.
+    #[test]
+    fn expanded_display_wraps_long_values() {
+        use std::sync::Arc;
+
+        use datafusion::arrow::array::StringArray;
+        use datafusion::arrow::datatypes::Field;
+
+        let schema = Schema::new(vec![
+            Field::new("name", DataType::Utf8, false),
+            Field::new("columns", DataType::Utf8, false),
+        ]);
+        let batch = RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(StringArray::from(vec!["m"])),
+                Arc::new(StringArray::from(vec![
+                    "ts TIMESTAMP, host TEXT, cpu DOUBLE, mem DOUBLE, swap DOUBLE",
+                ])),
+            ],
+        )
+        .unwrap();
+        let text = super::expanded(&batch, 40).unwrap();
+        assert_eq!(
+            text,
+            "-[ RECORD 1 ]---------------------------\n\
+             name    | m\n\
+             columns | ts TIMESTAMP, host TEXT, cpu\n\
+             \x20       | DOUBLE, mem DOUBLE, swap\n\
+             \x20       | DOUBLE\n"
+        );
+        assert!(super::widest_line(&text) <= 40, "{text}");
+    }
+
     use std::sync::Arc;
 
     use datafusion::arrow::array::{ArrayRef, Float32Array, Float64Array, StringArray};

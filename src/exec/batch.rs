@@ -169,6 +169,19 @@ impl BatchOp {
     }
 }
 
+/// Answers a query that reads no stream (`SELECT 1`, `SELECT now()`) at
+/// once, as DataFusion plans it: as in any SQL shell, it is a one-off
+/// question with nothing to wait for.
+pub fn answer_once(plan: &LogicalPlan) -> Result<Vec<RecordBatch>> {
+    let mut state = datafusion::execution::SessionStateBuilder::new()
+        .with_default_features()
+        .build();
+    crate::functions::register(&mut state)?;
+    // Nothing in a plan without a table waits on I/O.
+    let physical = futures::executor::block_on(state.create_physical_plan(plan))?;
+    execute(physical, state.task_ctx())
+}
+
 /// Runs `plan` to completion on a thread of its own, with a tokio runtime
 /// of its own. A plan may spawn tasks (a `UnionExec` under a
 /// `CoalescePartitionsExec` reads its inputs in tasks, a large sort merges

@@ -36,7 +36,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 
 pub use aggregate::AggregateSpec;
 pub use alert::AlertOp;
-pub use batch::{BatchInput, BatchOp};
+pub use batch::{BatchInput, BatchOp, answer_once};
 pub use changelog::{ChangelogAggregateOp, ChangelogAggregateSpec};
 pub use control::{ControlFilter, ControlMode, ControlSpec};
 pub use filter::FilterOp;

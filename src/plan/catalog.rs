@@ -191,7 +191,7 @@ impl Catalog {
             }
             Ok(TreeNodeRecursion::Continue)
         });
-        names.retain(|n| self.streams.contains_key(n) || self.views.contains_key(n));
+        names.retain(|n| self.stream(n).is_some() || self.views.contains_key(n));
         names.sort();
         names.dedup();
         names

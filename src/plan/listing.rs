@@ -8,6 +8,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{ArrayRef, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 
 use super::catalog::StreamDef;
 use crate::connectors::{Format, OutputFormat, SinkConfig, SinkTarget, SourceLocation};
@@ -33,6 +34,27 @@ impl Listing {
             columns: columns.iter().map(|c| c.to_string()).collect(),
             rows,
         }
+    }
+
+    /// The rows of `batches` (of `schema`) as text, one column a field.
+    pub fn from_batches(schema: &Schema, batches: &[RecordBatch]) -> Result<Self> {
+        let options = FormatOptions::default();
+        let mut rows = Vec::new();
+        for batch in batches {
+            let columns = batch
+                .columns()
+                .iter()
+                .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            for row in 0..batch.num_rows() {
+                rows.push(columns.iter().map(|c| c.value(row).to_string()).collect());
+            }
+        }
+        Ok(Self {
+            notes: Vec::new(),
+            columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
+            rows,
+        })
     }
 
     /// The rows as a batch of text columns, to print like query results.

@@ -1,14 +1,13 @@
-//! The dot commands: `.help`, `.streams`, `.describe`, `.queries`,
-//! `.stats`, `.stop`, `.read`, `.group`, `.format`, `.quit`; and the psql
-//! commands people type out of habit: `\q`, `\d`, `\d NAME`, `\i FILE`,
-//! `\?`, `\h`.
+//! The dot commands: `.help`, `.streams` (`.tables`), `.describe`,
+//! `.queries`, `.stats`, `.stop`, `.read`, `.group`, `.format`,
+//! `.expanded`, `.quit`; and the psql commands people type out of habit:
+//! `\q`, `\d`, `\dt`, `\d NAME`, `\x`, `\i FILE`, `\?`, `\h`.
 
 use std::path::Path;
 
-use datafusion::arrow::util::pretty::pretty_format_batches;
-
 use super::helper::{Completeness, completeness, split_background};
 use super::{Flow, Repl};
+use crate::connectors::table::{draw, expanded, widest_line};
 use crate::connectors::{OutputFormat, parse_output_format};
 use crate::engine::Dropped;
 use crate::plan::listing::Listing;
@@ -40,12 +39,17 @@ it; end it with '&' instead of ';' to run it in the background.
                            partition's lag and checkpoint age (DIR: their
                            --checkpoint-dir, a path or a URL)
   .format table|csv|jsonl  how results are printed (now: {format})
+  .expanded on|off|auto    listings one field a line, long values wrapped
+                           (auto: when a table is wider than the
+                           terminal; now: {expanded})
   .quit, .exit             leave (so do Ctrl-D and Ctrl-C twice)
 
-psql's \\q, \\d, \\d NAME, \\i FILE and \\? do the same as .quit, .streams,
-.describe NAME, .read FILE and .help. The listings are SQL statements too:
-SHOW STREAMS|VIEWS|ALERTS|SINKS|QUERIES and DESCRIBE NAME; DROP and
-CREATE OR REPLACE undo and redo a declaration.
+psql's \\q, \\d (and \\dt, and DuckDB's .tables), \\d NAME, \\x, \\i FILE and \\?
+do the same as .quit, .streams, .describe NAME, .expanded, .read FILE and
+.help. The listings are SQL statements too: SHOW STREAMS|VIEWS|ALERTS|SINKS|
+QUERIES (SHOW TABLES lists them all) and DESCRIBE NAME; DROP and CREATE OR
+REPLACE undo and redo a declaration. A query that reads no stream (SELECT 1,
+SELECT now()) answers once, as in any SQL shell.
 ";
 
 impl Repl {
@@ -57,8 +61,13 @@ impl Repl {
         };
         match name {
             ".quit" | ".exit" => return Flow::Quit,
-            ".help" => out!("{}", HELP.replace("{format}", format_name(self.format))),
-            ".streams" => self.list_streams(),
+            ".help" => out!(
+                "{}",
+                HELP.replace("{format}", format_name(self.format))
+                    .replace("{expanded}", self.expanded.name())
+            ),
+            ".streams" | ".tables" => self.list_streams(),
+            ".expanded" => self.set_expanded(arg),
             ".describe" => self.describe(arg),
             ".queries" => self.list_queries(),
             ".stats" => self.show_stats(arg),
@@ -82,7 +91,16 @@ impl Repl {
         };
         match (name, arg.is_empty()) {
             ("\\q" | "\\quit", true) => Flow::Quit,
-            ("\\d", true) => self.command(".streams").await,
+            ("\\d" | "\\dt", true) => self.command(".streams").await,
+            ("\\x", _) => {
+                // psql's \x alone toggles.
+                let arg = match (arg, self.expanded) {
+                    ("", Expanded::On) => "off",
+                    ("", _) => "on",
+                    (arg, _) => arg,
+                };
+                self.command(&format!(".expanded {arg}")).await
+            }
             ("\\d", false) => self.command(&format!(".describe {arg}")).await,
             ("\\i", _) => self.command(&format!(".read {arg}")).await,
             ("\\?" | "\\h" | "\\help", _) => self.command(".help").await,
@@ -99,7 +117,7 @@ impl Repl {
             outln!("no streams or views yet (CREATE STREAM declares one)");
             return;
         }
-        print_table(&listing);
+        self.print_table(&listing);
     }
 
     fn describe(&self, name: &str) {
@@ -114,7 +132,7 @@ impl Repl {
             name.to_lowercase()
         };
         match self.session.engine().describe(&key) {
-            Ok(listing) => print_table(&listing),
+            Ok(listing) => self.print_table(&listing),
             Err(e) => self.fail(e),
         }
     }
@@ -125,7 +143,7 @@ impl Repl {
             outln!("no queries running");
             return;
         }
-        print_table(&listing);
+        self.print_table(&listing);
     }
 
     /// `.stats`: what each running query's operators and queues measure
@@ -167,6 +185,9 @@ impl Repl {
     /// Prints the rows of `SHOW` or `DESCRIBE` in the output format of
     /// query results.
     pub(super) fn print_rows(&self, listing: &Listing) {
+        if self.format == OutputFormat::Table {
+            return self.print_table(listing);
+        }
         for note in &listing.notes {
             outln!("{note}");
         }
@@ -258,6 +279,39 @@ impl Repl {
         }
     }
 
+    /// Prints a listing as a table after its notes; expanded (one field a
+    /// line) when `.expanded` says so, or, with `auto`, when the table is
+    /// wider than the terminal.
+    pub(super) fn print_table(&self, listing: &Listing) {
+        for note in &listing.notes {
+            outln!("{note}");
+        }
+        let text = listing.to_batch().and_then(|batch| {
+            let table = draw(&batch)?;
+            let wide = widest_line(&table) > self.columns;
+            match (self.expanded, wide) {
+                (Expanded::On, _) | (Expanded::Auto, true) => expanded(&batch, self.columns),
+                _ => Ok(table),
+            }
+        });
+        match text {
+            Ok(text) => out!("{text}"),
+            Err(e) => self.fail(e),
+        }
+    }
+
+    fn set_expanded(&mut self, arg: &str) {
+        match arg {
+            "" => outln!("{}", self.expanded.name()),
+            "on" => self.expanded = Expanded::On,
+            "off" => self.expanded = Expanded::Off,
+            "auto" => self.expanded = Expanded::Auto,
+            other => self.fail(format_args!(
+                ".expanded takes on, off or auto, not '{other}'"
+            )),
+        }
+    }
+
     fn set_format(&mut self, arg: &str) {
         if arg.is_empty() {
             outln!("{}", format_name(self.format));
@@ -290,16 +344,21 @@ pub(super) fn dropped_text(dropped: &[Dropped]) -> String {
     format!("dropped {}", names.join(", "))
 }
 
-/// Prints a listing as a table like the query results, after its notes.
-fn print_table(listing: &Listing) {
-    for note in &listing.notes {
-        outln!("{note}");
-    }
-    match listing
-        .to_batch()
-        .and_then(|batch| Ok(pretty_format_batches(&[batch])?))
-    {
-        Ok(table) => outln!("{table}"),
-        Err(e) => errln!("error: {e}"),
+/// psql's expanded display of listings (`\x`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Expanded {
+    On,
+    Off,
+    /// Expanded when a table is wider than the terminal.
+    Auto,
+}
+
+impl Expanded {
+    fn name(self) -> &'static str {
+        match self {
+            Expanded::On => "on",
+            Expanded::Off => "off",
+            Expanded::Auto => "auto",
+        }
     }
 }

@@ -92,6 +92,8 @@ const STOP_GRACE: Duration = Duration::from_secs(1);
 const AUTOSCALE_TICK: Duration = Duration::from_secs(1);
 /// Table rows drawn at once when the terminal's height is not known.
 const DEFAULT_SCREENFUL: usize = 40;
+/// The width listings fit when the terminal's is not known.
+const DEFAULT_COLUMNS: usize = 80;
 
 /// Runs the REPL until `.quit`, Ctrl-D or two Ctrl-C in a row.
 ///
@@ -129,6 +131,8 @@ pub async fn run(state_dir: Option<PathBuf>) -> Result<ExitCode> {
         interactive,
         failed: Cell::new(false),
         screenful: DEFAULT_SCREENFUL,
+        columns: DEFAULT_COLUMNS,
+        expanded: commands::Expanded::Auto,
         script,
     };
     repl.functions = repl.session.engine().function_names();
@@ -172,6 +176,10 @@ struct Repl {
     failed: Cell<bool>,
     /// Table rows that fill the terminal.
     screenful: usize,
+    /// The terminal's width, in characters.
+    columns: usize,
+    /// How listings are displayed (`\x`).
+    expanded: commands::Expanded,
     /// The background queries of a piped script (input not a terminal).
     script: Option<Script>,
 }
@@ -289,6 +297,7 @@ impl Repl {
             };
             interrupted = false;
             self.screenful = reader.screenful().unwrap_or(DEFAULT_SCREENFUL);
+            self.columns = reader.columns().unwrap_or(DEFAULT_COLUMNS);
             let command = line.trim();
             // A psql command (`\q`) is taken between the lines of a
             // statement too, as psql does, unless a quote or comment is open.
@@ -765,6 +774,12 @@ impl LineReader {
 
     /// Table rows that fit the terminal below a header, if output is a
     /// terminal.
+    /// The terminal's width, when known.
+    fn columns(&mut self) -> Option<usize> {
+        let (columns, _) = self.editor.as_mut()?.dimensions()?;
+        Some(usize::from(columns))
+    }
+
     fn screenful(&mut self) -> Option<usize> {
         let (_, rows) = self.editor.as_mut()?.dimensions()?;
         Some(usize::from(rows).saturating_sub(5).max(5))

@@ -807,8 +807,10 @@ impl<'a> ScriptParser<'a> {
 
     /// After `SHOW`: what to list.
     fn parse_show(&mut self) -> Result<StatementKind> {
-        const WHAT: [(&str, Show); 5] = [
+        const WHAT: [(&str, Show); 6] = [
             ("STREAMS", Show::Streams),
+            // As in MySQL and DuckDB: everything the catalog lists.
+            ("TABLES", Show::Streams),
             ("VIEWS", Show::Views),
             ("ALERTS", Show::Alerts),
             ("SINKS", Show::Sinks),
@@ -819,7 +821,7 @@ impl<'a> ScriptParser<'a> {
             .find(|(word, _)| self.peek_words(&[word]))
             .map(|(_, show)| *show)
         else {
-            return Err(self.unexpected("STREAMS, VIEWS, ALERTS, SINKS or QUERIES"));
+            return Err(self.unexpected("STREAMS, TABLES, VIEWS, ALERTS, SINKS or QUERIES"));
         };
         self.parser.next_token();
         Ok(StatementKind::Show(show))

@@ -251,6 +251,7 @@ fn drop_show_and_describe() {
         assert_eq!(got, kind);
     }
     assert_eq!(one("SHOW STREAMS"), StatementKind::Show(Show::Streams));
+    assert_eq!(one("SHOW TABLES"), StatementKind::Show(Show::Streams));
     assert_eq!(one("show queries;"), StatementKind::Show(Show::Queries));
     assert_eq!(one("SHOW SINKS"), StatementKind::Show(Show::Sinks));
     assert_eq!(one("SHOW ALERTS"), StatementKind::Show(Show::Alerts));
@@ -262,8 +263,8 @@ fn drop_show_and_describe() {
     );
     assert!(error("DROP TABLE t").contains("Expected: STREAM, VIEW, SINK, ALERT or INVARIANT"));
     assert!(error("DROP STREAM a b").contains("end of statement"));
-    assert!(error("SHOW TABLES").contains("STREAMS, VIEWS, ALERTS, SINKS or QUERIES"));
-    assert!(error("SHOW TABLES").contains("line 1, column 6"));
+    assert!(error("SHOW NOPE").contains("STREAMS, TABLES, VIEWS, ALERTS, SINKS or QUERIES"));
+    assert!(error("SHOW NOPE").contains("line 1, column 6"));
 }
 
 #[test]
