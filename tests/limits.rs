@@ -107,3 +107,53 @@ fn serve_answers_400_to_long_statements_and_goes_on() {
     assert_eq!(status, 200, "{body}");
     child.kill_group();
 }
+
+/// A CSV line far past `max_record_size` (200 MB, the limit 1 MiB by
+/// default) is one bad row with its line number; the rows around it are
+/// read, and memory stays far below the line's size (it is read past,
+/// never held).
+#[test]
+fn a_200_mb_line_is_one_bad_row_and_memory_stays_bounded() {
+    use std::io::Write;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut file = std::io::BufWriter::new(
+        std::fs::File::create(dir.path().join("m.csv")).expect("create m.csv"),
+    );
+    file.write_all(b"ts,host,cpu\n1000,a,1\n").expect("write");
+    let block = vec![b'9'; 1 << 20];
+    for _ in 0..200 {
+        file.write_all(&block).expect("write the long line");
+    }
+    file.write_all(b",b,2\n3000,c,3\n").expect("write");
+    file.flush().expect("flush");
+    drop(file);
+    std::fs::write(
+        dir.path().join("q.sql"),
+        format!("{STREAM}SELECT host, cpu FROM m;"),
+    )
+    .expect("write q.sql");
+    let child = support::spawn(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["run", "q.sql", "--format", "csv"])
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+        "vigil run over a 200 MB line",
+    );
+    let peak = support::PeakRss::watch(child.id());
+    let out = child.output_within(Duration::from_secs(120));
+    let peak = peak.finish();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "host,cpu\na,1.0\nc,3.0\n", "{stderr}");
+    assert!(stderr.contains("vigil: stream m: rows=2 bad=1"), "{stderr}");
+    assert!(
+        stderr.contains("line 3") && stderr.contains("longer than max_record_size (1048576 bytes)"),
+        "{stderr}"
+    );
+    eprintln!("peak RSS over a 200 MB line: {} MiB", peak >> 20);
+    assert!(peak > 0 && peak < 150 << 20, "peak RSS {} MiB", peak >> 20);
+}

@@ -10,12 +10,12 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::service::{Server, TOKEN, agent, bearer, status_code};
-use super::support::{self, Guarded, join_within};
+use super::support::{self, Guarded, PeakRss, join_within};
 use super::webhook::serve_locally;
 
 /// Peak resident memory the process may reach under overload.
@@ -59,49 +59,6 @@ fn generator_rate(for_how_long: Duration) -> f64 {
         rows += 10_000;
     }
     rows as f64 / start.elapsed().as_secs_f64()
-}
-
-/// Samples a process's peak resident memory (`VmHWM`) until stopped.
-struct PeakRss {
-    peak: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<()>,
-}
-
-impl PeakRss {
-    fn watch(pid: u32) -> Self {
-        let peak = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (p, s) = (peak.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            while !s.load(Ordering::Relaxed) {
-                if let Some(hwm) = status_kib(pid, "VmHWM:") {
-                    p.fetch_max(hwm * 1024, Ordering::Relaxed);
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        });
-        Self { peak, stop, thread }
-    }
-
-    /// The highest peak seen.
-    fn finish(self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().expect("the watcher ends");
-        self.peak.load(Ordering::Relaxed)
-    }
-}
-
-/// A field of /proc/PID/status in KiB; `None` once the process is gone.
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(field))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// Sums column `column` of CSV lines read from `from` (after its header).

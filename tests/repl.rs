@@ -326,7 +326,10 @@ fn psql_commands_and_the_kinds_of_streams() {
         ("hot", "alert"),
         ("out", "sink"),
     ] {
-        expect(&mut repl, &format!("name    | {name}\r\nkind    | {kind}\r\n"));
+        expect(
+            &mut repl,
+            &format!("name    | {name}\r\nkind    | {kind}\r\n"),
+        );
     }
     expect(&mut repl, "vigil> ");
     type_line(&mut repl, ".streams");

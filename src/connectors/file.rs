@@ -94,7 +94,7 @@ pub(super) const TEXT_OPTIONS: &[OptionSpec] = &[
         ty: OptionType::Count,
         default: Some("1048576"),
         accepted: "a number of bytes from 1 to 1073741824",
-        doc: "most bytes of a CSV record spanning lines",
+        doc: "most bytes of a line, or of a CSV record spanning lines; a longer one is a bad row",
     },
     OptionSpec {
         name: "ts_unit",

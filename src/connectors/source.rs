@@ -387,6 +387,9 @@ struct Input<'a, R> {
     opened: Option<&'a Opened>,
     seen_reopened: u64,
     file: Option<FileId>,
+    /// The length of the last line read, when it was longer than the
+    /// limit it was read with.
+    overlong: Option<u64>,
 }
 
 impl<'a, R: Read> Input<'a, R> {
@@ -401,6 +404,7 @@ impl<'a, R: Read> Input<'a, R> {
             opened: None,
             seen_reopened: 0,
             file: None,
+            overlong: None,
         }
     }
 
@@ -421,23 +425,46 @@ impl<'a, R: Read> Input<'a, R> {
     }
 
     /// Reads the next line, its terminator included, into `buf` (cleared
-    /// first).
-    fn next_line(&mut self, buf: &mut Vec<u8>) -> Result<Next> {
+    /// first). A line longer than `limit` bytes keeps only its first
+    /// `limit` bytes in `buf` (the rest is read past, never held) and is
+    /// [`Input::overlong`].
+    fn next_line(&mut self, buf: &mut Vec<u8>, limit: usize) -> Result<Next> {
         buf.clear();
+        self.overlong = None;
+        let mut length = 0u64;
         loop {
-            match self.reader.read_until(b'\n', buf) {
-                Ok(_) => break,
+            let available = match self.reader.fill_buf() {
+                Ok(available) => available,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 // A followed file waits between lines, never inside one;
                 // were it otherwise, the line would go on being read.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if buf.is_empty() {
+                    if length == 0 {
                         return Ok(Next::Idle);
                     }
+                    continue;
                 }
                 Err(e) => return Err(Error::io(format!("reading {}", self.name), e)),
+            };
+            if available.is_empty() {
+                break;
+            }
+            let (take, ends) = match memchr::memchr(b'\n', available) {
+                Some(i) => (i + 1, true),
+                None => (available.len(), false),
+            };
+            let room = limit.saturating_sub(buf.len()).min(take);
+            buf.extend_from_slice(&available[..room]);
+            self.reader.consume(take);
+            length += take as u64;
+            if ends {
+                break;
             }
         }
-        if buf.is_empty() {
+        if length > limit as u64 {
+            self.overlong = Some(length);
+        }
+        if length == 0 {
             return Ok(Next::End);
         }
         // A followed file hands out whole lines only, so a reopening falls
@@ -454,7 +481,7 @@ impl<'a, R: Read> Input<'a, R> {
         };
         self.line += 1;
         self.line_start = self.offset;
-        self.offset += buf.len() as u64;
+        self.offset += length;
         Ok(Next::Line { new_file })
     }
 
@@ -1890,6 +1917,14 @@ fn parse_csv_field(
 }
 
 /// Why a record whose quoted field never closed is bad.
+/// Why a line longer than `limit` bytes is a bad row.
+fn overlong_reason(length: u64, limit: usize) -> String {
+    format!(
+        "the line is {length} bytes long, longer than max_record_size ({limit} bytes); \
+         only its start is kept here"
+    )
+}
+
 fn unclosed_reason(multiline: bool, at: &str) -> String {
     if multiline {
         format!("a quoted field is not closed {at}")
@@ -2011,7 +2046,7 @@ fn read_csv<R: Read>(
             }
             break;
         }
-        let new_file = match input.next_line(&mut line)? {
+        let new_file = match input.next_line(&mut line, csv.max_record_size)? {
             Next::Line { new_file } => new_file,
             Next::Idle if d.idle()? => continue,
             Next::Idle => return Ok(()),
@@ -2023,7 +2058,11 @@ fn read_csv<R: Read>(
             csv.header = None;
         }
         let at = input.at();
-        if !csv.line(&line, &at, input.name, d)? {
+        let taken = match input.overlong {
+            Some(length) => csv.overlong(length, &line, &at, input.name, d)?,
+            None => csv.line(&line, &at, input.name, d)?,
+        };
+        if !taken {
             return Ok(());
         }
         d.advance(csv.consumed(at.after));
@@ -2050,8 +2089,12 @@ fn read_csv_header<R: Read>(
 ) -> Result<Option<CsvHeader>> {
     let mut csv = CsvReader::new(d, None);
     let mut line = Vec::new();
-    while let Next::Line { .. } = input.next_line(&mut line)? {
+    while let Next::Line { .. } = input.next_line(&mut line, csv.max_record_size)? {
         let at = input.at();
+        if let Some(length) = input.overlong {
+            csv.overlong(length, &line, &at, input.name, d)?;
+            continue;
+        }
         if at.before.offset >= offset {
             break;
         }
@@ -2149,6 +2192,23 @@ impl CsvReader {
                 Ok(true)
             }
         }
+    }
+
+    /// A line longer than `max_record_size`, of which `start` is kept: a
+    /// bad row, as is the record it was part of.
+    fn overlong(
+        &mut self,
+        length: u64,
+        start: &[u8],
+        at: &LineAt,
+        name: &str,
+        d: &mut Driver<'_>,
+    ) -> Result<bool> {
+        if !self.record.is_open() {
+            self.record.start(at);
+        }
+        let reason = overlong_reason(length, self.max_record_size);
+        self.bad_record(reason, start, name, d)
     }
 
     /// A record that cannot be completed: all its lines are bad rows. A
@@ -2589,7 +2649,7 @@ fn read_jsonl<R: Read>(mut input: Input<'_, R>, d: &mut Driver<'_>) -> Result<()
             }
             break;
         }
-        match input.next_line(&mut buf)? {
+        match input.next_line(&mut buf, d.decode.max_record_size)? {
             Next::Line { .. } => {}
             Next::Idle if d.idle()? => continue,
             Next::Idle => return Ok(()),
@@ -2597,7 +2657,10 @@ fn read_jsonl<R: Read>(mut input: Input<'_, R>, d: &mut Driver<'_>) -> Result<()
         }
         let at = input.at();
         let text = buf.trim_ascii();
-        if !text.is_empty() {
+        if let Some(length) = input.overlong {
+            let reason = overlong_reason(length, d.decode.max_record_size);
+            d.bad(at.number, reason, text)?;
+        } else if !text.is_empty() {
             let parsed = parse_json_row(
                 text,
                 &schema,

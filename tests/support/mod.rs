@@ -14,6 +14,8 @@ use std::io::Read;
 use std::ops::{Deref, DerefMut};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitStatus, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -277,4 +279,48 @@ pub(crate) fn join_within<T>(thread: JoinHandle<T>, limit: Duration, what: &str)
     thread
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// Samples a process's peak resident memory (`VmHWM`) until stopped.
+pub struct PeakRss {
+    peak: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl PeakRss {
+    /// Starts sampling process `pid` every 100 ms.
+    pub fn watch(pid: u32) -> Self {
+        let peak = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (p, s) = (peak.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                if let Some(hwm) = status_kib(pid, "VmHWM:") {
+                    p.fetch_max(hwm * 1024, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Self { peak, stop, thread }
+    }
+
+    /// The highest peak seen.
+    pub fn finish(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("the watcher ends");
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+/// A field of /proc/PID/status in KiB; `None` once the process is gone.
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }

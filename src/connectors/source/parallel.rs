@@ -19,7 +19,7 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use super::{
     CsvColumns, CsvHeader, CsvRecord, Driver, Input, Kind, Mark, Row, SchemaRef, TsUnit, Val,
-    parse_json_row, split_terminator, unclosed_reason,
+    overlong_reason, parse_json_row, split_terminator, unclosed_reason,
 };
 use crate::error::{Error, Result};
 
@@ -49,6 +49,8 @@ pub(super) struct Lines {
     unit: TsUnit,
     /// A CSV file's header; `None` for JSON lines.
     csv: Option<CsvHeader>,
+    /// The longest line taken (`max_record_size`).
+    limit: usize,
 }
 
 impl Lines {
@@ -60,16 +62,27 @@ impl Lines {
             event_time: d.batcher.event_time,
             unit: d.decode.ts_unit,
             csv,
+            limit: d.decode.max_record_size,
         }
     }
 
     /// Decodes the lines of the chunk in `out.bytes` into `out`.
     fn decode(&self, mut out: Decoded, scratch: &mut Scratch) -> Decoded {
+        if let Some(length) = out.overlong {
+            let mut entry = self.overlong(&out.bytes, length);
+            entry.line = 0..length as usize;
+            out.entries.push(entry);
+            return out;
+        }
         let bytes = std::mem::take(&mut out.bytes);
         let mut start = 0;
         while start < bytes.len() {
             let end = memchr::memchr(b'\n', &bytes[start..]).map_or(bytes.len(), |i| start + i + 1);
+            let line = &bytes[start..end];
             let entry = match &self.csv {
+                _ if line.len() > self.limit => {
+                    self.overlong(&line[..self.limit], line.len() as u64)
+                }
                 Some(header) => self.csv_line(header, &bytes[start..end], scratch, &mut out),
                 None => self.json_line(&bytes[start..end], scratch, &mut out),
             };
@@ -78,6 +91,19 @@ impl Lines {
         }
         out.bytes = bytes;
         out
+    }
+
+    /// A line of `length` bytes, longer than the limit, of which `kept` is
+    /// the start: a bad row showing what the one-thread reader shows.
+    fn overlong(&self, kept: &[u8], length: u64) -> Entry {
+        let raw = match self.csv {
+            Some(_) => 0..kept.len(),
+            None => {
+                let lead = kept.len() - kept.trim_ascii_start().len();
+                lead..lead + kept.trim_ascii().len()
+            }
+        };
+        Entry::new(raw, What::Bad(overlong_reason(length, self.limit)))
     }
 
     /// A CSV line, as `CsvReader::line` takes it when no record is open
@@ -162,6 +188,9 @@ struct Decoded {
     /// The text of the rows, one row after the other; each row's text
     /// ranges start at its own text.
     text: Vec<u8>,
+    /// Set for a chunk that is one line longer than the limit: the line's
+    /// length (`bytes` holds only its start).
+    overlong: Option<u64>,
 }
 
 impl Decoded {
@@ -273,6 +302,7 @@ fn hand_out<R: Read>(
     let mut chunks = Chunks {
         carry: Vec::new(),
         size: d.chunk_size.max(1),
+        limit: d.decode.max_record_size.max(1),
         done: false,
         free: Vec::new(),
     };
@@ -350,6 +380,8 @@ struct Chunks {
     /// Bytes read past the last chunk's last newline.
     carry: Vec<u8>,
     size: usize,
+    /// The longest line taken whole (`max_record_size`).
+    limit: usize,
     done: bool,
     /// Chunks driven, to read into again.
     free: Vec<Decoded>,
@@ -373,8 +405,14 @@ impl Chunks {
                     buf.truncate(last + 1);
                     return Ok(Some(chunk));
                 }
-                // A line longer than a chunk: its chunk grows.
-                want = buf.len() * 2;
+                // The chunk is one line that has not ended yet.
+                if buf.len() > self.limit {
+                    chunk.overlong = Some(self.read_past_line(buf, reader)?);
+                    return Ok(Some(chunk));
+                }
+                // A line longer than a chunk: its chunk grows, up to the
+                // limit.
+                want = (buf.len() * 2).min(self.limit + 1);
             }
             let filled = buf.len();
             buf.resize(want, 0);
@@ -393,9 +431,35 @@ impl Chunks {
         }
     }
 
+    /// With `line` the start of a line longer than the limit, reads past
+    /// the rest of it (holding none of it) and keeps the limit's worth of
+    /// its start in `line`; returns its length.
+    fn read_past_line(&mut self, line: &mut Vec<u8>, reader: &mut impl Read) -> io::Result<u64> {
+        let mut length = line.len() as u64;
+        line.truncate(self.limit);
+        let mut scratch = vec![0; 64 << 10];
+        loop {
+            let read = match reader.read(&mut scratch) {
+                Ok(0) => {
+                    self.done = true;
+                    return Ok(length);
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if let Some(end) = memchr::memchr(b'\n', &scratch[..read]) {
+                self.carry.extend_from_slice(&scratch[end + 1..read]);
+                return Ok(length + end as u64 + 1);
+            }
+            length += read as u64;
+        }
+    }
+
     /// Keeps a driven chunk's buffers, at most `most` of them.
     fn recycle(&mut self, mut chunk: Decoded, most: usize) {
         if self.free.len() < most {
+            chunk.overlong = None;
             chunk.entries.clear();
             chunk.vals.clear();
             chunk.text.clear();
@@ -535,25 +599,61 @@ pub(super) mod tests {
     /// same batches, positions and bad rows; then resumes from every
     /// position the parallel read stored and expects what one thread
     /// gives from there.
-    fn same_as_one_thread(format: Format, text: &[u8], batch_size: usize) {
+    fn same_as_one_thread(format: Format, text: &[u8], batch_size: usize) -> Read {
+        same_as_one_thread_within(
+            format,
+            text,
+            batch_size,
+            Decoding::default().max_record_size,
+        )
+    }
+
+    /// [`same_as_one_thread`], lines longer than `max_record_size` bad.
+    fn same_as_one_thread_within(
+        format: Format,
+        text: &[u8],
+        batch_size: usize,
+        max_record_size: usize,
+    ) -> Read {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("input");
         std::fs::write(&path, text).unwrap();
-        let one = read(&config(format, &path, 1, batch_size), 1 << 20, None);
+        let config = |threads| {
+            let mut cfg = config(format, &path, threads, batch_size);
+            cfg.decode.max_record_size = max_record_size;
+            cfg
+        };
+        let one = read(&config(1), 1 << 20, None);
         assert!(one.bad_rows > 5 && one.rows > 20, "{one:?}");
         for chunk in [1, 7, 64, 300, 1 << 20] {
-            let many = read(&config(format, &path, 3, batch_size), chunk, None);
+            let many = read(&config(3), chunk, None);
             assert_eq!(many, one, "chunks of {chunk} bytes");
         }
         for (_, position) in &one.batches {
             let position = position.as_ref().unwrap();
-            let single = read(
-                &config(format, &path, 1, batch_size),
-                1 << 20,
-                Some(position),
-            );
-            let parallel = read(&config(format, &path, 3, batch_size), 13, Some(position));
+            let single = read(&config(1), 1 << 20, Some(position));
+            let parallel = read(&config(3), 13, Some(position));
             assert_eq!(parallel, single, "resumed at {position:?}");
+        }
+        one
+    }
+
+    /// A line longer than `max_record_size` is one bad row with its line
+    /// number, on one thread as on three, and the lines after it count on.
+    #[test]
+    fn an_overlong_line_is_one_bad_row_on_three_threads_as_on_one() {
+        for (format, mut text) in [(Format::Csv, csv_text()), (Format::Jsonl, jsonl_text())] {
+            let at = text.iter().position(|&b| b == b'\n').unwrap() + 1;
+            let long = format!("{}\n", "x".repeat(300));
+            text.splice(at..at, long.bytes());
+            let one = same_as_one_thread_within(format, &text, 4, 100);
+            let bad = one
+                .bad
+                .iter()
+                .find(|b| b.reason.contains("max_record_size"));
+            let bad = bad.unwrap_or_else(|| panic!("no overlong line: {:?}", one.bad));
+            assert_eq!(bad.line, 2, "{format:?}: {bad:?}");
+            assert!(bad.reason.contains("301 bytes long"), "{bad:?}");
         }
     }
 
