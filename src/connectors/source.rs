@@ -995,6 +995,9 @@ impl Pacer {
 pub fn dead_letter_line(at: &dyn std::fmt::Display, reason: &str, raw: &[u8]) -> Vec<u8> {
     let mut text = Vec::with_capacity(raw.len() + reason.len() + 24);
     write!(text, "{at}\t{reason}\t").expect("writing to a Vec cannot fail");
+    // A message's own line end is not part of what was bad: the entry's
+    // newline ends it (escaped, it would read as a literal `\n`).
+    let (raw, _) = split_terminator(raw);
     for &b in raw {
         match b {
             b'\n' => text.extend_from_slice(b"\\n"),
@@ -1884,10 +1887,14 @@ fn parse_csv_field(
         return Err(format!("column {column}: invalid UTF-8"));
     };
     if kind == Kind::Text {
-        if text.is_empty() {
+        // Spaces around a value go, as around the header's names and the
+        // numbers (`ts, host` then `1000, a` reads host `a`).
+        let value = text.trim_ascii();
+        if value.is_empty() {
             return Ok(Val::Null);
         }
-        return Ok(Val::Text(start, start + text.len()));
+        let lead = text.len() - text.trim_ascii_start().len();
+        return Ok(Val::Text(start + lead, start + lead + value.len()));
     }
     if kind == Kind::Nested {
         let present = nested::check_text(data_type, text, unit, column)?;
@@ -2711,6 +2718,14 @@ mod tests {
 
     use super::*;
 
+    /// A message's own line end does not show as a literal `\n` at the end
+    /// of its dead-letter entry; newlines inside it do.
+    #[test]
+    fn a_dead_letter_entry_ends_with_its_own_newline_only() {
+        let line = dead_letter_line(&"topic/0@7", "bad", b"{\"a\":\n1}\r\n");
+        assert_eq!(line, b"topic/0@7\tbad\t{\"a\":\\n1}\n");
+    }
+
     fn schema() -> SchemaRef {
         Arc::new(Schema::new(vec![
             Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
@@ -2844,7 +2859,7 @@ mod tests {
             vec![
                 "10000|a|1.5|7|true",
                 "11250|b|-2|-3|false",
-                "12000| c |1000|42|false",
+                "12000|c|1000|42|false",
             ]
         );
         assert_eq!(run.stats.rows.load(Ordering::Relaxed), 3);
@@ -2891,6 +2906,18 @@ mod tests {
         let run = run_reader(&cfg, Cursor::new(text.as_bytes().to_vec()), false);
         assert!(run.result.is_ok(), "{:?}", run.result);
         run
+    }
+
+    /// Spaces around header names and around values go alike, for text
+    /// as for numbers; spaces inside a value stay.
+    #[test]
+    fn csv_values_lose_surrounding_spaces_as_header_names_do() {
+        let run = run_multiline(
+            "ts, host, cpu, n, up\n\
+             1000, a b ,  2.5, 1, true\n\
+             2000,   ,3,2,false\n",
+        );
+        assert_eq!(run.table(), vec!["1000|a b|2.5|1|true", "2000|NULL|3|2|false"]);
     }
 
     #[test]
