@@ -101,6 +101,14 @@ fn a_savepoint_taken_on_stop_resumes_to_the_same_file() {
         "{}",
         String::from_utf8_lossy(&listing.stdout)
     );
+    // The checkpoint directory lists its savepoints too, with the path to
+    // restore from.
+    let all = vigil(dir.path(), &["checkpoints", "ck"]);
+    let all = String::from_utf8_lossy(&all.stdout).into_owned();
+    assert!(
+        all.contains("--from-savepoint SAVEPOINT") && all.contains(&format!("{savepoint}  q.q1")),
+        "{all}"
+    );
     let second = run_checkpointed(dir.path(), &["--from-savepoint", &savepoint]);
     assert!(second.status.success(), "{}", stderr(&second));
     assert!(stderr(&second).contains("rows=200"), "{}", stderr(&second));

@@ -32,18 +32,20 @@ pub(super) struct CheckpointsArgs {
 
 /// Lists the checkpoints of `args.dir`, or inspects one.
 pub(super) fn run(args: CheckpointsArgs) -> Result<()> {
-    let stores = stores(&args.dir, args.query.as_deref())?;
+    let savepoints = savepoints(&args.dir, args.query.as_deref())?;
+    let stores = stores(&args.dir, args.query.as_deref(), !savepoints.is_empty())?;
     let text = match args.inspect {
         Some(id) => inspect_all(&args.dir, &stores, id)?,
-        None => listing(&args.dir, &stores)?,
+        None => listing(&args.dir, &stores)? + &savepoint_listing(&savepoints)?,
     };
     // A closed stdout (`| head`) is not an error of ours.
     let _ = std::io::stdout().write_all(text.as_bytes());
     Ok(())
 }
 
-/// The stores of the directory's queries (only `query`'s, if given).
-fn stores(dir: &Location, query: Option<&str>) -> Result<Vec<QueryStore>> {
+/// The stores of the directory's queries (only `query`'s, if given);
+/// `saved` says that the directory's savepoints hold that query.
+fn stores(dir: &Location, query: Option<&str>, saved: bool) -> Result<Vec<QueryStore>> {
     if !dir.exists()? {
         return Err(Error::Plan(format!(
             "checkpoint directory {dir} does not exist"
@@ -51,7 +53,7 @@ fn stores(dir: &Location, query: Option<&str>) -> Result<Vec<QueryStore>> {
     }
     let folders = query_folders(dir)?;
     let names: Vec<&str> = folders.iter().map(|(n, _)| n.as_str()).collect();
-    if let Some(query) = query.filter(|q| !names.contains(q)) {
+    if let Some(query) = query.filter(|q| !names.contains(q) && !saved) {
         let known = match names.is_empty() {
             true => "it holds none".to_string(),
             false => format!("queries: {}", names.join(", ")),
@@ -65,6 +67,52 @@ fn stores(dir: &Location, query: Option<&str>) -> Result<Vec<QueryStore>> {
         .filter(|(name, _)| query.is_none_or(|q| q == name))
         .map(|(name, _)| QueryStore::open(dir, name, 1))
         .collect()
+}
+
+/// The savepoints under `dir/savepoints/` (what `--savepoint-on-stop`
+/// writes), each with the stores of its queries (only `query`'s, if
+/// given); none when there is no such folder.
+fn savepoints(dir: &Location, query: Option<&str>) -> Result<Vec<(Location, Vec<QueryStore>)>> {
+    let root = dir.child("savepoints");
+    if !root.exists()? {
+        return Ok(Vec::new());
+    }
+    let mut names = root.folders()?;
+    names.sort();
+    let mut found = Vec::new();
+    for name in names {
+        let savepoint = root.child(&name);
+        let stores = query_folders(&savepoint)?
+            .iter()
+            .filter(|(q, _)| query.is_none_or(|wanted| wanted == q))
+            .map(|(q, _)| QueryStore::open(&savepoint, q, 1))
+            .collect::<Result<Vec<_>>>()?;
+        if !stores.is_empty() {
+            found.push((savepoint, stores));
+        }
+    }
+    Ok(found)
+}
+
+/// The savepoints, one line per query in each, under a header that says
+/// how to restore from one.
+fn savepoint_listing(savepoints: &[(Location, Vec<QueryStore>)]) -> Result<String> {
+    if savepoints.is_empty() {
+        return Ok(String::new());
+    }
+    let mut rows = vec![["SAVEPOINT", "QUERY", "TIME", "SIZE", "SOURCES"].map(String::from)];
+    for (path, stores) in savepoints {
+        for store in stores {
+            for summary in store.list()? {
+                let [query, _, time, _, size, sources] = listing_row(store.query(), &summary);
+                rows.push([path.to_string(), query, time, size, sources]);
+            }
+        }
+    }
+    Ok(format!(
+        "\nsavepoints (restore one with --from-savepoint SAVEPOINT):\n{}",
+        aligned(&rows)
+    ))
 }
 
 /// One line per complete checkpoint of every store, under a header.

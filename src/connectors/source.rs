@@ -2917,7 +2917,10 @@ mod tests {
              1000, a b ,  2.5, 1, true\n\
              2000,   ,3,2,false\n",
         );
-        assert_eq!(run.table(), vec!["1000|a b|2.5|1|true", "2000|NULL|3|2|false"]);
+        assert_eq!(
+            run.table(),
+            vec!["1000|a b|2.5|1|true", "2000|NULL|3|2|false"]
+        );
     }
 
     #[test]

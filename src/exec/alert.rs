@@ -43,7 +43,7 @@ pub struct AlertOp {
     output: SchemaRef,
     converter: RowConverter,
     template: Option<MessageTemplate>,
-    /// `RESOLVE MESSAGE`, for resolved rows (which use `template` without it).
+    /// `RESOLVE MESSAGE`, for resolved rows (which have no message without it).
     resolve_template: Option<MessageTemplate>,
     /// `LABELS` then `ANNOTATIONS` templates, in their columns' order.
     named: Vec<MessageTemplate>,
@@ -319,18 +319,22 @@ impl AlertOp {
 }
 
 impl AlertOp {
-    /// The `message` column: `MESSAGE` rendered for every row, and for
-    /// resolved rows `RESOLVE MESSAGE` where there is one.
+    /// The `message` column: `MESSAGE` rendered for firing rows; for
+    /// resolved rows `RESOLVE MESSAGE`, else `MESSAGE` if it reads
+    /// `{state}` (written for both), else nothing: the firing text filled
+    /// in with the values that resolved the alert would say what is no
+    /// longer so ("44.0 outside what was learned").
     fn messages(&self, changes: &[Change], partial: &RecordBatch) -> Result<ArrayRef> {
-        let render = |template: &Option<MessageTemplate>| match template {
+        let render = |template: Option<&MessageTemplate>| match template {
             Some(template) => template.render(partial),
             None => Ok(new_null_array(&DataType::Utf8, changes.len())),
         };
-        let message = render(&self.template)?;
-        if self.resolve_template.is_none() {
-            return Ok(message);
-        }
-        let resolved = render(&self.resolve_template)?;
+        let message = render(self.template.as_ref())?;
+        let for_both = self
+            .template
+            .as_ref()
+            .filter(|t| t.columns().contains(&"state"));
+        let resolved = render(self.resolve_template.as_ref().or(for_both))?;
         let firing: BooleanArray = changes.iter().map(|c| Some(c.firing)).collect();
         Ok(zip(&firing, &message, &resolved)?)
     }
