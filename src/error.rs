@@ -14,6 +14,18 @@ pub enum Error {
     /// type error, bad option).
     #[error("{0}")]
     Plan(String),
+    /// The statement parsed but cannot be planned, for a reason at a known
+    /// place in its SQL text (an unknown column's name): front ends put
+    /// the caret there.
+    #[error("{message}")]
+    PlanAt {
+        /// What is wrong.
+        message: String,
+        /// Where, 1-based, in the text the statement was parsed from.
+        line: u64,
+        /// The column, 1-based.
+        column: u64,
+    },
     /// The query is valid SQL but cannot run on an unbounded stream.
     #[error("cannot run on a stream ({rule}): {message}")]
     Unbounded {
@@ -64,6 +76,15 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// Where in its SQL text a planning error points, as (line, column),
+    /// when it knows.
+    pub fn location(&self) -> Option<(u64, u64)> {
+        match self {
+            Error::PlanAt { line, column, .. } => Some((*line, *column)),
+            _ => None,
+        }
+    }
+
     /// An I/O error with a description of what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io {

@@ -363,7 +363,7 @@ INSERT INTO out SELECT host FROM m;
         .collect();
     assert_eq!(errors.len(), 3, "{stderr}");
     assert!(
-        errors[0].starts_with("a.sql:4:1: ") && errors[0].contains("nosuch"),
+        errors[0].starts_with("a.sql:4:8: unknown column 'nosuch'"),
         "{stderr}"
     );
     assert!(
@@ -372,6 +372,11 @@ INSERT INTO out SELECT host FROM m;
     );
     assert!(
         errors[2].starts_with("b.sql:1:25: Expected: an expression"),
+        "{stderr}"
+    );
+    // The caret under the unknown name, not at the statement's start.
+    assert!(
+        stderr.contains(" 4 | SELECT nosuch FROM m;\n   |        ^"),
         "{stderr}"
     );
     assert!(

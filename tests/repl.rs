@@ -96,7 +96,13 @@ fn a_session_at_the_prompt() {
     expect(&mut repl, "^");
     expect(&mut repl, "vigil> ");
     type_line(&mut repl, "SELECT nope FROM m;");
-    expect(&mut repl, "No field named nope");
+    // The caret under the unknown name.
+    expect(
+        &mut repl,
+        "unknown column 'nope' at line 1, column 8\r\n 1 | SELECT nope FROM m;\r\n   |        ^",
+    );
+    type_line(&mut repl, "SELECT hots FROM m;");
+    expect(&mut repl, "unknown column 'hots' (did you mean 'host'?)");
     expect(&mut repl, "vigil> ");
 
     // A windowed query over the file: its results, then the prompt.

@@ -140,7 +140,7 @@ fn check_file(engine: &mut Engine, sinks: &mut SinkColumns, file: &Path, report:
                     let place = format!("{name}:{}:{}", statement.line, statement.column);
                     match sinks.add(&query, place) {
                         Ok(()) => continue,
-                        Err(e) => at_statement(&name, &text, &statement, &e),
+                        Err(e) => at_statement(&name, &text, &statement, &e, None),
                     }
                 }
                 Ok(_) => {
@@ -152,7 +152,7 @@ fn check_file(engine: &mut Engine, sinks: &mut SinkColumns, file: &Path, report:
                     }
                     continue;
                 }
-                Err(e) => at_statement(&name, &text, &statement, &e.to_string()),
+                Err(e) => at_statement(&name, &text, &statement, &e.to_string(), e.location()),
             },
         };
         report.errors.push(error);
@@ -182,7 +182,7 @@ fn missing_file(engine: &Engine, statement: &Statement) -> Option<String> {
 }
 
 /// A parse error (which carries its position) as `FILE:LINE:COLUMN: ...`.
-fn located(file: &impl std::fmt::Display, rendered: &str) -> String {
+pub(super) fn located(file: &impl std::fmt::Display, rendered: &str) -> String {
     match split_rendered(rendered) {
         Some((message, at, caret)) => {
             format!("{file}:{}:{}: {message}\n{caret}", at.line, at.column)
@@ -191,15 +191,17 @@ fn located(file: &impl std::fmt::Display, rendered: &str) -> String {
     }
 }
 
-/// A planning error, which knows no position of its own: placed at the
-/// start of its statement.
+/// A planning error: at `place` (line, column) when it knows where it is,
+/// else at the start of its statement.
 fn at_statement(
     file: &impl std::fmt::Display,
     sql: &str,
     statement: &Statement,
     message: &str,
+    place: Option<(u64, u64)>,
 ) -> String {
-    let at = Location::new(statement.line, statement.column);
+    let (line, column) = place.unwrap_or((statement.line, statement.column));
+    let at = Location::new(line, column);
     let mut out = format!("{file}:{}:{}: {message}", at.line, at.column);
     if let Some((_, _, caret)) = split_rendered(&render_error(sql, "", at)) {
         let _ = write!(out, "\n{caret}");
@@ -296,7 +298,7 @@ mod tests {
         assert_eq!(report.statements, 5);
         assert_eq!(report.errors.len(), 3, "{:#?}", report.errors);
         assert!(
-            report.errors[0].starts_with("a.sql:2:1: ") && report.errors[0].contains("nosuch"),
+            report.errors[0].starts_with("a.sql:2:8: unknown column 'nosuch'"),
             "{}",
             report.errors[0]
         );
@@ -312,7 +314,7 @@ mod tests {
             report.errors[1]
         );
         assert!(
-            report.errors[2].starts_with("a.sql:4:3: unknown stream 'nope'"),
+            report.errors[2].starts_with("a.sql:4:17: unknown stream 'nope'"),
             "{}",
             report.errors[2]
         );

@@ -650,7 +650,15 @@ fn load_script(
     for statement in &statements {
         let outcome = engine
             .execute(statement, &base)
-            .map_err(|e| Error::Plan(format!("{name}:{}: {e}", statement.line)))?;
+            .map_err(|e| match e.location() {
+                // FILE:LINE:COLUMN and a caret under the name it is about.
+                Some((line, column)) => {
+                    let at = datafusion::sql::sqlparser::tokenizer::Location::new(line, column);
+                    let rendered = crate::sql::render_error(&text, &e.to_string(), at);
+                    Error::Plan(check::located(&name, &rendered))
+                }
+                None => Error::Plan(format!("{name}:{}: {e}", statement.line)),
+            })?;
         match outcome {
             Outcome::Done => {}
             Outcome::Explain(text) => {

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::{DFSchema, ScalarValue, TableReference};
+use datafusion::common::{DFSchema, ScalarValue, SchemaError, TableReference};
 use datafusion::config::ConfigOptions;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SessionStateBuilder;
@@ -225,6 +225,8 @@ pub fn literal_interval_ms(expr: &Expr) -> Option<i64> {
 fn parser_options() -> ParserOptions {
     ParserOptions {
         map_string_types_to_utf8view: false,
+        // Errors then carry the place of the name they are about.
+        collect_spans: true,
         ..ParserOptions::new()
     }
 }
@@ -232,7 +234,52 @@ fn parser_options() -> ParserOptions {
 /// Rewrites DataFusion's planning errors into vigil's words where theirs
 /// would confuse (streams are not tables in a `datafusion.public` schema).
 fn plan_error(err: DataFusionError) -> Error {
-    Error::Plan(one_line(&err.strip_backtrace()))
+    let message = unknown_column(&err).unwrap_or_else(|| one_line(&err.strip_backtrace()));
+    match err.diagnostic().and_then(|d| d.span) {
+        Some(span) => Error::PlanAt {
+            message,
+            line: span.start.line,
+            column: span.start.column,
+        },
+        None => Error::Plan(message),
+    }
+}
+
+/// For a column that is not in scope: the message, with the closest name
+/// that is (by edit distance, a swap of two letters counting one), if one
+/// is close enough to be a typo.
+fn unknown_column(err: &DataFusionError) -> Option<String> {
+    let mut err = err;
+    let (field, valid) = loop {
+        match err {
+            DataFusionError::Diagnostic(_, inner) | DataFusionError::Context(_, inner) => {
+                err = inner
+            }
+            DataFusionError::SchemaError(inner, _) => match inner.as_ref() {
+                SchemaError::FieldNotFound {
+                    field,
+                    valid_fields,
+                } => break (field, valid_fields),
+                _ => return None,
+            },
+            _ => return None,
+        }
+    };
+    let wanted = field.name.to_lowercase();
+    let closest = valid
+        .iter()
+        .map(|c| {
+            (
+                strsim::osa_distance(&wanted, &c.name.to_lowercase()),
+                &c.name,
+            )
+        })
+        .filter(|(distance, name)| *distance <= (name.len() / 3).max(1))
+        .min_by_key(|(distance, _)| *distance);
+    Some(match closest {
+        Some((_, name)) => format!("unknown column '{}' (did you mean '{name}'?)", field.name),
+        None => format!("unknown column '{}'", field.name),
+    })
 }
 
 /// DataFusion's messages can span lines (candidate signatures, "caused by"

@@ -397,7 +397,15 @@ impl Repl {
                         None if statements.len() > 1 => format!("line {}: ", statement.line),
                         None => String::new(),
                     };
-                    self.fail(format_args!("{place}{e}"));
+                    match e.location() {
+                        // The line typed, with a caret under the name.
+                        Some((line, column)) => {
+                            let at =
+                                datafusion::sql::sqlparser::tokenizer::Location::new(line, column);
+                            self.fail(crate::sql::render_error(sql, &format!("{place}{e}"), at));
+                        }
+                        None => self.fail(format_args!("{place}{e}")),
+                    }
                     break;
                 }
             }

@@ -855,6 +855,11 @@ impl AppState {
 fn locate_error(sql: &str, statement: &Statement, e: &Error) -> String {
     match e {
         Error::Parse(message) => message.clone(),
+        Error::PlanAt {
+            message,
+            line,
+            column,
+        } => render_error(sql, message, Location::new(*line, *column)),
         other => locate(sql, statement, &other.to_string()),
     }
 }
