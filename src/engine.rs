@@ -434,10 +434,12 @@ impl Engine {
                 emit,
                 alert,
             } => {
-                if sink.is_none() && alert.is_none() && emit.is_none() {
-                    if let Some(rows) = self.answer_without_streams(query)? {
-                        return Ok(Outcome::Rows(rows));
-                    }
+                if sink.is_none()
+                    && alert.is_none()
+                    && emit.is_none()
+                    && let Some(rows) = self.answer_without_streams(query)?
+                {
+                    return Ok(Outcome::Rows(rows));
                 }
                 let sink = match sink {
                     Some(name) => Some(
