@@ -716,11 +716,44 @@ fn a_piped_script_waits_for_its_alerts_and_prints_them_plainly() {
        CREATE ALERT very_hot AS SELECT window_end, host, max(cpu) AS top
          FROM TUMBLE(m, ts, INTERVAL '2' SECOND) GROUP BY window_end, host
        ALERT WHEN top > 96;\n";
-    let (code, out, err) = piped(dir.path(), script);
-    assert_eq!(code, Some(0), "{out}\n{err}");
-    assert_eq!(
-        out,
-        "alert,host,state,event_time,since,cpu,severity,message
+    // In both execution modes, at parallelism 1 and 3.
+    for settings in [
+        "",
+        "SET execution_mode = 'per_record';",
+        "SET parallelism = 3;",
+        "SET execution_mode = 'per_record'; SET parallelism = 3;",
+    ] {
+        let (code, out, err) = piped(dir.path(), &format!("{settings}\n{script}"));
+        assert_eq!(code, Some(0), "{settings}: {out}\n{err}");
+        // Each alert's rows under its header; the order of keys within
+        // one may differ between parallelisms.
+        assert_eq!(
+            sections(&out),
+            sections(ALERTS_OF_THE_PIPED_SCRIPT),
+            "{settings}: {out}\n{err}"
+        );
+    }
+}
+
+/// CSV text as its sections, each a header and its rows sorted.
+fn sections(text: &str) -> Vec<(String, Vec<String>)> {
+    let mut sections: Vec<(String, Vec<String>)> = Vec::new();
+    for line in text.lines() {
+        match (line.starts_with("alert,"), sections.last_mut()) {
+            (false, Some((_, rows))) => rows.push(line.to_string()),
+            _ => sections.push((line.to_string(), Vec::new())),
+        }
+    }
+    for (_, rows) in &mut sections {
+        rows.sort();
+    }
+    sections
+}
+
+/// What `vigil run` prints for the script of
+/// [`a_piped_script_waits_for_its_alerts_and_prints_them_plainly`], but for
+/// its `query` labels.
+const ALERTS_OF_THE_PIPED_SCRIPT: &str = "alert,host,state,event_time,since,cpu,severity,message
 hot,a,firing,1970-01-01T00:00:01,1970-01-01T00:00:01,95.0,,
 hot,b,firing,1970-01-01T00:00:04,1970-01-01T00:00:04,99.0,,
 hot,a,resolved,1970-01-01T00:00:05,1970-01-01T00:00:01,10.0,,
@@ -730,10 +763,7 @@ very_hot,a,firing,1970-01-01T00:00:04,1970-01-01T00:00:04,97.0,,
 very_hot,b,firing,1970-01-01T00:00:06,1970-01-01T00:00:06,99.0,,
 very_hot,a,resolved,1970-01-01T00:00:06,1970-01-01T00:00:04,10.0,,
 very_hot,b,resolved,1970-01-01T00:00:10,1970-01-01T00:00:06,10.0,,
-",
-        "{err}"
-    );
-}
+";
 
 /// `ALTER ALERT` in the shell: with a state directory the running alert
 /// keeps its state; without one the change is refused and the alert
