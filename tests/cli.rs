@@ -948,3 +948,20 @@ fn peers_over_a_window_of_many_rows_do_not_hang() {
     );
     assert!(out.lines().skip(1).all(|l| l.ends_with(",1")), "{out:.300}");
 }
+
+/// `SET autoscale = 'on'` in a script run by `vigil run` is refused with
+/// what to do instead, rather than stored and ignored.
+#[test]
+fn run_refuses_autoscale_and_says_where_it_works() {
+    let sql = format!("{STREAM} WITH (path = 'm.csv');\nSET autoscale = 'on';\n{AVG}");
+    let dir = setup(&[("q.sql", &sql), ("m.csv", ROWS)]);
+    let out = vigil(dir.path(), &["run", "q.sql"], None);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("q.sql:3: vigil run does not autoscale")
+            && stderr.contains("vigil repl --state-dir"),
+        "{stderr}"
+    );
+    assert!(text(&out.stdout).is_empty(), "nothing ran");
+}

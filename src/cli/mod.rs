@@ -659,6 +659,17 @@ fn load_script(
                 }
                 None => Error::Plan(format!("{name}:{}: {e}", statement.line)),
             })?;
+        if engine.autoscale().is_some() {
+            // The controller runs where a live query can be rescaled (the
+            // shell with --state-dir, vigil serve); silently not scaling
+            // would be worse than saying so.
+            return Err(Error::Plan(format!(
+                "{name}:{}: vigil run does not autoscale; set parallelism (SET parallelism = N, \
+                 or --parallelism), or run the script in `vigil serve` or `vigil repl --state-dir`, \
+                 which do",
+                statement.line
+            )));
+        }
         match outcome {
             Outcome::Done => {}
             Outcome::Explain(text) => {
