@@ -237,8 +237,22 @@ pub struct Verdict {
 }
 
 /// What `policy` wants for a query running at `current` that measured
-/// `sample`; `None` when the sample says nothing (no rows, no time).
+/// `sample`; `None` when the sample says nothing (no time, or rows that no
+/// scaled operator worked on). An idle query (no source rows, no operator
+/// took any) wants `autoscale.min`, whatever the policy.
 pub fn decide(settings: &AutoscaleSettings, current: usize, sample: &Sample) -> Option<Verdict> {
+    if sample.elapsed_ns > 0 && sample.source_rows == 0 {
+        let idle = sample.operators.iter().all(|op| op.rows_in == 0);
+        return idle.then(|| Verdict {
+            wanted: settings.min,
+            offered: 0.0,
+            by: None,
+            why: format!(
+                "idle: no rows in the last {:.1} s (at {current}, down to autoscale.min)",
+                sample.elapsed_ns as f64 / 1e9
+            ),
+        });
+    }
     let scaled: Vec<&OperatorSample> = sample
         .operators
         .iter()
@@ -451,9 +465,20 @@ mod tests {
         assert_eq!(verdict.by.unwrap().0, "aggregate");
         let verdict = decide(&s, 2, &simulate(10.0, 1000.0, 2)).unwrap();
         assert_eq!(verdict.wanted, 2);
-        let mut idle = simulate(10.0, 1000.0, 2);
-        idle.source_rows = 0;
-        assert!(decide(&s, 2, &idle).is_none());
+        // An idle query goes down to the minimum, under either policy;
+        // one whose operators still work on rows read before does not.
+        let mut draining = simulate(10.0, 1000.0, 3);
+        draining.source_rows = 0;
+        assert!(decide(&s, 3, &draining).is_none());
+        let mut idle = draining.clone();
+        for op in &mut idle.operators {
+            op.rows_in = 0;
+            op.busy_ns = 0;
+        }
+        assert_eq!(decide(&s, 3, &idle).unwrap().wanted, 2);
+        let mut rule = settings(Policy::Rule, 3);
+        rule.min = 1;
+        assert_eq!(decide(&rule, 3, &idle).unwrap().wanted, 1);
     }
 
     #[test]
