@@ -2243,4 +2243,32 @@ fn the_service_rescales_an_autoscaled_query_and_shows_it_in_its_metrics() {
         page.contains("vigil_autoscale_offered_rows_per_second{query=\"1\"}"),
         "{page}"
     );
+    // Restarted, the service runs the query at the parallelism the
+    // controller chose, from its statement log: at 2 without a rescale of
+    // its own (at 1, or rescaled again, the log would not have said so).
+    let mut server = server;
+    assert!(server.terminate().success(), "{}", server.stderr());
+    let server = durable_server(dir.path());
+    let page = get(&server, "/metrics", Some(TOKEN)).body;
+    assert!(
+        page.lines()
+            .any(|l| l == "vigil_autoscale_parallelism{query=\"1\"} 2"),
+        "{page}\n{}",
+        server.stderr()
+    );
+    assert!(!page.lines().any(|l| l == wanted), "{page}");
+    // And it goes on giving results.
+    let rows = follow(&server, "/queries/1/results");
+    let body = "{\"ts\": 900000, \"host\": \"x\", \"v\": 1}\n\
+                {\"ts\": 900100, \"host\": \"x\", \"v\": 1}\n\
+                {\"ts\": 905000, \"host\": \"y\", \"v\": 1}\n";
+    let pushed = post(
+        &server,
+        "/streams/ev/rows",
+        Some("application/x-ndjson"),
+        body,
+    );
+    assert_eq!(pushed.status, 200, "{}", pushed.body);
+    let row = next_matching(&rows, "result", |_, row| row["host"] == "x");
+    assert_eq!(row["n"].as_u64(), Some(2), "{row}");
 }

@@ -226,6 +226,12 @@ async fn autoscale(state: AppState) {
             let id = step.query();
             let decision = step.apply().await;
             eprintln!("vigil: autoscale: query {id}: {decision}");
+            if decision.outcome.is_ok()
+                && decision.to != decision.from
+                && let Err(e) = state.record_rescale(id, decision.to).await
+            {
+                eprintln!("vigil: warning: query {id}: the rescale is not recorded: {e}");
+            }
         }
     }
 }
@@ -604,6 +610,22 @@ impl AppState {
         let line = serde_json::to_string(entry)
             .map_err(|e| Error::Connector(format!("cannot record a statement: {e}")))?;
         crate::session::append_synced(path, &line)
+    }
+
+    /// Records a rescale the controller made as the `ALTER QUERY` that
+    /// makes it, so that a restarted service runs the query at the
+    /// parallelism it had, not at its first. Nothing for a query without a
+    /// stable name (no state directory: nothing is replayed).
+    async fn record_rescale(&self, id: QueryId, to: usize) -> Result<()> {
+        let Some(name) = self.inner.session.read().await.query_name(id) else {
+            return Ok(());
+        };
+        let quoted = name.replace('"', "\"\"");
+        self.append_log(&Logged::Statements {
+            sql: format!("ALTER QUERY \"{quoted}\" SET parallelism = {to};"),
+            base_dir: PathBuf::from("."),
+            ran: 1,
+        })
     }
 
     /// Records that query `name` was stopped, so a restart stops it too.
