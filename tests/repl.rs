@@ -790,6 +790,36 @@ fn an_alert_is_altered_in_the_shell() {
     assert!(out.contains("hot,a,firing"), "{out}\n{err}");
 }
 
+/// `ALTER QUERY` in the shell: a background query over a followed file is
+/// rescaled by id and by name with a state directory, its open windows
+/// kept; a bad parallelism is refused with what it takes.
+#[test]
+fn a_query_is_rescaled_in_the_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("m.csv"),
+        "ts,host,cpu\n1000,a,95\n2000,b,5\n",
+    )
+    .unwrap();
+    let script = "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE, WATERMARK FOR ts AS ts)
+         WITH (path = 'm.csv', format = 'csv', follow = 'true');
+       SET query_name = 'per_host';
+       SELECT window_start, host, count(*) AS n FROM TUMBLE(m, ts, INTERVAL '10' SECOND)
+         GROUP BY window_start, window_end, host &
+       ALTER QUERY 1 SET parallelism = 2;
+       ALTER QUERY per_host SET parallelism = 3;
+       ALTER QUERY 1 SET parallelism = 0;\n";
+    let (code, out, err) = piped_with(dir.path(), &["repl", "--state-dir", "state"], script);
+    assert_eq!(code, Some(1), "the last change is refused: {out}\n{err}");
+    assert_eq!(
+        out.matches("query 1 changed").count(),
+        2,
+        "by id, then by name: {out}\n{err}"
+    );
+    assert!(out.contains("state kept:"), "{out}\n{err}");
+    assert!(err.contains("parallelism"), "{err}");
+}
+
 /// `SET autoscale = 'on'` in the shell: a query needs a state directory to
 /// be rescaled, and bad settings are refused with what they take.
 #[test]

@@ -2272,3 +2272,55 @@ fn the_service_rescales_an_autoscaled_query_and_shows_it_in_its_metrics() {
     let row = next_matching(&rows, "result", |_, row| row["host"] == "x");
     assert_eq!(row["n"].as_u64(), Some(2), "{row}");
 }
+
+/// `ALTER ALERT` over `POST /statements`: the running alert takes the new
+/// severity and keeps its firing episode (no second `firing`); the
+/// statement log records the change, so a restarted service comes back
+/// with it.
+#[test]
+fn an_alert_altered_over_http_keeps_its_episode_and_a_restart_keeps_the_change() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = durable_server(dir.path());
+    let setup = "CREATE STREAM ev (ts TIMESTAMP, host TEXT, cpu DOUBLE, \
+                 WATERMARK FOR ts AS ts) WITH (connector = 'push');
+                 CREATE ALERT hot AS SELECT ts, host, cpu FROM ev \
+                 ALERT BY host WHEN cpu > 90 SEVERITY 'warning';";
+    let started = statements(&server, setup);
+    assert_eq!(started.status, 200, "{}", started.body);
+    let id = started.json()["results"][1]["id"].as_u64().expect("an id");
+    let rows = follow(&server, &format!("/queries/{id}/results"));
+    let push = |server: &Server, body: &str| {
+        let pushed = post(
+            server,
+            "/streams/ev/rows",
+            Some("application/x-ndjson"),
+            body,
+        );
+        assert_eq!(pushed.status, 200, "{}", pushed.body);
+    };
+    push(&server, "{\"ts\": 1000, \"host\": \"a\", \"cpu\": 95}\n");
+    let firing = next_matching(&rows, "firing", |_, row| row["state"] == "firing");
+    assert_eq!(firing["severity"], "warning", "{firing}");
+    let changed = statements(&server, "ALTER ALERT hot SET SEVERITY 'page';");
+    assert_eq!(changed.status, 200, "{}", changed.body);
+    let result = &changed.json()["results"][0];
+    assert_eq!(result["kind"], "changed", "{result}");
+    assert_eq!(result["emptied"], json!([]), "{result}");
+    // Still firing, still one episode: the next change is its resolution,
+    // under the new severity.
+    push(&server, "{\"ts\": 2000, \"host\": \"a\", \"cpu\": 96}\n");
+    push(&server, "{\"ts\": 3000, \"host\": \"a\", \"cpu\": 10}\n");
+    let next = next_matching(&rows, "a change", |_, row| row["state"].is_string());
+    assert_eq!(next["state"], "resolved", "{next}");
+    assert_eq!(next["severity"], "page", "{next}");
+
+    let mut server = server;
+    assert!(server.terminate().success(), "{}", server.stderr());
+    let server = durable_server(dir.path());
+    let rows = follow(&server, &format!("/queries/{id}/results"));
+    push(&server, "{\"ts\": 4000, \"host\": \"b\", \"cpu\": 99}\n");
+    let after = next_matching(&rows, "firing after the restart", |_, row| {
+        row["state"] == "firing" && row["host"] == "b"
+    });
+    assert_eq!(after["severity"], "page", "{after}\n{}", server.stderr());
+}
