@@ -281,3 +281,41 @@ async fn a_change_that_would_lose_state_is_refused_before_it_is_made() {
     }
     within("the shutdown", session.shutdown()).await;
 }
+
+/// A changed `FOR` applies to the episode already pending, from when it
+/// began (b, hot from 2 s, fires at 2 + 5 = 7 s, not at 4 s), and a
+/// changed `MESSAGE` is the next notification's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_for_keeps_the_pending_timer_and_a_changed_message_is_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut session = durable(dir.path());
+    let mut handle = started(session.execute(ALERT_SQL).unwrap()).remove(0);
+    push(&session, &rows(&[(2000, "b", 93.0), (3000, "b", 94.0)])).await;
+    let change = pending(
+        session
+            .execute("ALTER ALERT hot SET FOR INTERVAL '5' SECOND MESSAGE '{host} hot at {cpu}';")
+            .unwrap(),
+    );
+    assert!(change.report().emptied.is_empty(), "{:?}", change.report());
+    within("the change", change.apply())
+        .await
+        .expect("the change is made");
+    // At 4 s the old FOR would have fired; the new one waits until 7 s.
+    push(&session, &rows(&[(4000, "b", 95.0), (6000, "b", 96.0)])).await;
+    push(&session, &rows(&[(7000, "b", 97.0)])).await;
+    let batch = tokio::time::timeout(WAIT, handle.next())
+        .await
+        .expect("an alert row in time")
+        .expect("the query goes on");
+    assert_eq!(alert_rows(&batch), ["firing b page"]);
+    let message = batch.column_by_name("message").unwrap().as_string::<i32>();
+    assert_eq!(message.value(0), "b hot at 97.0");
+    let time = |name: &str| {
+        batch
+            .column_by_name(name)
+            .unwrap()
+            .as_primitive::<datafusion::arrow::datatypes::TimestampMillisecondType>()
+            .value(0)
+    };
+    assert_eq!((time("since"), time("event_time")), (2000, 7000));
+}
