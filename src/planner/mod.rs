@@ -1331,8 +1331,6 @@ impl Builder {
         })
     }
 
-    /// `UNION ALL` of streams: each input keeps its own operators, and the
-    /// rows meet in a merge that forwards the minimum of their watermarks.
     /// A window's assignment: after its input, or, over a union, in each
     /// of the union's inputs, so that each stream's rows are judged by its
     /// own clock and the merge takes the least of the inputs' watermarks
@@ -1398,6 +1396,8 @@ impl Builder {
         }
     }
 
+    /// `UNION ALL` of streams: each input keeps its own operators, and the
+    /// rows meet in a merge that forwards the minimum of their watermarks.
     fn union(&mut self, union: &datafusion::logical_expr::Union) -> Result<Built> {
         let mut inputs = Vec::new();
         let mut windows = Vec::new();
