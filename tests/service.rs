@@ -2122,6 +2122,17 @@ fn a_group_status_needs_a_checkpoint_directory() {
     );
 }
 
+/// Pushes JSON lines `body` into stream `ev`; fails unless taken.
+fn push_ev(server: &Server, body: &str) {
+    let pushed = post(
+        server,
+        "/streams/ev/rows",
+        Some("application/x-ndjson"),
+        body,
+    );
+    assert_eq!(pushed.status, 200, "{}", pushed.body);
+}
+
 /// A service with a token, keeping its state in `dir/state` with a
 /// checkpoint every 200 ms.
 fn durable_server(dir: &Path) -> Server {
@@ -2157,13 +2168,7 @@ fn a_running_query_is_rescaled_over_http_and_its_followers_miss_nothing() {
                     .map(|h| format!("{{\"ts\": {}, \"host\": \"{h}\", \"v\": 1}}\n", k * 1000))
             })
             .collect();
-        let pushed = post(
-            &server,
-            "/streams/ev/rows",
-            Some("application/x-ndjson"),
-            &body,
-        );
-        assert_eq!(pushed.status, 200, "{}", pushed.body);
+        push_ev(&server, &body);
     };
     push(0, 15);
     let changed = statements(&server, &format!("ALTER QUERY {id} SET parallelism = 2;"));
@@ -2219,13 +2224,7 @@ fn the_service_rescales_an_autoscaled_query_and_shows_it_in_its_metrics() {
         let body: String = (0..20)
             .map(|i| format!("{{\"ts\": {}, \"host\": \"h{i}\", \"v\": 1}}\n", k * 100))
             .collect();
-        let pushed = post(
-            &server,
-            "/streams/ev/rows",
-            Some("application/x-ndjson"),
-            &body,
-        );
-        assert_eq!(pushed.status, 200, "{}", pushed.body);
+        push_ev(&server, &body);
         k += 1;
         let page = get(&server, "/metrics", Some(TOKEN)).body;
         if page.lines().any(|l| l == wanted) || std::time::Instant::now() > deadline {
@@ -2262,13 +2261,7 @@ fn the_service_rescales_an_autoscaled_query_and_shows_it_in_its_metrics() {
     let body = "{\"ts\": 900000, \"host\": \"x\", \"v\": 1}\n\
                 {\"ts\": 900100, \"host\": \"x\", \"v\": 1}\n\
                 {\"ts\": 905000, \"host\": \"y\", \"v\": 1}\n";
-    let pushed = post(
-        &server,
-        "/streams/ev/rows",
-        Some("application/x-ndjson"),
-        body,
-    );
-    assert_eq!(pushed.status, 200, "{}", pushed.body);
+    push_ev(&server, body);
     let row = next_matching(&rows, "result", |_, row| row["host"] == "x");
     assert_eq!(row["n"].as_u64(), Some(2), "{row}");
 }
@@ -2289,15 +2282,7 @@ fn an_alert_altered_over_http_keeps_its_episode_and_a_restart_keeps_the_change()
     assert_eq!(started.status, 200, "{}", started.body);
     let id = started.json()["results"][1]["id"].as_u64().expect("an id");
     let rows = follow(&server, &format!("/queries/{id}/results"));
-    let push = |server: &Server, body: &str| {
-        let pushed = post(
-            server,
-            "/streams/ev/rows",
-            Some("application/x-ndjson"),
-            body,
-        );
-        assert_eq!(pushed.status, 200, "{}", pushed.body);
-    };
+    let push = push_ev;
     push(&server, "{\"ts\": 1000, \"host\": \"a\", \"cpu\": 95}\n");
     let firing = next_matching(&rows, "firing", |_, row| row["state"] == "firing");
     assert_eq!(firing["severity"], "warning", "{firing}");
