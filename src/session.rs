@@ -120,6 +120,7 @@ pub struct SessionBuilder {
     max_wal_bytes: Option<u64>,
     from_savepoint: Option<PathBuf>,
     parallelism: Option<usize>,
+    stop_after_rows: Option<u64>,
 }
 
 impl SessionBuilder {
@@ -158,6 +159,15 @@ impl SessionBuilder {
         self
     }
 
+    /// Stops each query, as [`Session::shutdown`] does, with a checkpoint,
+    /// once one of its sources has read `rows` rows: a later session on the
+    /// same state folder goes on from there (for tests and demonstrations
+    /// of restoring).
+    pub fn stop_after_rows(mut self, rows: u64) -> Self {
+        self.stop_after_rows = Some(rows);
+        self
+    }
+
     /// Runs each stage whose state is per key as `instances` instances
     /// (see [`Engine::set_parallelism`]); one per core unless set.
     pub fn parallelism(mut self, instances: usize) -> Self {
@@ -177,6 +187,11 @@ impl SessionBuilder {
                     "restoring from a savepoint needs a state directory".into(),
                 ));
             }
+            if self.stop_after_rows.is_some() {
+                return Err(Error::Plan(
+                    "stopping with a checkpoint needs a state directory".into(),
+                ));
+            }
             return Ok(session);
         };
         std::fs::create_dir_all(&dir)
@@ -185,6 +200,7 @@ impl SessionBuilder {
         config.interval = self.interval.unwrap_or(checkpoint::DEFAULT_INTERVAL);
         config.keep = self.keep.unwrap_or(checkpoint::DEFAULT_KEEP).max(1);
         config.from_savepoint = self.from_savepoint.map(Into::into);
+        config.stop_after_rows = self.stop_after_rows;
         let mut wal = WalOptions::default();
         if let Some(max) = self.max_wal_bytes {
             wal.max_bytes = max;

@@ -735,6 +735,66 @@ fn a_piped_script_waits_for_its_alerts_and_prints_them_plainly() {
     }
 }
 
+/// The piped script of [`a_piped_script_waits_for_its_alerts_and_prints_them_plainly`]
+/// stopped with a checkpoint after three rows and run again by a shell on the same state
+/// folder at another parallelism: the second run restores both alerts and the two runs
+/// together print what one run prints, in both execution modes. The stream is read a row
+/// at a time so that the stop falls inside the file.
+#[test]
+fn a_piped_script_stopped_with_a_checkpoint_goes_on_in_the_next_shell() {
+    let script = "CREATE STREAM m (ts TIMESTAMP, host TEXT, cpu DOUBLE, WATERMARK FOR ts AS ts)
+         WITH (path = 'm.csv', batch_size = 1);
+       CREATE ALERT hot AS SELECT ts, host, cpu FROM m ALERT BY host WHEN cpu > 90;
+       CREATE ALERT very_hot AS SELECT window_end, host, max(cpu) AS top
+         FROM TUMBLE(m, ts, INTERVAL '2' SECOND) GROUP BY window_end, host
+       ALERT WHEN top > 96;\n";
+    for (mode, (first, second)) in ["", "SET execution_mode = 'per_record';"]
+        .into_iter()
+        .flat_map(|mode| [(mode, (1, 3)), (mode, (3, 1))])
+    {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("m.csv"),
+            "ts,host,cpu\n1000,a,95\n2000,b,20\n3000,a,97\n4000,b,99\n5000,a,10\n9000,b,10\n",
+        )
+        .unwrap();
+        let run = |parallelism: usize, extra: &[&str]| {
+            let args = [&["repl", "--state-dir", "state"], extra].concat();
+            let text = format!("{mode} SET parallelism = {parallelism};\n{script}");
+            let (code, out, err) = piped_with(dir.path(), &args, &text);
+            assert_eq!(code, Some(0), "{mode} {parallelism}: {out}\n{err}");
+            (out, err)
+        };
+        let (stopped, _) = run(first, &["--stop-after-rows", "3"]);
+        let (restored, err) = run(second, &[]);
+        let rows = |text: &str| text.lines().filter(|l| !l.starts_with("alert,")).count();
+        assert!(
+            rows(&stopped) < 8 && rows(&restored) > 0,
+            "{mode} {first} then {second}: the first run stopped inside the file: {stopped}"
+        );
+        assert_eq!(
+            err.matches("restored from checkpoint").count(),
+            2,
+            "{mode} {first} then {second}: both alerts restore: {err}"
+        );
+        assert_eq!(
+            merged_sections(&format!("{stopped}{restored}")),
+            merged_sections(ALERTS_OF_THE_PIPED_SCRIPT),
+            "{mode} {first} then {second}: {stopped}\nthen\n{restored}\n{err}"
+        );
+    }
+}
+
+/// CSV text as its rows sorted under each distinct header.
+fn merged_sections(text: &str) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut merged = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for (header, rows) in sections(text) {
+        merged.entry(header).or_default().extend(rows);
+    }
+    merged.values_mut().for_each(|rows| rows.sort());
+    merged
+}
+
 /// CSV text as its sections, each a header and its rows sorted.
 fn sections(text: &str) -> Vec<(String, Vec<String>)> {
     let mut sections: Vec<(String, Vec<String>)> = Vec::new();

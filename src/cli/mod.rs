@@ -75,6 +75,23 @@ struct ReplArgs {
     /// a shell on DIR runs them again.
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// Stop each query, with a checkpoint in DIR, once a source has read
+    /// ROWS rows; a shell on DIR that runs the query again goes on from
+    /// there (for tests and demonstrations of restoring).
+    #[arg(long, value_name = "ROWS", requires = "state_dir")]
+    stop_after_rows: Option<u64>,
+}
+
+/// The session a shell with `args` runs its statements in.
+fn shell_session(args: ReplArgs) -> crate::session::SessionBuilder {
+    let mut builder = crate::session::Session::builder();
+    if let Some(dir) = args.state_dir {
+        builder = builder.state_dir(dir);
+    }
+    if let Some(rows) = args.stop_after_rows {
+        builder = builder.stop_after_rows(rows);
+    }
+    builder
 }
 
 #[derive(Debug, clap::Args)]
@@ -285,11 +302,11 @@ pub fn main() -> ExitCode {
     let outcome = match cli.command {
         Some(Command::Run(args)) => runtime.block_on(run(args)),
         command @ (None | Some(Command::Repl(_))) => {
-            let state_dir = match command {
-                Some(Command::Repl(args)) => args.state_dir,
-                _ => None,
+            let args = match command {
+                Some(Command::Repl(args)) => args,
+                _ => ReplArgs::default(),
             };
-            let outcome = runtime.block_on(crate::repl::run(state_dir));
+            let outcome = runtime.block_on(crate::repl::run(shell_session(args)));
             // A source blocked on a read (a FIFO) must not hold the exit.
             runtime.shutdown_timeout(std::time::Duration::from_secs(1));
             // The shell has reported its errors itself; a script piped in

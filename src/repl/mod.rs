@@ -70,7 +70,7 @@ use crate::connectors::{OutputFormat, SourceLocation};
 use crate::engine::Outcome;
 use crate::error::{Error, Result};
 use crate::runtime::live::QueryId;
-use crate::session::{QueryHandle, Session};
+use crate::session::{QueryHandle, Session, SessionBuilder};
 use crate::sql::{Statement, parse_script};
 use helper::{Completeness, Names, ReplHelper, Shared, completeness, split_background};
 use output::{Printer, Renderer, tagged};
@@ -99,10 +99,10 @@ const DEFAULT_COLUMNS: usize = 80;
 ///
 /// When standard input is not a terminal (a script piped in), the shell
 /// stops at the first error, as `psql -v ON_ERROR_STOP=1` does, and the
-/// exit code is a failure; otherwise it is a success. With `state_dir`,
-/// the session keeps its queries' state there (see
-/// [`crate::session::SessionBuilder::state_dir`]).
-pub async fn run(state_dir: Option<PathBuf>) -> Result<ExitCode> {
+/// exit code is a failure; otherwise it is a success. Statements run in
+/// the session `session` builds (durable with a
+/// [`state_dir`](crate::session::SessionBuilder::state_dir)).
+pub async fn run(session: SessionBuilder) -> Result<ExitCode> {
     // While the line editor is not reading, the terminal sends Ctrl-C as
     // SIGINT: catch it for the life of the process (a foreground query
     // listens for it), so that it never ends the REPL.
@@ -116,10 +116,7 @@ pub async fn run(state_dir: Option<PathBuf>) -> Result<ExitCode> {
     } else {
         OutputFormat::Csv
     };
-    let session = match state_dir {
-        Some(dir) => Session::builder().state_dir(dir).build()?,
-        None => Session::new(),
-    };
+    let session = session.build()?;
     let printer = Printer::start(external);
     let script = (!interactive).then(|| Script::new(printer.clone()));
     let mut repl = Repl {

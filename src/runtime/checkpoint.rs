@@ -160,6 +160,20 @@ impl Coordinator {
         self.requested.load(Ordering::Acquire)
     }
 
+    /// The barrier a source started now counts as sent: the newest asked
+    /// for, since it belongs to no query of the new source. With
+    /// `stop_after_rows`, a source started after the stop was asked for
+    /// (a query started later in the shell) still owes the stopping
+    /// barrier: it stops after its own rows, as the others did.
+    pub fn first_barrier(&self) -> u64 {
+        let newest = self.requested();
+        let stop = self.stop_at.load(Ordering::Acquire);
+        match self.config.stop_after_rows {
+            Some(_) if stop != 0 && newest >= stop => stop - 1,
+            _ => newest,
+        }
+    }
+
     /// Asks for the next checkpoint; its id.
     pub fn request(&self) -> u64 {
         self.requested.fetch_add(1, Ordering::AcqRel) + 1

@@ -647,7 +647,7 @@ impl Live {
         } = group;
         let mut handles = HashMap::new();
         // Barriers asked for from now on go through the group's sources.
-        let first_barrier = self.coordinator.as_ref().map_or(0, |c| c.requested());
+        let first_barrier = self.coordinator.as_ref().map_or(0, |c| c.first_barrier());
         let mut state = self.lock();
         for (key, (stream, subscribers, position)) in sources {
             let (done_tx, done) = watch::channel(None);
