@@ -434,12 +434,15 @@ impl Engine {
                 emit,
                 alert,
             } => {
-                if sink.is_none()
-                    && alert.is_none()
-                    && emit.is_none()
-                    && let Some(rows) = self.answer_without_streams(query)?
-                {
-                    return Ok(Outcome::Rows(rows));
+                // A plain query is planned once, to see whether it reads
+                // a stream and then to run it.
+                let mut planned = None;
+                if sink.is_none() && alert.is_none() && emit.is_none() {
+                    let logical = self.planner.plan_query(&self.catalog, query)?;
+                    if let Some(rows) = self.answer_without_streams(&logical)? {
+                        return Ok(Outcome::Rows(rows));
+                    }
+                    planned = Some(logical);
                 }
                 let sink = match sink {
                     Some(name) => Some(
@@ -454,7 +457,12 @@ impl Engine {
                     Some(clause) => {
                         self.plan_alert(query, emit.as_ref(), (clause, &alert_name(statement)))?
                     }
-                    None => self.plan(query, emit.as_ref())?,
+                    None => match planned {
+                        Some(logical) => {
+                            self.plan_graph(self.with_emit(logical, emit.as_ref())?, emit.as_ref())?
+                        }
+                        None => self.plan(query, emit.as_ref())?,
+                    },
                 };
                 if let Some(sink) = sink.as_ref().filter(|s| s.append_only) {
                     check_append_only(&logical, sink)?;
@@ -1140,21 +1148,26 @@ impl Engine {
     /// A query that reads no stream nor view (`SELECT 1`, `SELECT now()`)
     /// is answered at once, as a one-off question; `None` for one that
     /// reads something.
-    fn answer_without_streams(&self, query: &Query) -> Result<Option<Listing>> {
-        let logical = self.planner.plan_query(&self.catalog, query)?;
+    fn answer_without_streams(&self, logical: &LogicalPlan) -> Result<Option<Listing>> {
         let reads_a_table = logical
             .exists(|node| Ok(matches!(node, LogicalPlan::TableScan(_))))
             .unwrap_or(true);
         if reads_a_table {
             return Ok(None);
         }
-        let batches = crate::exec::answer_once(&logical)?;
+        let batches = crate::exec::answer_once(logical)?;
         let schema = logical.schema().as_arrow().clone();
         Listing::from_batches(&schema, &batches).map(Some)
     }
 
     fn plan_logical(&self, query: &Query, emit: Option<&Emit>) -> Result<LogicalPlan> {
-        let mut logical = self.planner.plan_query(&self.catalog, query)?;
+        let logical = self.planner.plan_query(&self.catalog, query)?;
+        self.with_emit(logical, emit)
+    }
+
+    /// `logical`, a planned query, under its `EMIT` policy (the default
+    /// one when late rows update windows).
+    fn with_emit(&self, mut logical: LogicalPlan, emit: Option<&Emit>) -> Result<LogicalPlan> {
         check_plan_depth(&logical)?;
         let mut policy = emit.map(|e| self.emit_policy(e)).transpose()?;
         if windows_take_late_rows(&logical)

@@ -715,8 +715,9 @@ fn an_input_naming_no_stream_is_an_error() {
     assert!(out.stdout.is_empty());
 }
 
-/// In `vigil run`: SHOW and DESCRIBE print when read, a dropped alert runs
-/// no query and a replaced one only its new definition.
+/// In `vigil run`: SHOW, DESCRIBE and a query over no stream print when read, in the
+/// run's format (CSV here; a table on a terminal), a dropped alert runs no query and a
+/// replaced one only its new definition.
 #[test]
 fn run_prints_show_and_drops_alerts_before_they_start() {
     let sql = format!(
@@ -727,20 +728,32 @@ fn run_prints_show_and_drops_alerts_before_they_start() {
          CREATE OR REPLACE ALERT hot AS SELECT ts, host, cpu FROM m ALERT BY host WHEN cpu > 6;
          SHOW ALERTS;
          DESCRIBE m;
-         SHOW QUERIES;"
+         SHOW QUERIES;
+         SELECT 1 + 2 AS three;"
     );
     let dir = setup(&[("q.sql", &sql), ("m.csv", ROWS)]);
     let out = vigil(dir.path(), &["run", "q.sql", "--format", "csv"], None);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let stdout = text(&out.stdout);
-    assert!(stdout.contains("| hot  | alert |"), "{stdout}");
-    assert!(!stdout.contains("gone"), "{stdout}");
     assert!(
-        stdout.contains("event time: ts, watermark delay 2 s"),
+        stdout.contains("name,kind,columns,source\nhot,alert,"),
         "{stdout}"
     );
-    assert!(stdout.contains("| rows_out |"), "{stdout}");
+    assert!(!stdout.contains("gone"), "{stdout}");
+    assert!(
+        stdout.contains("column,type,note\nts,TIMESTAMP,event time\n"),
+        "{stdout}"
+    );
+    // DESCRIBE's notes go to stderr, out of the CSV's way.
+    assert!(
+        stderr.contains("event time: ts, watermark delay 2 s"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("three\n3\n"), "{stdout}");
+    // No query runs while the script is read: SHOW QUERIES names its columns only.
+    assert!(stdout.contains("\nid,rows_out,late_rows,"), "{stdout}");
+    assert!(!stdout.contains('|'), "no table in CSV output: {stdout}");
     // One query ran: the replaced alert, firing for the one row over 6.
     assert!(stderr.contains("vigil: query 1: out=1"), "{stderr}");
     assert!(!stderr.contains("vigil: query 2"), "{stderr}");

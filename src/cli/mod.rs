@@ -388,10 +388,28 @@ fn prepare_queries(args: &RunArgs, partition: Option<i32>) -> Result<Vec<Prepare
     let mut queries = Vec::new();
     let mut sinks = check::SinkColumns::default();
     for file in &args.files {
-        queries.extend(load_script(&mut engine, &mut sinks, file)?);
+        queries.extend(load_script(
+            &mut engine,
+            &mut sinks,
+            file,
+            output_format(args),
+        )?);
     }
     check_inputs(&engine, &args.input)?;
     Ok(drop_routed_alerts(queries))
+}
+
+/// The format results go out in: `--format`, else a table on a terminal
+/// and CSV elsewhere.
+fn output_format(args: &RunArgs) -> OutputFormat {
+    let to_terminal = args.output.is_none() && std::io::stdout().is_terminal();
+    args.format
+        .map(OutputFormat::from)
+        .unwrap_or(if to_terminal {
+            OutputFormat::Table
+        } else {
+            OutputFormat::Csv
+        })
 }
 
 async fn run(args: RunArgs) -> Result<()> {
@@ -409,15 +427,7 @@ async fn run(args: RunArgs) -> Result<()> {
         let live = group::member_runtime(&args)?;
         return group::run(&args, name, queries, live, leave).await;
     }
-    let to_terminal = args.output.is_none() && std::io::stdout().is_terminal();
-    let format = args
-        .format
-        .map(OutputFormat::from)
-        .unwrap_or(if to_terminal {
-            OutputFormat::Table
-        } else {
-            OutputFormat::Csv
-        });
+    let format = output_format(&args);
     let show_progress = match args.progress {
         ProgressArg::Auto => std::io::stderr().is_terminal(),
         ProgressArg::Always => true,
@@ -647,11 +657,13 @@ fn check_inputs(engine: &Engine, inputs: &[(String, PathBuf)]) -> Result<()> {
 
 /// Parses and executes one script; returns its queries, not yet running.
 /// `sinks` rejects a query writing other columns to a file sink than an
-/// earlier query of the run, before anything runs.
+/// earlier query of the run, before anything runs; what a statement
+/// answers at once (`SELECT 1`, `SHOW`) is printed in `format`.
 fn load_script(
     engine: &mut Engine,
     sinks: &mut check::SinkColumns,
     file: &Path,
+    format: OutputFormat,
 ) -> Result<Vec<PreparedQuery>> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| Error::io(format!("cannot read {}", file.display()), e))?;
@@ -735,18 +747,39 @@ fn load_script(
                     queries[old] = *query;
                 }
             }
-            Outcome::Rows(listing) => {
-                let _ = write!(std::io::stdout(), "{}", listing_text(&listing));
-            }
+            Outcome::Rows(listing) => print_listing(&listing, format)?,
             Outcome::ShowQueries => {
                 // The queries start once every script has been read: none
                 // is running yet.
-                let none = Listing::new(&QUERY_COLUMNS, Vec::new());
-                let _ = write!(std::io::stdout(), "{}", listing_text(&none));
+                print_listing(&Listing::new(&QUERY_COLUMNS, Vec::new()), format)?;
             }
         }
     }
     Ok(queries)
+}
+
+/// Prints what a statement answered: a table, or CSV or JSON lines like
+/// a query's results (its notes then go to standard error, out of the
+/// way of a program reading the rows).
+fn print_listing(listing: &Listing, format: OutputFormat) -> Result<()> {
+    if format == OutputFormat::Table {
+        let _ = write!(std::io::stdout(), "{}", listing_text(listing));
+        return Ok(());
+    }
+    for note in &listing.notes {
+        eprintln!("{note}");
+    }
+    if listing.rows.is_empty() {
+        // No rows: CSV still names the columns, as psql does.
+        if format == OutputFormat::Csv {
+            println!("{}", listing.columns.join(","));
+        }
+        return Ok(());
+    }
+    let stdout = SharedOutput::stdout(Arc::new(StdoutClosed::default()));
+    let mut sink = make_sink_to(format, None, Box::new(stdout));
+    sink.write(&listing.to_batch()?)?;
+    sink.finish()
 }
 
 fn print_summary(report: &RunReport) {
