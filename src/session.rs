@@ -486,6 +486,9 @@ impl Session {
                 .map(|_| create.name.clone()),
             _ => None,
         };
+        let undo = self
+            .replaces_running_alert(statement)
+            .then(|| self.engine.save_catalog());
         let outcome = self.engine.execute(statement, base_dir)?;
         if let Some(name) = replaced_push {
             self.live.retire_stream(&name);
@@ -499,8 +502,59 @@ impl Session {
                 Ok(Outcome::Dropped(dropped))
             }
             Outcome::ShowQueries => Ok(Outcome::Rows(self.show_queries())),
+            Outcome::Query(query) => Ok(match undo {
+                Some(undo) => self.replacement(query, undo),
+                None => Outcome::Query(query),
+            }),
             other => Ok(other),
         }
+    }
+
+    /// True for a `CREATE OR REPLACE ALERT` of an alert whose query runs
+    /// in this durable session: the new definition takes over the running
+    /// query as `ALTER ALERT` does (see [`Session::replacement`]).
+    fn replaces_running_alert(&self, statement: &Statement) -> bool {
+        match &statement.kind {
+            crate::sql::StatementKind::CreateAlert { name, .. } => {
+                statement.or_replace
+                    && self.durable.is_some()
+                    && self.alert_queries().contains_key(name)
+            }
+            _ => false,
+        }
+    }
+
+    /// A replaced alert's new query as a change of the running one, so
+    /// that it goes on from the state that still fits (episodes, `FOR`
+    /// timers, open windows), keeps its id and result channel, and says
+    /// what it kept before it applies. What does not fit starts empty: the
+    /// statement asked for a new definition. New result columns cannot go
+    /// down the old channel: the old query stops and the new one starts.
+    fn replacement(&self, query: Box<PreparedQuery>, undo: crate::engine::SavedCatalog) -> Outcome {
+        let Some(name) = query.declares_alert.clone() else {
+            return Outcome::Query(query);
+        };
+        let running = self
+            .alert_queries()
+            .get(&name)
+            .copied()
+            .filter(|&id| self.queries().iter().any(|q| q.id == id));
+        let same_columns = running.is_some_and(|id| {
+            self.origins()
+                .get(&id)
+                .is_some_and(|origin| origin.schema.fields() == query.graph.schema.fields())
+        });
+        if !same_columns {
+            return Outcome::Query(query);
+        }
+        Outcome::Change(Box::new(crate::engine::Change {
+            target: crate::engine::ChangeTarget::Alert(name.clone()),
+            query: Some(query),
+            parallelism: None,
+            allow_state_loss: true,
+            what: format!("alert {name} replaced"),
+            undo: Some(undo),
+        }))
     }
 
     /// Stops the queries of dropped alerts; ends dropped push streams.
@@ -586,6 +640,12 @@ impl Session {
             let old = self.alert_queries().remove(name);
             if let Some(old) = old {
                 self.live.stop(old);
+                // The statement asked for a new definition: the old one's
+                // state that does not fit it starts empty rather than
+                // failing the start (see `Session::replacement`).
+                if let Some(checkpoints) = &query.name {
+                    self.live.allow_non_restored(checkpoints);
+                }
             }
         }
         let is_alert = is_alert(&query.logical);

@@ -54,7 +54,8 @@ fn rows(rows: &[(i64, &str, f64)]) -> String {
         .collect()
 }
 
-/// The alert rows of `batch` as `state host severity`.
+/// The alert rows of `batch` as `state key severity` (the key is the column after
+/// `alert`: `host` here).
 fn alert_rows(batch: &RecordBatch) -> Vec<String> {
     let column = |name: &str| {
         batch
@@ -63,7 +64,8 @@ fn alert_rows(batch: &RecordBatch) -> Vec<String> {
             .as_string::<i32>()
             .clone()
     };
-    let (state, host, severity) = (column("state"), column("host"), column("severity"));
+    let host = batch.column(1).as_string::<i32>().clone();
+    let (state, severity) = (column("state"), column("severity"));
     (0..batch.num_rows())
         .map(|i| format!("{} {} {}", state.value(i), host.value(i), severity.value(i)))
         .collect()
@@ -318,4 +320,185 @@ async fn a_changed_for_keeps_the_pending_timer_and_a_changed_message_is_the_next
             .value(0)
     };
     assert_eq!((time("since"), time("event_time")), (2000, 7000));
+}
+
+/// `CREATE OR REPLACE ALERT` of a running alert in a durable session is a change of its
+/// query, as `ALTER ALERT` is: reported before it applies, the same id and results, a
+/// ("firing") and b's pending episode carried over. What no longer fits starts empty
+/// instead of being refused (the statement asked for a new definition), and new result
+/// columns start a new query.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_alert_goes_on_from_the_state_that_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut session = durable(dir.path());
+    let mut handle = started(session.execute(ALERT_SQL).unwrap()).remove(0);
+    let id = handle.id;
+    push(
+        &session,
+        &rows(&[(0, "a", 95.0), (2000, "a", 97.0), (2000, "b", 93.0)]),
+    )
+    .await;
+    push(&session, &rows(&[(2500, "c", 10.0)])).await;
+    let mut seen = Vec::new();
+    while !seen.iter().any(|r: &String| r.starts_with("firing a")) {
+        seen.extend(next_alerts(&mut handle).await);
+    }
+
+    let change = pending(
+        session
+            .execute(
+                "CREATE OR REPLACE ALERT hot AS SELECT ts, host, cpu FROM ev
+                   ALERT BY host WHEN cpu > 92 FOR INTERVAL '2' SECOND SEVERITY 'ticket';",
+            )
+            .unwrap(),
+    );
+    assert!(change.report().emptied.is_empty(), "{:?}", change.report());
+    assert!(
+        change.report().kept.iter().any(|k| k.contains("alert hot")),
+        "{:?}",
+        change.report()
+    );
+    let changed = within("the replacement", change.apply())
+        .await
+        .expect("the replacement is made");
+    assert_eq!(changed.id, id);
+    assert_eq!(session.queries().len(), 1, "one query, not two");
+    assert_eq!(session.queries()[0].id, id, "the query keeps its id");
+    push(&session, &rows(&[(4000, "b", 94.0), (4000, "a", 91.0)])).await;
+    push(&session, &rows(&[(4500, "c", 10.0)])).await;
+    let mut after = Vec::new();
+    while after.len() < 2 {
+        after.extend(next_alerts(&mut handle).await);
+    }
+    after.sort();
+    assert_eq!(after, ["firing b ticket", "resolved a ticket"]);
+
+    // A window in place of the row-wise condition: nothing of the old state fits the
+    // new operators, and the replacement is still made, saying what started empty.
+    let change = pending(
+        session
+            .execute(
+                "CREATE OR REPLACE ALERT hot AS
+                   SELECT window_end AS ts, host, max(cpu) AS cpu
+                   FROM TUMBLE(ev, ts, INTERVAL '1' SECOND) GROUP BY window_end, host
+                   ALERT BY host WHEN cpu > 92 FOR INTERVAL '2' SECOND;",
+            )
+            .unwrap(),
+    );
+    let report = change.report().clone();
+    assert!(!report.emptied.is_empty(), "{report}");
+    within("the second replacement", change.apply())
+        .await
+        .expect("a replacement whose state does not fit is made");
+    assert_eq!(session.queries()[0].id, id, "{report}");
+
+    // Other columns: the old query stops and a new one starts.
+    let executed = session
+        .execute("CREATE OR REPLACE ALERT hot AS SELECT ts, cpu FROM ev ALERT WHEN cpu > 92;")
+        .unwrap();
+    let replaced = match executed.into_iter().next() {
+        Some(Executed::Query(handle)) => handle,
+        Some(Executed::Change(change)) => panic!("a change: {}", change.report()),
+        _ => panic!("no query"),
+    };
+    assert_ne!(replaced.id, id);
+    within("the first query's end", session.wait(id))
+        .await
+        .expect("the old query stops cleanly");
+    within("the shutdown", session.shutdown()).await;
+}
+
+const INVARIANT_SQL: &str =
+    "CREATE STREAM procs (ts TIMESTAMP, parent TEXT, child TEXT, WATERMARK FOR ts AS ts)
+       WITH (connector = 'push');
+     CREATE INVARIANT children AS SELECT ts, parent, child FROM procs
+       LEARN SET OF child BY parent TRAIN FOR INTERVAL '10' SECOND MODE OFFLINE;
+     CREATE INVARIANT parents AS SELECT ts, parent, child FROM procs
+       LEARN SET OF parent BY child TRAIN FOR INTERVAL '10' SECOND MODE OFFLINE;
+     CREATE ALERT odd AS SELECT ts, parent, child, violation FROM children
+       ALERT BY parent WHEN violation;";
+
+/// Pushes `(ts, parent, child)` rows into stream `procs`.
+async fn push_procs(session: &Session, rows: &[(i64, &str, &str)]) {
+    let lines: String = rows
+        .iter()
+        .map(|(ts, parent, child)| {
+            format!("{{\"ts\": {ts}, \"parent\": \"{parent}\", \"child\": \"{child}\"}}\n")
+        })
+        .collect();
+    within("rows pushed into procs", session.push_json("procs", &lines))
+        .await
+        .expect("rows pushed");
+}
+
+/// An alert over a learned invariant: a change that keeps the invariant's operator (a new
+/// severity) keeps what it learned, so a child unknown to the trained set fires at once;
+/// one that puts another invariant in its place (its shape changed) starts it learning
+/// again, and says so before it applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learned_invariant_is_kept_by_a_change_that_keeps_it_and_relearned_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut session = durable(dir.path());
+    let mut handle = started(session.execute(INVARIANT_SQL).unwrap()).remove(0);
+    // Trained on 0..10 s: sshd starts bash and scp.
+    push_procs(
+        &session,
+        &[
+            (0, "sshd", "bash"),
+            (5000, "sshd", "scp"),
+            (12000, "sshd", "bash"),
+        ],
+    )
+    .await;
+
+    let change = pending(
+        session
+            .execute("ALTER ALERT odd SET SEVERITY 'page';")
+            .unwrap(),
+    );
+    let report = change.report().clone();
+    assert!(report.emptied.is_empty(), "{report}");
+    assert!(
+        report.kept.iter().any(|k| k.contains("invariant children")),
+        "{report}"
+    );
+    within("the change", change.apply())
+        .await
+        .expect("the change is made");
+    // Past training: nc is unknown to what sshd learned before the change.
+    push_procs(&session, &[(13000, "sshd", "nc")]).await;
+    assert_eq!(next_alerts(&mut handle).await, ["firing sshd page"]);
+
+    let change = pending(
+        session
+            .execute(
+                "CREATE OR REPLACE ALERT odd AS SELECT ts, parent, child, violation FROM parents
+                   ALERT BY parent WHEN violation SEVERITY 'page';",
+            )
+            .unwrap(),
+    );
+    let report = change.report().clone();
+    assert!(
+        report
+            .emptied
+            .iter()
+            .any(|e| e.contains("invariant parents")),
+        "{report}"
+    );
+    within("the replacement", change.apply())
+        .await
+        .expect("the replacement is made");
+    // The new invariant trains from its first row (20 s) to 30 s: cron starting ls is
+    // learned, not a violation; after training, ls started by a stranger is one.
+    push_procs(
+        &session,
+        &[
+            (20000, "cron", "ls"),
+            (31000, "cron", "ls"),
+            (32000, "evil", "ls"),
+        ],
+    )
+    .await;
+    assert_eq!(next_alerts(&mut handle).await, ["firing evil page"]);
+    within("the shutdown", session.shutdown()).await;
 }

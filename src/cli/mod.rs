@@ -215,27 +215,14 @@ fn checkpoint_config(dir: &Location, args: &CheckpointArgs) -> CheckpointConfig 
     config
 }
 
-/// Parses `10s`, `500ms`, `2m`, `1h`.
+/// Parses a duration the way `WITH` options and `SET` read one (`10s`,
+/// `500ms`, `2m`, `1.5 hours`: see [`crate::connectors::options::parse_duration`]).
 fn parse_duration(text: &str) -> std::result::Result<std::time::Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("'{text}' is not a duration such as 10s or 500ms"))?;
-    let ms = match unit {
-        "ms" => n,
-        "s" | "" => n * 1000,
-        "m" => n * 60_000,
-        "h" => n * 3_600_000,
-        _ => return Err(format!("'{text}': the unit must be ms, s, m or h")),
-    };
-    if ms == 0 {
-        return Err("the interval must be longer than zero".into());
-    }
-    Ok(std::time::Duration::from_millis(ms))
+    crate::connectors::options::parse_duration(text).ok_or_else(|| {
+        format!(
+            "'{text}' is not a duration such as 10s, 500ms or 2m (a number and a unit from ms to w)"
+        )
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -284,9 +284,12 @@ pub fn parse_size(text: &str) -> Option<u64> {
 }
 
 /// Parses a duration written as a number and a unit from milliseconds to
-/// weeks: `ms`, `millisecond(s)`, `s`, `sec(s)`, `second(s)`, `min(s)`,
-/// `minute(s)`, `h`, `hour(s)`, `d`, `day(s)`, `w`, `week(s)`, any case,
-/// with or without a space (`'200 milliseconds'`, `'1.5s'`, `'2 days'`).
+/// weeks: `ms`, `millisecond(s)`, `s`, `sec(s)`, `second(s)`, `m`,
+/// `min(s)`, `minute(s)`, `h`, `hour(s)`, `d`, `day(s)`, `w`, `week(s)`,
+/// any case, with or without a space (`'200 milliseconds'`, `'1.5s'`,
+/// `'2m'`, `'2 days'`). The one grammar for durations: `WITH` options,
+/// `SET`, and the command line's `--checkpoint-interval` and the like; `m`
+/// is minutes, as in Prometheus.
 /// Rounded to whole milliseconds; `None` unless from one millisecond to
 /// about 300 years (which keeps event-time arithmetic far from overflow).
 pub fn parse_duration(text: &str) -> Option<Duration> {
@@ -299,7 +302,7 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
     let unit_ms = match unit.trim().to_ascii_lowercase().as_str() {
         "ms" | "millisecond" | "milliseconds" => 1.0,
         "s" | "sec" | "secs" | "second" | "seconds" => 1e3,
-        "min" | "mins" | "minute" | "minutes" => 6e4,
+        "m" | "min" | "mins" | "minute" | "minutes" => 6e4,
         "h" | "hour" | "hours" => 3.6e6,
         "d" | "day" | "days" => 8.64e7,
         "w" | "week" | "weeks" => 6.048e8,
@@ -722,11 +725,13 @@ mod tests {
         assert_eq!(ms(".5 sec"), Some(500));
         assert_eq!(ms("1 minute"), Some(60_000));
         assert_eq!(ms("3 mins"), Some(180_000));
+        assert_eq!(ms("2m"), Some(120_000));
+        assert_eq!(ms("1 M"), Some(60_000));
         assert_eq!(ms("1 hour"), Some(3_600_000));
         assert_eq!(ms("2 days"), Some(172_800_000));
         assert_eq!(ms("1 week"), Some(604_800_000));
         for bad in [
-            "", "5", "ms", "0 ms", "0.2 ms", "-1 s", "1 m", "1..2 s", "five s", "1 s x",
+            "", "5", "ms", "0 ms", "0.2 ms", "-1 s", "1 mo", "1..2 s", "five s", "1 s x",
         ] {
             assert_eq!(ms(bad), None, "{bad:?}");
         }

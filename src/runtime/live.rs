@@ -152,6 +152,27 @@ struct Hub {
     wal: Option<Arc<Wal>>,
     /// Hands logged batches out in the order the log took them.
     order: Arc<Sequencer>,
+    /// Readers being caught up from the log (see [`Live::join_replayed`])
+    /// and not among `subscribers` yet: a barrier meant for them waits
+    /// until they are.
+    joining: Arc<watch::Sender<usize>>,
+}
+
+/// One reader of a push stream being caught up from its log, counted in
+/// [`Hub::joining`] until dropped (also when its task is cancelled).
+struct Joining(Arc<watch::Sender<usize>>);
+
+impl Joining {
+    fn start(count: &Arc<watch::Sender<usize>>) -> Self {
+        count.send_modify(|n| *n += 1);
+        Self(count.clone())
+    }
+}
+
+impl Drop for Joining {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
 }
 
 impl Hub {
@@ -658,9 +679,11 @@ impl Live {
                     let live = self.clone();
                     let gate = hub.gate.clone();
                     let name = stream.name.clone();
+                    let joining = Joining::start(&hub.joining);
                     tokio::spawn(async move {
                         live.join_replayed(&name, &wal, &gate, position.rows, subscribers)
                             .await;
+                        drop(joining);
                     });
                     let _ = done_tx.send(Some(Ok(())));
                     handles.insert(key, (hub.stats.clone(), done));
@@ -1184,10 +1207,10 @@ impl Live {
         for source in &files {
             source.stop_after.store(id, Ordering::Release);
         }
-        for (stream, queries) in &pushed {
-            self.leave_at_barrier(stream, queries, id).await;
-        }
         let ended = async {
+            for (stream, queries) in &pushed {
+                self.leave_at_barrier(stream, queries, id).await;
+            }
             for &query in ids {
                 self.wait_run(query).await;
             }
@@ -1230,9 +1253,20 @@ impl Live {
     /// barrier is the last message their input gets, so they end without
     /// the end of input.
     async fn leave_at_barrier(&self, stream: &str, queries: &[Arc<QueryCheckpoints>], id: u64) {
-        let Some(gate) = self.lock().hubs.get(stream).map(|hub| hub.gate.clone()) else {
+        let Some((gate, joining)) = self
+            .lock()
+            .hubs
+            .get(stream)
+            .map(|hub| (hub.gate.clone(), hub.joining.subscribe()))
+        else {
             return;
         };
+        // A run just started may still be catching up from the log, not
+        // yet among the subscribers: the barrier would miss it and it
+        // would never end. Its join ends soon (it replays what the log
+        // holds), and no new one starts for a query being stopped.
+        let mut joining = joining;
+        let _ = joining.wait_for(|n| *n == 0).await;
         let _turn = gate.lock().await;
         let (leaving, pushed) = {
             let mut state = self.lock();

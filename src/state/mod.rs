@@ -23,7 +23,7 @@ pub mod store;
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt16Array};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::hash_utils::{RandomState, create_hashes};
@@ -69,11 +69,6 @@ pub fn key_groups_of(arrays: &[ArrayRef], rows: usize) -> Result<Vec<u16>> {
 /// groups to subtasks).
 pub fn instance_of(group: u16, instances: usize) -> usize {
     usize::from(group) * instances / usize::from(KEY_GROUPS)
-}
-
-/// The key groups of `batch` as an Arrow column, for storing next to it.
-pub fn key_group_column(batch: &RecordBatch, key_columns: &[usize]) -> Result<UInt16Array> {
-    Ok(UInt16Array::from(key_groups(batch, key_columns)?))
 }
 
 /// One table of an operator's state.
