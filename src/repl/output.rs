@@ -145,20 +145,38 @@ pub fn tagged(id: u64, text: &str) -> String {
 /// printing, so a task never blocks on the terminal.
 #[derive(Clone)]
 pub struct Printer {
-    tx: mpsc::Sender<String>,
+    tx: mpsc::Sender<Queued>,
     closed: Arc<AtomicBool>,
 }
+
+/// What the printing thread is handed, in order.
+enum Queued {
+    Text(String),
+    /// Answered once everything queued before it is written.
+    Drained(mpsc::Sender<()>),
+}
+
+/// How long [`Printer::close`] waits for queued text to be written (a
+/// reader that stopped reading a pipe must not hold the exit).
+const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Printer {
     /// Starts the printing thread; without an external printer (input is
     /// not a terminal) text goes to stdout.
     pub fn start(external: Option<Box<dyn ExternalPrinter + Send>>) -> Self {
-        let (tx, rx) = mpsc::channel::<String>();
+        let (tx, rx) = mpsc::channel::<Queued>();
         let mut external = external;
         let spawned = std::thread::Builder::new()
             .name("vigil-repl-printer".into())
             .spawn(move || {
-                for text in rx {
+                for queued in rx {
+                    let text = match queued {
+                        Queued::Text(text) => text,
+                        Queued::Drained(done) => {
+                            let _ = done.send(());
+                            continue;
+                        }
+                    };
                     let printed = match external.as_mut() {
                         Some(printer) => printer.print(text.clone()).is_ok(),
                         None => false,
@@ -184,15 +202,21 @@ impl Printer {
         if self.closed.load(Ordering::Relaxed) {
             return;
         }
-        if let Err(mpsc::SendError(text)) = self.tx.send(text) {
+        if let Err(mpsc::SendError(Queued::Text(text))) = self.tx.send(Queued::Text(text)) {
             out!("{text}");
         }
     }
 
     /// Prints nothing more: the REPL is leaving, and the queries it stops
-    /// need not say so.
+    /// need not say so. What was queued before is written first: the
+    /// process exits after this, and the last results of a piped script
+    /// (the windows its end of input fires) are often still queued.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
+        let (done, drained) = mpsc::channel();
+        if self.tx.send(Queued::Drained(done)).is_ok() {
+            let _ = drained.recv_timeout(DRAIN_LIMIT);
+        }
     }
 }
 
