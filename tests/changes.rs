@@ -71,6 +71,16 @@ fn alert_rows(batch: &RecordBatch) -> Vec<String> {
         .collect()
 }
 
+/// The alert rows up to and with the one that fires `key`.
+async fn until_firing(handle: &mut QueryHandle, key: &str) -> Vec<String> {
+    let firing = format!("firing {key}");
+    let mut seen = Vec::new();
+    while !seen.iter().any(|r: &String| r.starts_with(&firing)) {
+        seen.extend(next_alerts(handle).await);
+    }
+    seen
+}
+
 async fn next_alerts(handle: &mut QueryHandle) -> Vec<String> {
     let batch = tokio::time::timeout(WAIT, handle.next())
         .await
@@ -93,10 +103,7 @@ async fn an_altered_alert_keeps_its_episodes_and_takes_its_new_condition_and_sev
     .await;
     push(&session, &rows(&[(2000, "b", 93.0)])).await;
     push(&session, &rows(&[(2500, "c", 10.0)])).await;
-    let mut seen = Vec::new();
-    while !seen.iter().any(|r: &String| r.starts_with("firing a")) {
-        seen.extend(next_alerts(&mut handle).await);
-    }
+    let seen = until_firing(&mut handle, "a").await;
     assert!(seen.contains(&"firing a page".to_string()), "{seen:?}");
 
     let change = pending(
@@ -339,10 +346,7 @@ async fn a_replaced_alert_goes_on_from_the_state_that_fits() {
     )
     .await;
     push(&session, &rows(&[(2500, "c", 10.0)])).await;
-    let mut seen = Vec::new();
-    while !seen.iter().any(|r: &String| r.starts_with("firing a")) {
-        seen.extend(next_alerts(&mut handle).await);
-    }
+    until_firing(&mut handle, "a").await;
 
     let change = pending(
         session
