@@ -374,13 +374,9 @@ fn prepare_queries(args: &RunArgs, partition: Option<i32>) -> Result<Vec<Prepare
     }
     let mut queries = Vec::new();
     let mut sinks = check::SinkColumns::default();
+    let format = output_format(args);
     for file in &args.files {
-        queries.extend(load_script(
-            &mut engine,
-            &mut sinks,
-            file,
-            output_format(args),
-        )?);
+        queries.extend(load_script(&mut engine, &mut sinks, file, format)?);
     }
     check_inputs(&engine, &args.input)?;
     Ok(drop_routed_alerts(queries))
