@@ -4,11 +4,13 @@
 //! block is a self-contained example; the built-in streams `host_metrics` and `demo` need
 //! no declaration). Nothing runs: planning opens no file and creates no sink file.
 //!
-//! The ```` ```sql ```` blocks of the top-level `README.md` build on each other (one
-//! `CREATE STREAM metrics`, then queries over it), so they are planned in document order
-//! with one engine.
+//! The ```` ```sql ```` blocks of the top-level `README.md` and of each page of `docs/`
+//! build on each other (one `CREATE STREAM metrics`, then queries over it), so each page's
+//! are planned in document order with one engine, after those of the pages it builds on
+//! ([`BUILDS_ON`]); a page whose blocks are each a script of their own ([`ONE_BY_ONE`]) has
+//! each planned alone.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use vigil::engine::{Engine, Outcome};
 
@@ -222,38 +224,126 @@ fn grammar_block_planning_reports_errors() {
     );
 }
 
-#[test]
-fn readme_sql_blocks_plan_in_document_order() {
-    let markdown = std::fs::read_to_string(repo().join("README.md")).expect("read README.md");
-    let blocks = sql_blocks(&markdown);
-    assert!(blocks.len() >= 5, "only {} ```sql blocks", blocks.len());
-    let scratch = tempfile::tempdir().expect("temp dir");
-    let mut engine = Engine::new();
-    let mut failures = Vec::new();
+/// Pages of `docs/` whose blocks read what other pages declare, planned after the blocks of
+/// those pages (in the order given, in the same engine; their failures are reported under
+/// their own page). Every page named must exist, so none is skipped silently.
+const BUILDS_ON: &[(&str, &[&str])] = &[
+    ("docs/detection.md", &["docs/sql.md"]),
+    ("docs/operations.md", &["docs/sql.md", "docs/detection.md"]),
+];
+
+/// Pages whose blocks are each a script of their own (two of them may declare the same
+/// stream), each planned in a fresh engine.
+const ONE_BY_ONE: &[&str] = &["docs/prometheus.md"];
+
+/// `README.md`, then every page of `docs/` in name order, as paths from the repository.
+fn pages() -> Vec<String> {
+    let mut docs: Vec<String> = std::fs::read_dir(repo().join("docs"))
+        .expect("read docs/")
+        .map(|entry| {
+            entry
+                .expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    docs.sort();
+    let mut pages = vec!["README.md".to_string()];
+    pages.extend(docs);
+    pages
+}
+
+fn read_page(page: &str) -> String {
+    std::fs::read_to_string(repo().join(page)).unwrap_or_else(|e| panic!("read {page}: {e}"))
+}
+
+/// Plans `blocks` of `page` in document order with `engine`; a failure is one line naming
+/// the page and the line. Returns the number of statements planned.
+fn plan_in_order(
+    engine: &mut Engine,
+    scratch: &Path,
+    page: &str,
+    blocks: &[(usize, String)],
+    failures: &mut Vec<String>,
+) -> usize {
     let mut planned = 0;
-    let mut expected = 0;
-    for (line, sql) in &blocks {
-        expected += count_statements(sql);
+    for (line, sql) in blocks {
         let statements = match vigil::sql::parse_script(sql) {
             Ok(statements) => statements,
             Err(e) => {
-                failures.push(format!("README.md line {line}: {e}"));
+                failures.push(format!("{page} line {line}: {e}"));
                 continue;
             }
         };
         for statement in &statements {
-            match engine.execute(statement, scratch.path()) {
+            match engine.execute(statement, scratch) {
                 Ok(_) => planned += 1,
                 Err(e) => failures.push(format!(
-                    "README.md line {}: {e}",
+                    "{page} line {}: {e}",
                     line + statement.line as usize - 1
                 )),
             }
         }
     }
+    planned
+}
+
+#[test]
+fn readme_sql_blocks_plan_in_document_order() {
+    let pages = pages();
+    let known = |page: &str| pages.iter().any(|p| p == page);
+    for (page, before) in BUILDS_ON {
+        for named in std::iter::once(page).chain(before.iter()) {
+            assert!(known(named), "BUILDS_ON names {named}, which is not a page");
+        }
+    }
+    for page in ONE_BY_ONE {
+        assert!(known(page), "ONE_BY_ONE names {page}, which is not a page");
+    }
+    let readme = sql_blocks(&read_page("README.md"));
+    assert!(readme.len() >= 5, "only {} ```sql blocks", readme.len());
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let mut failures = Vec::new();
+    let mut planned = 0;
+    let mut expected = 0;
+    for page in &pages {
+        let blocks = sql_blocks(&read_page(page));
+        expected += blocks
+            .iter()
+            .map(|(_, sql)| count_statements(sql))
+            .sum::<usize>();
+        if ONE_BY_ONE.contains(&page.as_str()) {
+            for block in &blocks {
+                let mut engine = Engine::new();
+                let one = std::slice::from_ref(block);
+                planned += plan_in_order(&mut engine, scratch.path(), page, one, &mut failures);
+            }
+            continue;
+        }
+        let mut engine = Engine::new();
+        let before: &[&str] = BUILDS_ON
+            .iter()
+            .find(|(p, _)| *p == page.as_str())
+            .map(|(_, before)| *before)
+            .unwrap_or_default();
+        for earlier in before {
+            let blocks = sql_blocks(&read_page(earlier));
+            plan_in_order(
+                &mut engine,
+                scratch.path(),
+                earlier,
+                &blocks,
+                &mut Vec::new(),
+            );
+        }
+        planned += plan_in_order(&mut engine, scratch.path(), page, &blocks, &mut failures);
+    }
     assert!(
         failures.is_empty(),
-        "README.md statements that do not plan:\n{}",
+        "README.md and docs/*.md statements that do not plan:\n{}",
         failures.join("\n")
     );
     assert_eq!(

@@ -1,9 +1,9 @@
-//! The README's "With Prometheus" walk-through, run as written against the
-//! real programs: node_exporter scraped by Prometheus, Prometheus
-//! remote-writing to `vigil serve` loaded with the README's `alerts.sql`,
-//! and vigil's alerts in Alertmanager. Only ports and times change
-//! (scrapes every second, `FOR` a few seconds), so the test does in
-//! seconds what the README says takes a minute.
+//! The walk-through of `docs/prometheus.md` ("A Prometheus stack in four
+//! steps"), run as written against the real programs: node_exporter scraped
+//! by Prometheus, Prometheus remote-writing to `vigil serve` loaded with the
+//! page's `alerts.sql`, and vigil's alerts in Alertmanager. Only ports and
+//! times change (scrapes every second, `FOR` a few seconds), so the test does
+//! in seconds what the page says takes a minute.
 
 use std::time::{Duration, Instant};
 
@@ -12,19 +12,20 @@ use serde_json::Value;
 use crate::service::{Server, TOKEN};
 use crate::stack;
 
-const README: &str = include_str!("../README.md");
+const PAGE: &str = include_str!("../docs/prometheus.md");
 
 /// How long Alertmanager may take to show the alert once node_exporter
 /// is gone: a scrape, a remote-write batch, the watermark delay, the `FOR`.
 const PATIENCE: Duration = Duration::from_secs(90);
 
-/// The README's code block whose first line is `first_line`.
+/// The page's first code block whose first line is `first_line` (the
+/// walk-through comes first on the page, before the other `# prometheus.yml`).
 fn block(first_line: &str) -> String {
-    let start = README
+    let start = PAGE
         .find(&format!("```sql\n{first_line}\n"))
-        .or_else(|| README.find(&format!("```yaml\n{first_line}\n")))
-        .unwrap_or_else(|| panic!("the README has no block starting with {first_line}"));
-    let body = &README[start..];
+        .or_else(|| PAGE.find(&format!("```yaml\n{first_line}\n")))
+        .unwrap_or_else(|| panic!("docs/prometheus.md has no block starting with {first_line}"));
+    let body = &PAGE[start..];
     let body = &body[body.find('\n').unwrap() + 1..];
     body[..body.find("```").expect("the block ends")].to_string()
 }
@@ -33,7 +34,7 @@ fn block(first_line: &str) -> String {
 fn swap(text: &str, from: &str, to: &str) -> String {
     assert!(
         text.contains(from),
-        "the README's block no longer has {from:?}"
+        "the block of docs/prometheus.md no longer has {from:?}"
     );
     text.replace(from, to)
 }

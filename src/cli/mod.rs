@@ -161,7 +161,7 @@ struct RunArgs {
     /// same NAME (a Kafka consumer group): each runs the queries over the
     /// partitions it is given, with their state in the shared
     /// --checkpoint-dir, and partitions move when a process joins, leaves
-    /// or dies. See README, "Scaling out".
+    /// or dies. See docs/kafka.md, "Scaling out".
     #[arg(long, value_name = "NAME", requires = "checkpoint_dir")]
     group: Option<String>,
 }

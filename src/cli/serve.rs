@@ -114,7 +114,7 @@ pub(super) struct ServeArgs {
     /// Also be a member of the group NAME of processes sharing the
     /// scripts' Kafka topic, as `vigil run --group NAME` is: the scripts'
     /// queries run over the partitions the group gives this process, with
-    /// their state in --checkpoint-dir. See README, "Scaling out".
+    /// their state in --checkpoint-dir. See docs/kafka.md, "Scaling out".
     #[arg(long, value_name = "NAME", requires = "checkpoint_dir")]
     group: Option<String>,
     /// With --group: the checkpoint directory every member of the group
