@@ -69,9 +69,19 @@ use crate::support;
 /// Every case runs once in each execution mode.
 const MODES: [&str; 2] = ["micro-batch", "per-record"];
 
-/// Every case runs at each parallelism; a restored run restores at the
-/// other one, so each restore is a rescale too.
+/// Every case runs at each parallelism; a restored run restores at
+/// another one (see [`restored_at`]), so each restore is a rescale too.
 const PARALLELISMS: [usize; 2] = [1, 3];
+
+/// The parallelism a run stopped at `parallelism` is restored at: 1 at 3
+/// (every key group's state split out of one), 3 at 2 (ranges of key
+/// groups that move between instances unevenly).
+fn restored_at(parallelism: usize) -> usize {
+    match parallelism {
+        1 => 3,
+        _ => 2,
+    }
+}
 
 /// Longest a single case may run before it is killed and failed.
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -332,7 +342,7 @@ enum Way {
     Straight,
     /// Stopped with a savepoint after about half of its input (every
     /// source stops after half of the rows of the smallest input file),
-    /// then restored from the savepoint, at the other parallelism, in a
+    /// then restored from the savepoint, at another parallelism ([`restored_at`]), in a
     /// second run that finishes: the two runs' stdout together, and the
     /// files at the end, must be what one run gives.
     Restored,
@@ -483,10 +493,7 @@ fn run_restored(case: &Case, dir: &Path, args: &[String], parallelism: usize) ->
     let Some(savepoint) = savepoint.filter(|_| first.code == Some(0)) else {
         return (first, false);
     };
-    let other = PARALLELISMS
-        .into_iter()
-        .find(|p| *p != parallelism)
-        .unwrap_or(parallelism);
+    let other = restored_at(parallelism);
     let mut second_args = with_parallelism(args, other);
     second_args.extend(common.iter().map(|a| a.to_string()));
     second_args.extend(["--from-savepoint".to_string(), savepoint]);
@@ -648,6 +655,8 @@ cases! {
     cli_input_override
     cli_input_unknown_stream
     cli_output_flag
+    control_keyed_bigint
+    control_keyed_hosts
     control_maintenance_window
     control_params_alert
     control_params_filter

@@ -28,6 +28,9 @@ use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch, take
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimestampMillisecondType};
 use datafusion::arrow::record_batch::RecordBatch;
 
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::{CastExpr, Column};
+
 use super::{MergeOperator, Message};
 use crate::error::{Error, Result};
 use crate::state::OperatorState;
@@ -413,10 +416,22 @@ impl ControlFilter {
         Ok(())
     }
 
+    /// The type of the `controls` state table's key: the data key's for
+    /// blocks, so that a restore splits both tables by the key groups the
+    /// rows are routed by (see [`ControlFilter::input_keys`]).
+    fn key_type(&self) -> DataType {
+        match &self.spec.mode {
+            ControlMode::Block { data_key, .. } => {
+                self.spec.data_schema.field(*data_key).data_type().clone()
+            }
+            ControlMode::Params { .. } => DataType::Utf8,
+        }
+    }
+
     /// The schema of the `controls` state table.
-    fn controls_schema() -> SchemaRef {
+    fn controls_schema(key: DataType) -> SchemaRef {
         Arc::new(Schema::new(vec![
-            Field::new("key", DataType::Utf8, false),
+            Field::new("key", key, false),
             Field::new("ts", DataType::Int64, false),
             Field::new("seq", DataType::UInt64, false),
             Field::new("block", DataType::Boolean, false),
@@ -431,7 +446,6 @@ impl ControlFilter {
         let mut state = OperatorState::new();
         let batches: Vec<&RecordBatch> = self.waiting.iter().map(|w| &w.rows).collect();
         let waiting = concat_batches(&self.spec.data_schema, batches)?;
-        state.add("waiting", waiting, Vec::new());
         let mut keys: Vec<&String> = self.controls.keys().collect();
         keys.sort();
         let rows: Vec<(&String, &Control)> = keys
@@ -452,16 +466,22 @@ impl ControlFilter {
             Arc::new(Int64Array::from_iter(rows.iter().map(|(_, c)| c.until))),
             Arc::new(Float64Array::from_iter(rows.iter().map(|(_, c)| c.value))),
         ];
-        let controls = RecordBatch::try_new(Self::controls_schema(), columns)?;
-        state.add("controls", controls, Vec::new());
+        let controls = RecordBatch::try_new(Self::controls_schema(DataType::Utf8), columns)?;
+        let (waiting_keys, control_keys) = match &self.spec.mode {
+            ControlMode::Block { data_key, .. } => (vec![*data_key], vec![0]),
+            ControlMode::Params { .. } => (Vec::new(), Vec::new()),
+        };
+        let controls = keys_as(controls, self.key_type())?;
+        state.add("waiting", waiting, waiting_keys);
+        state.add("controls", controls, control_keys);
         state.add_scalars("meta", &[("next_seq", Some(self.next_seq as i64))]);
         Ok(state)
     }
 
     fn restore(&mut self, state: OperatorState) -> Result<()> {
         self.on_data(state.table_of("waiting", &self.spec.data_schema)?);
-        let controls = state.table_of("controls", &Self::controls_schema())?;
-        let keys = controls.column(0).as_string::<i32>();
+        let controls = state.table_of("controls", &Self::controls_schema(self.key_type()))?;
+        let keys = text(controls.column(0))?;
         let ts = controls
             .column(1)
             .as_primitive::<datafusion::arrow::datatypes::Int64Type>();
@@ -499,9 +519,76 @@ fn text(column: &ArrayRef) -> Result<StringArray> {
     Ok(cast.as_string::<i32>().clone())
 }
 
+/// The `controls` table (keys as text) with its keys as `key`, the data
+/// key's type. A control key whose text is not the text of a value of that
+/// type matches no data row: it is left out.
+fn keys_as(controls: RecordBatch, key: DataType) -> Result<RecordBatch> {
+    if key == DataType::Utf8 {
+        return Ok(controls);
+    }
+    let texts = controls.column(0);
+    let safe = datafusion::arrow::compute::CastOptions {
+        safe: true,
+        ..Default::default()
+    };
+    let typed = datafusion::arrow::compute::cast_with_options(texts, &key, &safe)?;
+    let back = text(&typed)?;
+    let texts = texts.as_string::<i32>();
+    let keep: BooleanArray = (0..controls.num_rows())
+        .map(|r| Some(typed.is_valid(r) && back.value(r) == texts.value(r)))
+        .collect();
+    let mut columns = controls.columns().to_vec();
+    columns[0] = typed;
+    let columns = columns
+        .iter()
+        .map(|c| datafusion::arrow::compute::filter(c, &keep))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new(
+        ControlFilter::controls_schema(key),
+        columns,
+    )?)
+}
+
 impl MergeOperator for ControlFilter {
     fn describe(&self) -> String {
         ControlFilter::describe(self)
+    }
+
+    /// Blocks run per key: data rows by their key column, control rows by
+    /// theirs as the data key's type. Parameters apply to every row: they
+    /// run as one instance.
+    fn input_keys(&self) -> Option<Vec<Vec<Arc<dyn PhysicalExpr>>>> {
+        let ControlMode::Block { data_key, .. } = &self.spec.mode else {
+            return None;
+        };
+        let column = |schema: &SchemaRef, i: usize| -> Arc<dyn PhysicalExpr> {
+            Arc::new(Column::new(schema.field(i).name(), i))
+        };
+        let data = column(&self.spec.data_schema, *data_key);
+        let key = self.key_type();
+        let control = column(&self.spec.control_schema, self.spec.control_key);
+        let control = match self
+            .spec
+            .control_schema
+            .field(self.spec.control_key)
+            .data_type()
+        {
+            same if *same == key => control,
+            _ => Arc::new(CastExpr::new(
+                control,
+                key,
+                Some(datafusion::arrow::compute::CastOptions {
+                    safe: true,
+                    ..Default::default()
+                }),
+            )),
+        };
+        Some(vec![vec![data], vec![control]])
+    }
+
+    /// Rows go on in event-time order (see [`ControlFilter::release`]).
+    fn output_time(&self) -> Option<usize> {
+        Some(self.spec.data_time)
     }
 
     fn on_rows(&mut self, input: usize, batch: RecordBatch) -> Result<()> {

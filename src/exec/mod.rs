@@ -25,11 +25,13 @@ pub mod remote;
 mod session;
 pub mod shed;
 mod template;
+mod time_union;
 mod unnest;
 mod watermark;
 mod window_aggregate;
 mod window_assign;
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use datafusion::arrow::record_batch::RecordBatch;
@@ -51,6 +53,7 @@ pub use remote::RemoteInOp;
 pub use session::{SessionAggregateOp, SessionAggregateSpec, SessionAssignOp};
 pub use shed::{ShedConfig, ShedLedger, ShedOp, ShedOutput, ShedPolicy, ShedSettings, ShedWindows};
 pub use template::MessageTemplate;
+pub use time_union::TimeOrderedUnion;
 pub use unnest::UnnestOp;
 pub use watermark::WatermarkOp;
 pub use window_aggregate::{
@@ -296,12 +299,45 @@ pub trait Operator: Send {
 }
 
 /// Where the inputs of a multi-stream query meet when their rows do not
-/// simply flow on together: a window join, or a batch query. The runtime
-/// hands it each input's rows with the input's index, and the minimum of
-/// the inputs' watermarks.
+/// simply flow on together: a window join, a control stream, or a batch
+/// query. The runtime hands it each input's rows with the input's index,
+/// and the minimum of the inputs' watermarks.
+///
+/// Lifecycle: built by the planner (once per instance, see
+/// [`MergeOperator::input_keys`]) -> [`restore`](MergeOperator::restore)
+/// when a checkpoint is restored -> [`on_rows`](MergeOperator::on_rows)
+/// and [`on_watermark`](MergeOperator::on_watermark) as the inputs send
+/// them, with [`on_barrier`](MergeOperator::on_barrier) then a
+/// [`snapshot`](MergeOperator::snapshot) at each aligned checkpoint
+/// barrier -> dropped when every input has ended.
 pub trait MergeOperator: Send {
     /// A one-line description for `EXPLAIN`.
     fn describe(&self) -> String;
+
+    /// The key each input's rows are routed by when it runs as several
+    /// instances, one list of expressions per input, over that input's
+    /// rows: an instance then gets every row of the keys it owns, and its
+    /// snapshot names the key columns of its tables so that a restore at
+    /// another parallelism can split them. `None` (the default): it needs
+    /// every row and runs as one instance.
+    fn input_keys(&self) -> Option<Vec<Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>>> {
+        None
+    }
+
+    /// The event-time column of the rows it hands on, which go on in
+    /// event-time order, for one that runs per key (see
+    /// [`MergeOperator::input_keys`]): its instances' rows then meet in
+    /// that order again (see [`TimeOrderedUnion`]).
+    fn output_time(&self) -> Option<usize> {
+        None
+    }
+
+    /// A checkpoint barrier was aligned on every input; called before
+    /// [`MergeOperator::snapshot`]. One whose snapshot keeps nothing hands
+    /// on here what it still holds (the default holds nothing).
+    fn on_barrier(&mut self, _out: &mut Vec<Message>) -> Result<()> {
+        Ok(())
+    }
 
     /// Takes rows of input `input` (the order of the query's inputs).
     fn on_rows(&mut self, input: usize, batch: RecordBatch) -> Result<()>;

@@ -69,7 +69,7 @@ pub(super) fn plan_batch(
     // One input feeds the operator directly; several meet in it, each
     // input's rows kept apart.
     let (join, stages): (_, Stages) = match several {
-        true => (Some(Box::new(op) as Box<_>), Vec::new()),
+        true => (Some(super::Merge::single(Box::new(op))), Vec::new()),
         false => (
             None,
             vec![super::Stage::single(

@@ -26,7 +26,25 @@ pub fn describe(graph: &QueryGraph) -> String {
         );
         match &graph.join {
             Some(join) => {
-                let _ = writeln!(text, ": {}", join.describe());
+                let _ = write!(text, ": {}", join.describe());
+                if let Some(keys) = join.keys().filter(|_| join.instances.len() > 1) {
+                    let per_input: Vec<String> = keys
+                        .iter()
+                        .enumerate()
+                        .map(|(i, k)| {
+                            let k: Vec<String> = k.iter().map(|e| e.to_string()).collect();
+                            format!("input {}'s by hash({})", i + 1, k.join(", "))
+                        })
+                        .collect();
+                    let _ = write!(
+                        text,
+                        " [{} instances; exchange: rows, {}, into {} key groups]",
+                        join.instances.len(),
+                        per_input.join(", "),
+                        crate::state::KEY_GROUPS
+                    );
+                }
+                text.push('\n');
             }
             None => text.push('\n'),
         }

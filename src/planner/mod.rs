@@ -140,15 +140,47 @@ impl Stage {
     }
 }
 
+/// Where a query's inputs meet in a merge operator: as one instance, or,
+/// for an operator whose state is per key (see
+/// [`MergeOperator::input_keys`]), as several that each own a share of the
+/// keys.
+pub struct Merge {
+    /// One operator per instance, all alike.
+    pub instances: Vec<Box<dyn MergeOperator>>,
+}
+
+impl Merge {
+    /// A merge of one instance.
+    pub fn single(op: Box<dyn MergeOperator>) -> Self {
+        Merge {
+            instances: vec![op],
+        }
+    }
+
+    /// Per input, what its rows are routed to an instance by; `None` for
+    /// a merge that runs as one instance.
+    pub fn keys(&self) -> Option<Vec<Vec<Arc<dyn PhysicalExpr>>>> {
+        self.instances.first().and_then(|op| op.input_keys())
+    }
+
+    /// Its first instance's description (every instance has the same).
+    pub fn describe(&self) -> String {
+        self.instances
+            .first()
+            .map(|op| op.describe())
+            .unwrap_or_default()
+    }
+}
+
 /// A query rewritten for incremental execution: one or more streams, each
 /// feeding a line of tasks; where there are several, their rows merge (with
 /// the minimum of their watermarks) into the tasks that follow.
 pub struct QueryGraph {
     /// The streams the query reads, each with the tasks before the merge.
     pub inputs: Vec<QueryInput>,
-    /// How the inputs merge: `None` for a union, or a window join or batch
-    /// query that takes each input's rows.
-    pub join: Option<Box<dyn MergeOperator>>,
+    /// How the inputs merge: `None` for a union, or a window join, control
+    /// stream or batch query that takes each input's rows.
+    pub join: Option<Merge>,
     /// Tasks after the inputs merge (every task when there is one input).
     pub stages: Stages,
     /// Schema of the result rows.
@@ -179,6 +211,7 @@ impl QueryGraph {
             .flat_map(|i| &i.stages)
             .chain(&self.stages)
             .map(|s| s.instances.len())
+            .chain(self.join.iter().map(|j| j.instances.len()))
             .max()
             .unwrap_or(1)
     }
@@ -404,7 +437,7 @@ pub fn plan_incremental_shed(
     };
     let mut graph = QueryGraph {
         inputs: Vec::new(),
-        join: built.join,
+        join: built.join.map(Merge::single),
         stages: fuse(built.ops),
         schema,
         mode,
@@ -420,7 +453,8 @@ pub fn plan_incremental_shed(
         })
         .collect();
     let instances = parallelism.clamp(1, usize::from(crate::state::KEY_GROUPS));
-    if instances > 1 && graph.keyed_stages() > 0 {
+    let keyed_merge = graph.join.as_ref().is_some_and(|j| j.keys().is_some());
+    if instances > 1 && (graph.keyed_stages() > 0 || keyed_merge) {
         for _ in 1..instances {
             let mut again = Builder::new(graph.stats.clone(), builder.late_pool());
             again.shed = shed.as_ref().map(|s| s.for_build());
@@ -439,6 +473,11 @@ fn add_instances(graph: &mut QueryGraph, built: Built) {
     let inputs = graph.inputs.iter_mut().zip(built.inputs);
     for (input, (_, ops)) in inputs {
         add_instance(&mut input.stages, fuse(ops));
+    }
+    if let (Some(merge), Some(again)) = (&mut graph.join, built.join)
+        && again.input_keys().is_some()
+    {
+        merge.instances.push(again);
     }
     add_instance(&mut graph.stages, fuse(built.ops));
 }

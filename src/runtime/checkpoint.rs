@@ -481,8 +481,22 @@ impl QueryCheckpoints {
         lock(&self.merge_watermarks).take()
     }
 
-    /// Notes the state of the merge operator at barrier `id`.
-    pub fn add_merge(&self, id: u64, describe: String, state: OperatorState) {
+    /// Notes the state of instance `instance` of `instances` of the merge
+    /// operator at barrier `id`; the instances' states are stored as one.
+    pub fn add_merge(
+        &self,
+        id: u64,
+        (instance, instances): (usize, usize),
+        describe: String,
+        state: OperatorState,
+    ) -> Result<()> {
+        let state = match instances {
+            1 => state,
+            _ => match self.add_part(id, MERGE_ID, instance, instances, state)? {
+                Some(combined) => combined,
+                None => return Ok(()),
+            },
+        };
         self.add_operator(
             id,
             OperatorEntry {
@@ -491,6 +505,7 @@ impl QueryCheckpoints {
                 state,
             },
         );
+        Ok(())
     }
 
     /// Barrier `id` reached the sink, which committed at `commit`: writes
@@ -775,7 +790,8 @@ fn operators_of(graph: &mut QueryGraph) -> Vec<(String, Vec<AnyOp<'_>>)> {
         }
     }
     if let Some(join) = &mut graph.join {
-        all.push((MERGE_ID.to_string(), vec![AnyOp::Merge(join)]));
+        let instances = join.instances.iter_mut().map(AnyOp::Merge).collect();
+        all.push((MERGE_ID.to_string(), instances));
     }
     for (j, stage) in graph.stages.iter_mut().enumerate() {
         stage_operators(&mut all, &stage_prefix(j), stage);

@@ -618,10 +618,7 @@ impl Live {
         let merged = if branches.len() == 1 && join.is_none() {
             branches.pop().expect("one input").0
         } else {
-            let (tx, rx) = wiring.channel("merge".to_string(), &stage_prefix(0));
-            let merge = merge::run(branches, join, tx, checkpoints.clone());
-            wiring.tasks.push(tokio::spawn(merge));
-            rx
+            merge::spawn(branches, join, &stage_prefix(0), &mut wiring)
         };
         let output = spawn_stages(stages, merged, &stage_prefix, &mut wiring);
         let (sink_stats, sink_checkpoints) = (stats.clone(), checkpoints.clone());

@@ -11,8 +11,12 @@ use datafusion::arrow::record_batch::RecordBatch;
 
 use super::channel::{CHANNEL_MESSAGES, Receiver, Sender};
 use super::checkpoint::QueryCheckpoints;
+use super::exchange::{Inbox, Outbox, Router};
+use super::{Wiring, run_stage};
 use crate::error::Result;
-use crate::exec::{END_OF_INPUT, MergeOperator, Message};
+use crate::exec::Chain;
+use crate::exec::{END_OF_INPUT, MergeOperator, Message, TimeOrderedUnion};
+use crate::planner::Merge;
 use crate::state::OperatorState;
 
 /// How often idle inputs are looked for.
@@ -32,16 +36,21 @@ const IDLE_CHECK: Duration = Duration::from_millis(100);
 /// then the join is snapshot into `checkpoints` and the barrier goes on. An
 /// input that sends a newer barrier first makes the merge give up on `n`
 /// and align on the newer one.
+///
+/// A merge operator that runs as several instances (see
+/// [`MergeOperator::input_keys`]) has a task like this per instance, each
+/// reading its share of every input's rows and every watermark and barrier,
+/// and a plain merge of their outputs after them.
 pub async fn run(
     inputs: Vec<(Receiver, Option<Duration>)>,
     mut join: Option<Box<dyn MergeOperator>>,
     output: Sender,
-    checkpoints: Option<Arc<QueryCheckpoints>>,
+    checkpoints: Option<MergeSnapshots>,
 ) -> Result<()> {
     let (tagged_tx, mut tagged) = mpsc::channel(CHANNEL_MESSAGES);
     let mut state = Watermarks::new(inputs.iter().map(|(_, idle)| *idle).collect());
-    if let Some(restored) = checkpoints.as_ref().and_then(|c| c.take_merge_watermarks()) {
-        state.restore(&restored)?;
+    if let Some(restored) = checkpoints.as_ref().and_then(|c| c.restored.as_ref()) {
+        state.restore(restored)?;
     }
     let mut alignment = Alignment::new(inputs.len());
     for (index, (mut input, _)) in inputs.into_iter().enumerate() {
@@ -108,12 +117,20 @@ pub async fn run(
             }
         }
         if let Some(id) = alignment.aligned() {
-            if let Some(checkpoints) = &checkpoints {
-                checkpoints.add_merge_watermarks(id, state.snapshot());
+            if let Some(join) = &mut join {
+                join.on_barrier(&mut out)?;
+            }
+            if let Some(snapshots) = &checkpoints {
+                let checkpoints = &snapshots.checkpoints;
+                // Every instance reads the same watermarks: the first
+                // notes them.
+                if snapshots.instance.0 == 0 {
+                    checkpoints.add_merge_watermarks(id, state.snapshot());
+                }
                 if let Some(join) = &mut join
                     && let Some(snapshot) = join.snapshot()?
                 {
-                    checkpoints.add_merge(id, join.describe(), snapshot);
+                    checkpoints.add_merge(id, snapshots.instance, join.describe(), snapshot)?;
                 }
             }
             out.push(Message::Barrier(id));
@@ -124,6 +141,80 @@ pub async fn run(
             }
         }
     }
+}
+
+/// Starts the tasks where a query's inputs (`branches`, each with its idle
+/// timeout) meet in `join`, and returns their output, named `stage`: one
+/// merge task, or for a merge operator of several instances, a router per
+/// input, a merge task per instance and a plain merge of their outputs.
+pub(super) fn spawn(
+    branches: Vec<(Receiver, Option<Duration>)>,
+    join: Option<Merge>,
+    stage: &str,
+    wiring: &mut Wiring<'_>,
+) -> Receiver {
+    let restored = wiring.checkpoints.and_then(|c| c.take_merge_watermarks());
+    let snapshots = |instance| {
+        wiring.checkpoints.map(|checkpoints| MergeSnapshots {
+            checkpoints: checkpoints.clone(),
+            instance,
+            restored: restored.clone(),
+        })
+    };
+    let keyed = join
+        .as_ref()
+        .and_then(|j| j.keys().filter(|_| j.instances.len() > 1));
+    let (join, keys) = match (join, keyed) {
+        (Some(join), Some(keys)) => (join, keys),
+        (join, _) => {
+            let op = join.and_then(|j| j.instances.into_iter().next());
+            let (tx, rx) = wiring.channel("merge".to_string(), stage);
+            let merge = run(branches, op, tx, snapshots((0, 1)));
+            wiring.tasks.push(tokio::spawn(merge));
+            return rx;
+        }
+    };
+    let n = join.instances.len();
+    let time = join.instances[0].output_time();
+    let mut inboxes: Vec<Vec<(Receiver, Option<Duration>)>> = (0..n).map(|_| Vec::new()).collect();
+    for (i, ((input, idle), keys)) in branches.into_iter().zip(keys).enumerate() {
+        let mut senders = Vec::with_capacity(n);
+        for (to, inbox) in inboxes.iter_mut().enumerate() {
+            let (tx, rx) = wiring.channel(format!("merge i{to} from in{i}"), stage);
+            senders.push(tx);
+            inbox.push((rx, idle));
+        }
+        let route = Outbox::Route(Router::new(senders, keys, false));
+        let task = run_stage(Chain::new(Vec::new()), Inbox::One(input), route);
+        wiring.tasks.push(tokio::spawn(task));
+    }
+    let mut outputs = Vec::with_capacity(n);
+    for (instance, (inputs, op)) in inboxes.into_iter().zip(join.instances).enumerate() {
+        let (tx, rx) = wiring.channel(format!("merge i{instance}"), stage);
+        let merge = run(inputs, Some(op), tx, snapshots((instance, n)));
+        wiring.tasks.push(tokio::spawn(merge));
+        outputs.push((rx, None));
+    }
+    // The instances' outputs meet as a union: the minimum of their
+    // watermarks, their barriers aligned (each instance took its part of
+    // the snapshot before sending its barrier on), their rows in
+    // event-time order if the operator hands them on so.
+    let union = time.map(|t| Box::new(TimeOrderedUnion::new(t)) as Box<dyn MergeOperator>);
+    let (tx, rx) = wiring.channel("merge".to_string(), stage);
+    wiring
+        .tasks
+        .push(tokio::spawn(run(outputs, union, tx, None)));
+    rx
+}
+
+/// How one merge task takes part in its query's checkpoints.
+pub struct MergeSnapshots {
+    /// Where its snapshots go.
+    pub checkpoints: Arc<QueryCheckpoints>,
+    /// Which instance of the merge operator it runs, of how many.
+    pub instance: (usize, usize),
+    /// The inputs' watermarks in the checkpoint restored, if any.
+    pub restored: Option<OperatorState>,
 }
 
 /// A message from input `.0`; `None` when the input ended.
