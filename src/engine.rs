@@ -911,7 +911,7 @@ impl Engine {
                 Ok(())
             }
             _ => Err(Error::Plan(format!(
-                "unknown setting '{name}' (settings: autoscale, autoscale.policy, autoscale.min, autoscale.max, autoscale.headroom, autoscale.interval, autoscale.cooldown, buffer, buffer_max, execution_mode, parallelism, query_name, shed, max_latency, shed_keep, shed_scale)"
+                "unknown setting '{name}' (settings: autoscale, autoscale.policy, autoscale.min, autoscale.max, autoscale.headroom, autoscale.interval, autoscale.cooldown, autoscale.hook, buffer, buffer_max, execution_mode, parallelism, query_name, shed, max_latency, shed_keep, shed_scale)"
             ))),
         }
     }

@@ -783,7 +783,7 @@ fn member_stderr(dir: &Path, name: &str) -> String {
 
 /// Stops member `name` with SIGTERM: it must leave within [`LEAVE_LIMIT`]
 /// and end well. Gives its stderr.
-fn terminate(dir: &Path, name: &str, child: &mut Guarded) -> String {
+pub(crate) fn terminate(dir: &Path, name: &str, child: &mut Guarded) -> String {
     child.signal(libc::SIGTERM);
     let status = child.wait_within(LEAVE_LIMIT);
     let stderr = member_stderr(dir, name);

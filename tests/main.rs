@@ -12,6 +12,7 @@ mod crash;
 mod examples;
 mod follow;
 mod grammar_examples;
+mod group_autoscale;
 mod import_rules;
 mod ingest;
 mod kafka;

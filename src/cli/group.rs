@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::plan::StreamDef;
 use crate::plan::catalog::BufferSetting;
 use crate::planner::QueryGraph;
+use crate::runtime::autoscale::AutoscaleSettings;
 use crate::runtime::group::status::status_text;
 use crate::runtime::group::{GroupConfig, Pipelines, run_group};
 use crate::runtime::live::{Live, NamedQuery};
@@ -61,7 +62,7 @@ pub(super) fn member_runtime(args: &RunArgs) -> Result<Live> {
 pub(super) async fn run(
     args: &RunArgs,
     name: &str,
-    queries: Vec<PreparedQuery>,
+    (queries, autoscale): (Vec<PreparedQuery>, Option<AutoscaleSettings>),
     live: Live,
     leave: Arc<AtomicBool>,
 ) -> Result<()> {
@@ -88,6 +89,8 @@ pub(super) async fn run(
         name: name.to_string(),
         endpoint,
         checkpoint_dir: dir.clone(),
+        autoscale,
+        checkpoint_interval: args.checkpoints.checkpoint_interval,
     };
     let args = args.clone();
     let pipelines: Pipelines = Box::new(move |partition| pipeline(&args, &exchanges, partition));

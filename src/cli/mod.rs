@@ -22,6 +22,7 @@ use crate::engine::{Engine, Outcome, PreparedQuery, drop_routed_alerts, script_d
 use crate::error::{Error, Result};
 use crate::plan::listing::{Listing, QUERY_COLUMNS, listing_text};
 use crate::planner::{ExecutionMode, never_ends};
+use crate::runtime::autoscale::AutoscaleSettings;
 use crate::runtime::checkpoint::CheckpointConfig;
 use crate::runtime::live::{Live, NamedQuery};
 use crate::runtime::{self, RunReport, RunnableQuery};
@@ -353,6 +354,15 @@ fn check(args: CheckArgs) -> ExitCode {
 /// Plans the queries of `args`' scripts; with `partition`, the pipeline
 /// of that Kafka partition in a group (see [`Engine::set_kafka_partition`]).
 fn prepare_queries(args: &RunArgs, partition: Option<i32>) -> Result<Vec<PreparedQuery>> {
+    Ok(prepare(args, partition)?.0)
+}
+
+/// As [`prepare_queries`], with the scripts' `autoscale` settings if they
+/// turn it on (a group's: `vigil run` alone refuses them).
+fn prepare(
+    args: &RunArgs,
+    partition: Option<i32>,
+) -> Result<(Vec<PreparedQuery>, Option<AutoscaleSettings>)> {
     let mut engine = Engine::new();
     if let Some(mode) = args.execution_mode {
         engine.set_execution_mode(mode.into());
@@ -375,11 +385,18 @@ fn prepare_queries(args: &RunArgs, partition: Option<i32>) -> Result<Vec<Prepare
     let mut queries = Vec::new();
     let mut sinks = check::SinkColumns::default();
     let format = output_format(args);
+    let in_group = args.group.is_some();
     for file in &args.files {
-        queries.extend(load_script(&mut engine, &mut sinks, file, format)?);
+        queries.extend(load_script(
+            &mut engine,
+            &mut sinks,
+            file,
+            format,
+            in_group,
+        )?);
     }
     check_inputs(&engine, &args.input)?;
-    Ok(drop_routed_alerts(queries))
+    Ok((drop_routed_alerts(queries), engine.autoscale()))
 }
 
 /// The format results go out in: `--format`, else a table on a terminal
@@ -399,7 +416,7 @@ async fn run(args: RunArgs) -> Result<()> {
     // Installed first, so that a Ctrl-C while the scripts are read already
     // ends the run cleanly.
     let stopper = Stopper::install();
-    let queries = prepare_queries(&args, None)?;
+    let (queries, autoscale) = prepare(&args, None)?;
     if queries.is_empty() {
         return Ok(());
     }
@@ -408,7 +425,7 @@ async fn run(args: RunArgs) -> Result<()> {
         // The scripts are checked first: their errors say more.
         group::group_topic(&queries)?;
         let live = group::member_runtime(&args)?;
-        return group::run(&args, name, queries, live, leave).await;
+        return group::run(&args, name, (queries, autoscale), live, leave).await;
     }
     let format = output_format(&args);
     let show_progress = match args.progress {
@@ -647,6 +664,7 @@ fn load_script(
     sinks: &mut check::SinkColumns,
     file: &Path,
     format: OutputFormat,
+    in_group: bool,
 ) -> Result<Vec<PreparedQuery>> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| Error::io(format!("cannot read {}", file.display()), e))?;
@@ -671,14 +689,15 @@ fn load_script(
                 }
                 None => Error::Plan(format!("{name}:{}: {e}", statement.line)),
             })?;
-        if engine.autoscale().is_some() {
+        if engine.autoscale().is_some() && !in_group {
             // The controller runs where a live query can be rescaled (the
-            // shell with --state-dir, vigil serve); silently not scaling
+            // shell with --state-dir, vigil serve) or a group can report
+            // the processes it needs (--group); silently not scaling
             // would be worse than saying so.
             return Err(Error::Plan(format!(
                 "{name}:{}: vigil run does not autoscale; set parallelism (SET parallelism = N, \
-                 or --parallelism), or run the script in `vigil serve` or `vigil repl --state-dir`, \
-                 which do",
+                 or --parallelism), run the script in `vigil serve` or `vigil repl --state-dir`, \
+                 which do, or in a group (--group), which reports the processes it needs",
                 statement.line
             )));
         }

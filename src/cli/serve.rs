@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 
 use futures::FutureExt;
 
-use super::{CheckpointArgs, ProgressArg, RunArgs, group, prepare_queries};
+use super::{CheckpointArgs, ProgressArg, RunArgs, group, prepare};
 use crate::error::{Error, Result};
 use crate::service::{self, Config, DEFAULT_ADDR, DEFAULT_MAX_QUERIES};
 use crate::session::Session;
@@ -160,6 +160,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<()> {
         state_dir: args.state_dir.clone(),
         ingest_timeout: args.ingest_timeout,
         group_checkpoint_dir: args.checkpoint_dir,
+        group: args.group.clone(),
     };
     let mut builder = Session::builder();
     if let Some(dir) = &args.state_dir {
@@ -203,7 +204,7 @@ fn group_member(args: &ServeArgs, name: &str) -> Result<service::Member> {
         parallelism: args.parallelism,
         group: Some(name.to_string()),
     };
-    let queries = prepare_queries(&run, None)?;
+    let (queries, autoscale) = prepare(&run, None)?;
     group::group_topic(&queries)?;
     let live = group::member_runtime(&run)?;
     let leave = Arc::new(AtomicBool::new(false));
@@ -211,7 +212,7 @@ fn group_member(args: &ServeArgs, name: &str) -> Result<service::Member> {
     let flag = leave.clone();
     Ok(service::Member {
         queries: live.clone(),
-        run: async move { group::run(&run, &name, queries, live, flag).await }.boxed(),
+        run: async move { group::run(&run, &name, (queries, autoscale), live, flag).await }.boxed(),
         leave,
     })
 }

@@ -71,10 +71,11 @@ impl TimeOrderedUnion {
         let mut order: Vec<(i64, u32)> = (0..rows.num_rows())
             .map(|r| {
                 (
-                    times
-                        .is_valid(r)
-                        .then(|| times.value(r))
-                        .unwrap_or(i64::MIN),
+                    if times.is_valid(r) {
+                        times.value(r)
+                    } else {
+                        i64::MIN
+                    },
                     r as u32,
                 )
             })

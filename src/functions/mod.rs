@@ -43,6 +43,9 @@
 //! `dbscan(eps, min_pts, x1, ...)`, called as
 //! `f(...) OVER (PARTITION BY window_end)`; [`check_dbscan_args`] checks a
 //! `dbscan` call's literals when the query is planned.
+//!
+//! Debug builds (the tests') also have `test_row_cost(x, micros)`, which
+//! spends a known CPU time per row (`functions/test_cost.rs`).
 
 mod cadence;
 mod change;
@@ -56,6 +59,8 @@ mod median;
 mod robust_z;
 mod seasonal;
 mod sketch;
+#[cfg(debug_assertions)]
+mod test_cost;
 
 pub use change::check_change_score_args;
 pub use cusum::check_cusum_args;
@@ -94,6 +99,10 @@ pub fn register(state: &mut SessionState) -> Result<()> {
     state.register_udwf(Arc::new(WindowUDF::from(robust_z::RobustZ::default())))?;
     state.register_udwf(Arc::new(WindowUDF::from(dbscan::Dbscan::default())))?;
     datafusion_functions_json::register_all(state)?;
+    #[cfg(debug_assertions)]
+    state.register_udf(Arc::new(datafusion::logical_expr::ScalarUDF::from(
+        test_cost::TestRowCost::default(),
+    )))?;
     Ok(())
 }
 

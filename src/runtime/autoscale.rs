@@ -59,8 +59,16 @@ pub struct AutoscaleSettings {
     /// How long each measurement runs before a decision.
     pub interval: Duration,
     /// Time after a rescale before the next measurement starts, so that
-    /// the restarted query's catching up is not taken for its rate.
+    /// the restarted query's catching up is not taken for its rate. In a
+    /// group, the least time between two runs of the hook.
     pub cooldown: Duration,
+    /// `autoscale.max` was set: a group's default bound is its topic's
+    /// partitions, not the cores.
+    pub max_set: bool,
+    /// A group's command, run (`sh -c`) when the number of processes it
+    /// needs changes, with `VIGIL_GROUP`, `VIGIL_GROUP_WANTED` and
+    /// `VIGIL_GROUP_PROCESSES` in its environment.
+    pub hook: Option<String>,
 }
 
 /// The setting names `SET` takes for autoscaling.
@@ -72,6 +80,7 @@ pub const KEYS: &[&str] = &[
     "autoscale.headroom",
     "autoscale.interval",
     "autoscale.cooldown",
+    "autoscale.hook",
 ];
 
 impl Default for AutoscaleSettings {
@@ -91,6 +100,8 @@ impl AutoscaleSettings {
             headroom: 1.25,
             interval: Duration::from_secs(10),
             cooldown: Duration::from_secs(10),
+            max_set: false,
+            hook: None,
         }
     }
 
@@ -116,6 +127,7 @@ impl AutoscaleSettings {
                     self.min = n;
                 } else {
                     self.max = n;
+                    self.max_set = true;
                 }
             }
             "autoscale.headroom" => {
@@ -134,6 +146,7 @@ impl AutoscaleSettings {
                     self.cooldown = time;
                 }
             }
+            "autoscale.hook" => self.hook = Some(value.to_string()).filter(|h| !h.is_empty()),
             _ => return Err(Error::Plan(format!("unknown setting '{name}'"))),
         }
         Ok(())

@@ -27,6 +27,7 @@
 //! <NAME>/<member>.json` every second, which `vigil group` reads (see
 //! [`status`]).
 
+pub mod scale;
 pub mod status;
 
 use std::collections::BTreeMap;
@@ -39,10 +40,12 @@ use rdkafka::topic_partition_list::TopicPartitionList;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use super::autoscale::AutoscaleSettings;
 use super::live::{Live, NamedQuery, QueryId};
 use crate::connectors::kafka::{Endpoint, Reporter};
 use crate::error::{Error, Result};
 use crate::state::store::Location;
+use scale::{LoadMeter, MemberLoad, Scaler};
 
 /// How long a pipeline may take to stop when its partition goes.
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -58,6 +61,11 @@ pub struct GroupConfig {
     pub endpoint: Endpoint,
     /// The checkpoint directory every member shares.
     pub checkpoint_dir: Location,
+    /// How the group works out the processes it needs (`SET autoscale =
+    /// 'on'` in its scripts), if it does: see [`scale`].
+    pub autoscale: Option<AutoscaleSettings>,
+    /// How often its pipelines checkpoint.
+    pub checkpoint_interval: Duration,
 }
 
 /// Builds the pipeline of one partition: the script's queries over it.
@@ -76,6 +84,10 @@ pub struct MemberStatus {
     pub partitions: Vec<i32>,
     /// When this was written, epoch milliseconds.
     pub updated_ms: i64,
+    /// What it measured over its last `autoscale.interval`, in a group
+    /// that autoscales.
+    #[serde(default)]
+    pub load: Option<MemberLoad>,
 }
 
 /// The folder members of group `name` write their status to.
@@ -163,6 +175,11 @@ pub async fn run_group(
             .map_err(|e| Error::io("starting the group member".to_string(), e))?
     };
     let mut running: BTreeMap<i32, Vec<QueryId>> = BTreeMap::new();
+    let mut scaling = config.autoscale.clone().map(|settings| {
+        let meter = LoadMeter::new(settings.interval);
+        let scaler = Scaler::new(settings, config.checkpoint_interval);
+        (meter, Arc::new(Mutex::new(scaler)))
+    });
     let mut ticker = tokio::time::interval(STATUS_EVERY);
     let (failed, mut failures) = mpsc::unbounded_channel();
     let outcome = loop {
@@ -191,7 +208,17 @@ pub async fn run_group(
                 }
                 None => break Ok(()),
             },
-            _ = ticker.tick() => status.write(&running),
+            _ = ticker.tick() => {
+                let load = scaling.as_mut().and_then(|(meter, _)| {
+                    let ids: Vec<QueryId> = running.values().flatten().copied().collect();
+                    meter.tick(live, &ids)
+                });
+                let measured = load.is_some();
+                status.write_load(&running, load);
+                if let (true, Some((_, scaler))) = (measured, &scaling) {
+                    scale_step(scaler.clone(), &config, status.member());
+                }
+            }
             // A pipeline that fails would fail again on any member: the
             // member ends, saying why, and its partitions move on.
             Some(failure) = failures.recv() => break Err(failure),
@@ -205,6 +232,17 @@ pub async fn run_group(
     let _ = tokio::task::spawn_blocking(move || polling.join()).await;
     status.remove();
     outcome
+}
+
+/// Runs one step of the group's scaler (see [`scale`]) off the async
+/// runtime: it reads the brokers and may run the hook. A step still
+/// running when the next is due makes that one wait its turn.
+fn scale_step(scaler: Arc<Mutex<Scaler>>, config: &GroupConfig, me: String) {
+    let (dir, name) = (config.checkpoint_dir.clone(), config.name.clone());
+    tokio::task::spawn_blocking(move || {
+        let mut scaler = scaler.lock().unwrap_or_else(|e| e.into_inner());
+        scaler.step(&dir, &name, &me);
+    });
 }
 
 /// The member consumer, subscribed to the topic.
@@ -339,12 +377,30 @@ impl StatusWriter {
                 bootstrap: config.endpoint.bootstrap.clone(),
                 partitions: Vec::new(),
                 updated_ms: 0,
+                load: None,
             }),
         })
     }
 
+    /// This member's name.
+    fn member(&self) -> String {
+        let status = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        status.member.clone()
+    }
+
+    /// Writes it, with the load of a window just measured if there is one
+    /// (the last one stays otherwise).
+    fn write_load(&self, running: &BTreeMap<i32, Vec<QueryId>>, load: Option<MemberLoad>) {
+        if let Some(load) = load {
+            let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
+            status.load = Some(load);
+        }
+        self.write(running);
+    }
+
     /// Writes it (a put: a reader never sees half): a failure is a
-    /// warning, since the status is for people only.
+    /// warning, since the status is for people only, and the leader reads
+    /// the load in it.
     fn write(&self, running: &BTreeMap<i32, Vec<QueryId>>) {
         let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
         status.partitions = running.keys().copied().collect();

@@ -603,7 +603,7 @@ fn describe(row: &BadRow) -> Value {
 
 /// `GET /metrics`: Prometheus text format.
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
-    let text = {
+    let mut text = {
         let session = state.inner.session.read().await;
         metrics::render(
             &session,
@@ -612,6 +612,18 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
             |id| state.result_buffer_bytes(id),
         )
     };
+    if let (Some(dir), Some(name)) = (&state.inner.group_checkpoint_dir, &state.inner.group) {
+        let (dir, name) = (dir.clone(), name.clone());
+        // The store may be remote.
+        let verdict = tokio::task::spawn_blocking(move || {
+            let verdict = crate::runtime::group::scale::verdict(&dir, &name);
+            (name, verdict)
+        })
+        .await;
+        if let Ok((name, Some(verdict))) = verdict {
+            metrics::group_scale(&mut text, &name, &verdict);
+        }
+    }
     (
         StatusCode::OK,
         [(

@@ -658,6 +658,39 @@ fn autoscaling(out: &mut String, scaled: &[crate::session::Autoscaling]) {
     }
 }
 
+/// The processes group `name` needs and has, as its leader last worked
+/// them out (see [`crate::runtime::group::scale`]).
+pub(super) fn group_scale(
+    out: &mut String,
+    name: &str,
+    verdict: &crate::runtime::group::scale::GroupScale,
+) {
+    header(
+        out,
+        "vigil_group_processes_wanted",
+        "gauge",
+        "Processes the group needs for the rate its topic gets (autoscale).",
+    );
+    sample(
+        out,
+        "vigil_group_processes_wanted",
+        &[("group", name)],
+        verdict.wanted,
+    );
+    header(
+        out,
+        "vigil_group_processes",
+        "gauge",
+        "Processes in the group when its need was last worked out.",
+    );
+    sample(
+        out,
+        "vigil_group_processes",
+        &[("group", name)],
+        verdict.processes,
+    );
+}
+
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");

@@ -121,6 +121,8 @@ pub struct Config {
     /// (`vigil serve --group`): `GET /groups/{name}` reads it unless the
     /// request names another.
     pub group_checkpoint_dir: Option<StoreLocation>,
+    /// The name of that group: `/metrics` reports the processes it needs.
+    pub group: Option<String>,
 }
 
 impl Default for Config {
@@ -135,6 +137,7 @@ impl Default for Config {
             state_dir: None,
             ingest_timeout: DEFAULT_INGEST_TIMEOUT,
             group_checkpoint_dir: None,
+            group: None,
         }
     }
 }
@@ -366,6 +369,8 @@ struct Inner {
     /// The checkpoint directory of the service's own group, if it is a
     /// member of one.
     group_checkpoint_dir: Option<StoreLocation>,
+    /// The name of the service's own group, if it is a member of one.
+    group: Option<String>,
     /// The runtime of the group member the service runs, if any: its
     /// queries are in `GET /metrics`.
     member_queries: Option<Live>,
@@ -518,6 +523,7 @@ impl AppState {
                 log: config.state_dir.as_ref().map(|d| d.join(STATEMENT_LOG)),
                 state_dir: config.state_dir.clone(),
                 group_checkpoint_dir: config.group_checkpoint_dir.clone(),
+                group: config.group.clone(),
                 member_queries,
             }),
         }

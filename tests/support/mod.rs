@@ -198,6 +198,21 @@ pub(crate) fn wait_until<T>(
     }
 }
 
+/// Polls `probe` until it gives a value, at most `limit`: `None` when
+/// time runs out, for a caller that says more about what it waited for.
+pub(crate) fn wait_until_or<T>(limit: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = probe() {
+            return Some(value);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn drain(pipe: Option<impl Read + Send + 'static>) -> Option<JoinHandle<Vec<u8>>> {
     pipe.map(|mut pipe| {
         std::thread::spawn(move || {

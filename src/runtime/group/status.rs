@@ -8,6 +8,7 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
 
+use super::scale::{GroupScale, VERDICT_FILE, verdict};
 use super::{MemberStatus, status_dir};
 use crate::connectors::kafka::Endpoint;
 use crate::error::{Error, Result};
@@ -24,6 +25,9 @@ pub struct GroupStatus {
     pub group: String,
     /// Its members, by name.
     pub members: Vec<MemberView>,
+    /// The processes it needs, as its leader last worked out (with
+    /// `SET autoscale = 'on'` in its scripts).
+    pub autoscale: Option<GroupScale>,
 }
 
 /// One member of a group, as its status file says.
@@ -109,6 +113,7 @@ pub fn group_status(checkpoint_dir: &Location, name: &str) -> Result<GroupStatus
     Ok(GroupStatus {
         group: name.to_string(),
         members,
+        autoscale: verdict(checkpoint_dir, name),
     })
 }
 
@@ -123,6 +128,18 @@ impl GroupStatus {
     /// A table of text: a line per partition (or per member without
     /// partitions).
     pub fn text(&self) -> String {
+        let mut text = self.members_text();
+        if let Some(scale) = &self.autoscale {
+            let age = (chrono::Utc::now().timestamp_millis() - scale.decided_ms) / 1000;
+            text.push_str(&format!(
+                "autoscale: needs {} processes, has {} ({}; {age} s ago)\n",
+                scale.wanted, scale.processes, scale.why
+            ));
+        }
+        text
+    }
+
+    fn members_text(&self) -> String {
         if self.members.is_empty() {
             return format!("group {}: no members\n", self.group);
         }
@@ -177,24 +194,33 @@ fn members(dir: &Location) -> Result<Vec<MemberStatus>> {
     };
     let mut members: Vec<MemberStatus> = names
         .iter()
-        .filter(|name| name.ends_with(".json"))
+        .filter(|name| name.ends_with(".json") && name.as_str() != VERDICT_FILE)
         .filter_map(|name| serde_json::from_slice(&dir.child(name).get().ok()??).ok())
         .collect();
     members.sort_by(|a, b| a.member.cmp(&b.member));
     Ok(members)
 }
 
+/// The members of the group whose status files are in `dir` and fresh
+/// (written in the last [`STALE_MS`]), by name.
+pub(super) fn fresh_members(dir: &Location) -> Vec<MemberStatus> {
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut fresh = members(dir).unwrap_or_default();
+    fresh.retain(|m| now - m.updated_ms <= STALE_MS);
+    fresh
+}
+
 /// A partition's newest checkpoint.
-struct LastCheckpoint {
+pub(super) struct LastCheckpoint {
     /// When it was taken, epoch milliseconds.
     time_ms: i64,
     /// The offset its pipeline would read on from (the oldest over its
     /// queries).
-    offset: Option<i64>,
+    pub(super) offset: Option<i64>,
 }
 
 /// Per partition, its pipeline's newest checkpoint.
-fn last_checkpoints(dir: &Location) -> Result<BTreeMap<i32, LastCheckpoint>> {
+pub(super) fn last_checkpoints(dir: &Location) -> Result<BTreeMap<i32, LastCheckpoint>> {
     let mut out: BTreeMap<i32, LastCheckpoint> = BTreeMap::new();
     for (name, _) in query_folders(dir)? {
         let Some(partition) = name
@@ -225,7 +251,7 @@ fn last_checkpoints(dir: &Location) -> Result<BTreeMap<i32, LastCheckpoint>> {
 
 /// The end offset of every partition of the member's topic; empty when
 /// the brokers do not answer.
-fn high_watermarks(member: &MemberStatus) -> BTreeMap<i32, i64> {
+pub(super) fn high_watermarks(member: &MemberStatus) -> BTreeMap<i32, i64> {
     let endpoint = Endpoint {
         bootstrap: member.bootstrap.clone(),
         topic: member.topic.clone(),
@@ -278,6 +304,7 @@ mod tests {
         };
         let status = GroupStatus {
             group: "cpu".into(),
+            autoscale: None,
             members: vec![
                 member(
                     "a:1",
@@ -302,6 +329,7 @@ mod tests {
         let empty = GroupStatus {
             group: "cpu".into(),
             members: vec![],
+            autoscale: None,
         };
         assert_eq!(empty.text(), "group cpu: no members\n");
     }
@@ -333,6 +361,7 @@ mod tests {
                 bootstrap: "127.0.0.1:9".into(),
                 partitions,
                 updated_ms: chrono::Utc::now().timestamp_millis(),
+                load: None,
             };
             let name = format!("{}.json", member.replace(':', "-"));
             dir.child(&name)
