@@ -304,6 +304,7 @@ fn run_sample(
             scaled: scaled.contains(&r.stage),
             instances: r.instances,
             rows_in: r.rows_in,
+            queued_rows: 0,
             busy_ns: r.busy_ns,
         })
         .collect();

@@ -44,8 +44,9 @@
 //! `f(...) OVER (PARTITION BY window_end)`; [`check_dbscan_args`] checks a
 //! `dbscan` call's literals when the query is planned.
 //!
-//! Debug builds (the tests') also have `test_row_cost(x, micros)`, which
-//! spends a known CPU time per row (`functions/test_cost.rs`).
+//! Debug builds (the tests') also have `test_row_cost(x, micros)` and
+//! `test_row_wait(x, micros)`, which spend a known CPU or sleeping time per
+//! row (`functions/test_cost.rs`).
 
 mod cadence;
 mod change;
@@ -100,9 +101,11 @@ pub fn register(state: &mut SessionState) -> Result<()> {
     state.register_udwf(Arc::new(WindowUDF::from(dbscan::Dbscan::default())))?;
     datafusion_functions_json::register_all(state)?;
     #[cfg(debug_assertions)]
-    state.register_udf(Arc::new(datafusion::logical_expr::ScalarUDF::from(
-        test_cost::TestRowCost::default(),
-    )))?;
+    for spend in [test_cost::Spend::Spin, test_cost::Spend::Sleep] {
+        state.register_udf(Arc::new(datafusion::logical_expr::ScalarUDF::from(
+            test_cost::TestRowCost::new(spend),
+        )))?;
+    }
     Ok(())
 }
 

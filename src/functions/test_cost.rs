@@ -1,8 +1,10 @@
 //! `test_row_cost(x, micros)`: `x`, after spending `micros` microseconds
-//! of CPU per row. Registered in debug builds only (the tests' builds):
-//! the autoscaling tests give a query a known capacity with it, so that
-//! the parallelism or the number of processes it needs is known whatever
-//! the machine's speed.
+//! of CPU per row; `test_row_wait(x, micros)`: the same time asleep, which
+//! takes no core, so that more instances than cores each keep their rate.
+//! Registered in debug builds only (the tests' builds): the autoscaling
+//! tests give a query a known capacity with them, so that the parallelism
+//! or the number of processes it needs is known whatever the machine's
+//! speed.
 
 use std::time::{Duration, Instant};
 
@@ -13,26 +15,41 @@ use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
 };
 
+/// How a row's time is spent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Spend {
+    /// On a core (`test_row_cost`).
+    Spin,
+    /// Asleep (`test_row_wait`).
+    Sleep,
+}
+
 /// See the [module docs](self).
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub(super) struct TestRowCost {
     signature: Signature,
+    spend: Spend,
 }
 
-impl Default for TestRowCost {
-    fn default() -> Self {
+impl TestRowCost {
+    /// The function that spends its time as `spend` says.
+    pub(super) fn new(spend: Spend) -> Self {
         Self {
             signature: Signature::exact(
                 vec![DataType::Float64, DataType::Int64],
                 Volatility::Volatile,
             ),
+            spend,
         }
     }
 }
 
 impl ScalarUDFImpl for TestRowCost {
     fn name(&self) -> &str {
-        "test_row_cost"
+        match self.spend {
+            Spend::Spin => "test_row_cost",
+            Spend::Sleep => "test_row_wait",
+        }
     }
 
     fn signature(&self) -> &Signature {
@@ -53,8 +70,9 @@ impl ScalarUDFImpl for TestRowCost {
         };
         let values = args.args[0].to_array(args.number_rows)?;
         let per_row = Duration::from_micros(micros);
-        for _ in 0..values.len() {
-            spin(per_row);
+        match self.spend {
+            Spend::Spin => (0..values.len()).for_each(|_| spin(per_row)),
+            Spend::Sleep => std::thread::sleep(per_row * values.len() as u32),
         }
         let values: &Float64Array = values.as_primitive::<Float64Type>();
         Ok(ColumnarValue::Array(std::sync::Arc::new(values.clone())))

@@ -181,6 +181,11 @@ pub struct OperatorSample {
     pub instances: usize,
     /// Rows it took.
     pub rows_in: u64,
+    /// Rows that came to wait ahead of it meanwhile (negative: its queues
+    /// drained), for the first operator of a stage; 0 for the others.
+    /// Taken with `rows_in`, the rows that reached it: a backlog building
+    /// up or being caught up on is not a change in what it is offered.
+    pub queued_rows: i64,
     /// Nanoseconds spent in it, over all instances.
     pub busy_ns: u64,
 }
@@ -284,7 +289,8 @@ fn ds2(settings: &AutoscaleSettings, sample: &Sample, scaled: &[&OperatorSample]
     let offered = sample.offered_rate();
     let need = |op: &OperatorSample| {
         let true_rate = op.rows_in as f64 / (op.busy_ns as f64 / 1e9);
-        let share = op.rows_in as f64 / sample.source_rows as f64;
+        let reached = (op.rows_in as i64 + op.queued_rows).max(0);
+        let share = reached as f64 / sample.source_rows as f64;
         let instances = offered * share * settings.headroom / true_rate;
         (instances, true_rate)
     };
@@ -408,6 +414,7 @@ mod tests {
                     scaled: false,
                     instances: 1,
                     rows_in: taken as u64,
+                    queued_rows: 0,
                     busy_ns: (taken / (capacity * 20.0) * 1e9) as u64,
                 },
                 OperatorSample {
@@ -415,6 +422,7 @@ mod tests {
                     scaled: true,
                     instances: parallelism,
                     rows_in: taken as u64,
+                    queued_rows: 0,
                     busy_ns: (taken / capacity * 1e9) as u64,
                 },
             ],
@@ -452,6 +460,28 @@ mod tests {
         assert_eq!(converge(Policy::Ds2, 5000.0, 1), vec![7]);
         assert_eq!(converge(Policy::Ds2, 500.0, 7), vec![1]);
         assert_eq!(converge(Policy::Ds2, 5000.0, 7), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn a_backlog_building_or_drained_is_not_a_change_in_the_share() {
+        // One instance of capacity 1000 offered 3000: it took 1000 rows,
+        // 2000 more wait ahead of it. It needs three instances (with
+        // headroom 1.25: 3.75, four), not one.
+        let mut sample = simulate(3000.0, 1000.0, 1);
+        sample.source_rows = 3000;
+        sample.source_blocked_ns = 0;
+        sample.operators[1].rows_in = 1000;
+        sample.operators[1].queued_rows = 2000;
+        let verdict = decide(&settings(Policy::Ds2, 16), 1, &sample).unwrap();
+        assert_eq!(verdict.wanted, 4, "{}", verdict.why);
+        // Catching up on 1000 waiting rows at two instances, offered 1000:
+        // it needs two (1.25), not three.
+        let mut sample = simulate(1000.0, 1000.0, 2);
+        sample.operators[1].rows_in = 2000;
+        sample.operators[1].busy_ns = 2_000_000_000;
+        sample.operators[1].queued_rows = -1000;
+        let verdict = decide(&settings(Policy::Ds2, 16), 2, &sample).unwrap();
+        assert_eq!(verdict.wanted, 2, "{}", verdict.why);
     }
 
     #[test]

@@ -114,12 +114,18 @@ struct Reading {
     buffered_rows: u64,
     sources: usize,
     operators: Vec<OperatorRow>,
+    /// Per stage, the rows waiting in the queues that feed it.
+    queued: std::collections::BTreeMap<String, u64>,
 }
 
 impl Reading {
     fn of(info: &QueryInfo) -> Self {
         let load = |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
         let operators = operator_rows(&info.stats.metrics);
+        let mut queued = std::collections::BTreeMap::new();
+        for queue in info.stats.metrics.queue_list() {
+            *queued.entry(queue.stage.clone()).or_default() += load(&queue.queued_rows);
+        }
         Self {
             at: Instant::now(),
             source_rows: info.inputs.iter().map(|(_, s)| load(&s.rows)).sum(),
@@ -131,6 +137,7 @@ impl Reading {
                 .sum(),
             sources: info.inputs.len(),
             operators,
+            queued,
         }
     }
 
@@ -146,11 +153,17 @@ impl Reading {
                     .iter()
                     .find(|o| o.stage == op.stage && o.index == op.index);
                 let (rows, busy) = before.map_or((0, 0), |o| (o.rows_in, o.busy_ns));
+                let waiting = |r: &Reading| r.queued.get(&op.stage).copied().unwrap_or(0) as i64;
+                let queued_rows = match op.index {
+                    0 => waiting(now) - waiting(self),
+                    _ => 0,
+                };
                 OperatorSample {
                     name: format!("{} ({}.o{})", short(&op.name), op.stage, op.index),
                     scaled: scaled.contains(&op.stage),
                     instances: op.instances,
                     rows_in: op.rows_in.saturating_sub(rows),
+                    queued_rows,
                     busy_ns: op.busy_ns.saturating_sub(busy),
                 }
             })
