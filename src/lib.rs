@@ -12,6 +12,7 @@
 pub mod analyze;
 pub mod cli;
 pub mod connectors;
+pub mod diag;
 pub mod engine;
 pub mod error;
 pub mod exec;

@@ -774,7 +774,7 @@ impl Session {
                 let live = live.clone();
                 let trimmed = tokio::task::spawn_blocking(move || trim_wals(&durable, &live)).await;
                 if let Ok(Err(e)) = trimmed {
-                    eprintln!("vigil: warning: cannot trim the write-ahead logs: {e}");
+                    crate::diag::warning!("cannot trim the write-ahead logs: {e}");
                 }
             }
         });

@@ -215,14 +215,15 @@ impl UnitCheck {
         }
     }
 
-    /// Decides on the samples so far (at most once), warning on stderr.
+    /// Decides on the samples so far (at most once), with a warning (see
+    /// [`crate::diag`]).
     pub(super) fn decide(&mut self, stream: &str) {
         if self.done || self.samples.is_empty() {
             return;
         }
         self.done = true;
         if let Some(message) = self.warning(stream) {
-            eprintln!("{message}");
+            crate::diag::emit(crate::diag::Level::Warning, &message);
         }
     }
 
@@ -231,7 +232,7 @@ impl UnitCheck {
         let first = self.samples[0];
         let as_likely = self.unit.reinterpret(first, likely) as i64;
         Some(format!(
-            "vigil: warning: stream {stream}: the first event times, read as {} (ts_unit = '{}'), \
+            "stream {stream}: the first event times, read as {} (ts_unit = '{}'), \
              fall around {}, outside 1990-2100; as {} they would fall around {}: \
              declare ts_unit = '{}' in the stream's WITH",
             self.unit.long_name(),

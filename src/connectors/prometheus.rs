@@ -660,13 +660,15 @@ impl Scraper {
     fn report(&self, config: &SourceConfig, done: &Scrape, was_up: &mut Option<bool>) {
         let target = &self.targets[done.target];
         match (&done.outcome, *was_up) {
-            (Err(why), None | Some(true)) => eprintln!(
-                "vigil: warning: stream {}: target {} is down: {why}",
-                config.stream, target.url
+            (Err(why), None | Some(true)) => crate::diag::warning!(
+                "stream {}: target {} is down: {why}",
+                config.stream,
+                target.url
             ),
-            (Ok(_), Some(false)) => eprintln!(
-                "vigil: warning: stream {}: target {} is up again",
-                config.stream, target.url
+            (Ok(_), Some(false)) => crate::diag::warning!(
+                "stream {}: target {} is up again",
+                config.stream,
+                target.url
             ),
             _ => {}
         }

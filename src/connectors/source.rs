@@ -240,8 +240,8 @@ fn resume_point(
     if let Some(Some(recorded)) = recorded
         && file_id(meta) != Some(recorded)
     {
-        eprintln!(
-            "vigil: warning: stream {stream}: {name} is another file than at the checkpoint \
+        crate::diag::warning!(
+            "stream {stream}: {name} is another file than at the checkpoint \
              (rotated meanwhile): reading it from its start; what the old file got after \
              the checkpoint is not read"
         );
@@ -896,8 +896,8 @@ impl<'a> Follow<'a> {
             Rotation::Replaced => "rotated",
             Rotation::Truncated => "truncated",
         };
-        eprintln!(
-            "vigil: stream {}: file {what}, reopened {} (line numbers restart at 1)",
+        crate::diag::note!(
+            "stream {}: file {what}, reopened {} (line numbers restart at 1)",
             self.stream,
             self.path.display()
         );
@@ -1863,8 +1863,8 @@ fn map_header(
             }
             // A pack rule declares more columns than it reads: a CSV with
             // only some of them still works for the rules that read those.
-            eprintln!(
-                "vigil: warning: stream {stream}: column {wanted} is not in the header of {name}; \
+            crate::diag::warning!(
+                "stream {stream}: column {wanted} is not in the header of {name}; \
                  it reads as NULL"
             );
         }

@@ -619,8 +619,8 @@ fn post_batch(
                 1 => "1 attempt".to_string(),
                 n => format!("{n} attempts"),
             };
-            eprintln!(
-                "vigil: sink {name}: gave up on a batch of {} rows after {attempts}: {why}",
+            crate::diag::note!(
+                "sink {name}: gave up on a batch of {} rows after {attempts}: {why}",
                 batch.rows
             );
         }
@@ -699,9 +699,12 @@ impl<T: Send + 'static> DeliveryThread<T> {
     /// [`close`](Self::close), then the summary line on stderr.
     pub(super) fn finish(&mut self) -> Result<()> {
         if let Some(stats) = self.close()? {
-            eprintln!(
-                "vigil: sink {}: delivered={} failed={} retried={}",
-                self.name, stats.delivered, stats.failed, stats.retried
+            crate::diag::note!(
+                "sink {}: delivered={} failed={} retried={}",
+                self.name,
+                stats.delivered,
+                stats.failed,
+                stats.retried
             );
         }
         Ok(())

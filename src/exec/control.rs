@@ -276,7 +276,7 @@ impl ControlFilter {
     fn bad(&mut self, why: String) {
         self.bad_controls += 1;
         if self.bad_controls <= 10 {
-            eprintln!("vigil: warning: control stream: {why}");
+            crate::diag::warning!("control stream: {why}");
         }
     }
 

@@ -177,8 +177,8 @@ impl BufferedSender {
         match replay {
             Some((id, seq)) if spill.read_from(seq).is_ok() => barriers.push_back((id, seq)),
             Some((_, seq)) => {
-                eprintln!(
-                    "vigil: warning: disk buffer {} no longer holds the records after {seq}; the restored query misses them",
+                crate::diag::warning!(
+                    "disk buffer {} no longer holds the records after {seq}; the restored query misses them",
                     dir.display()
                 );
                 spill.clear()?;

@@ -539,8 +539,8 @@ impl QueryCheckpoints {
             }
             Err(e) => {
                 stats.failed.fetch_add(1, Ordering::Relaxed);
-                eprintln!(
-                    "vigil: warning: checkpoint {id} of query {} was not written: {e}",
+                crate::diag::warning!(
+                    "checkpoint {id} of query {} was not written: {e}",
                     self.name
                 );
                 false
@@ -608,8 +608,8 @@ impl QueryCheckpoints {
             .iter()
             .any(|(name, _)| name == &self.name);
         if !has_query {
-            eprintln!(
-                "vigil: warning: savepoint {root} has no state of query {}; it starts from the beginning",
+            crate::diag::warning!(
+                "savepoint {root} has no state of query {}; it starts from the beginning",
                 self.name
             );
             return Ok(crate::state::store::Restored::default());
@@ -644,7 +644,7 @@ impl QueryCheckpoints {
             None => self.store.latest()?,
         };
         for warning in &restored.warnings {
-            eprintln!("vigil: warning: {warning}");
+            crate::diag::warning!("{warning}");
         }
         let Some(checkpoint) = restored.checkpoint else {
             return Ok(None);
@@ -677,9 +677,11 @@ impl QueryCheckpoints {
             return Err(Error::Plan(refusal(&self.name, &checkpoint, &mismatches)));
         }
         for mismatch in &mismatches {
-            eprintln!(
-                "vigil: warning: query {}: operator {} starts empty: {}",
-                self.name, mismatch.operator, mismatch.what
+            crate::diag::warning!(
+                "query {}: operator {} starts empty: {}",
+                self.name,
+                mismatch.operator,
+                mismatch.what
             );
         }
         for (id, instances) in operators {
@@ -716,10 +718,7 @@ impl QueryCheckpoints {
         } else {
             "checkpoint"
         };
-        eprintln!(
-            "vigil: query {} restored from {kind} {}",
-            self.name, checkpoint.id
-        );
+        crate::diag::note!("query {} restored from {kind} {}", self.name, checkpoint.id);
         Ok(Some(checkpoint.sources))
     }
 }

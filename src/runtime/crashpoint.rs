@@ -42,10 +42,7 @@ pub fn hit(point: &'static str) {
         return;
     };
     if armed.point == point && armed.hits.fetch_add(1, Ordering::Relaxed) + 1 == armed.at {
-        eprintln!(
-            "vigil: crash point {point}:{} reached, killing myself",
-            armed.at
-        );
+        crate::diag::note!("crash point {point}:{} reached, killing myself", armed.at);
         // A real SIGKILL, not an abort: no handler, no core dump, no unwinding.
         let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
     }

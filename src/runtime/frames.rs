@@ -315,8 +315,8 @@ pub(super) fn cut_tail(what: &str, path: &Path, end: usize, length: usize) -> Re
         .open(path)
         .and_then(|f| f.set_len(end as u64).and_then(|()| f.sync_all()))
         .map_err(|e| Error::io(format!("cannot cut the torn end off {}", path.display()), e))?;
-    eprintln!(
-        "vigil: {what} {}: cut off a torn record at offset {end} ({} bytes, never \
+    crate::diag::note!(
+        "{what} {}: cut off a torn record at offset {end} ({} bytes, never \
          acknowledged)",
         path.display(),
         length - end

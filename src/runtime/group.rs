@@ -199,8 +199,8 @@ pub async fn run_group(
                 Some(Change::Lost(list, done)) => {
                     for (p, ids) in take(&mut running, &list) {
                         cancel(live, &ids).await;
-                        eprintln!(
-                            "vigil: warning: partition {p}: lost (this member's session timed out): pipeline cancelled with no last checkpoint"
+                        crate::diag::warning!(
+                            "partition {p}: lost (this member's session timed out): pipeline cancelled with no last checkpoint"
                         );
                     }
                     let _ = done.send(());
@@ -305,7 +305,7 @@ fn start(
                 }
             });
         }
-        eprintln!("vigil: partition {p}: pipeline started");
+        crate::diag::note!("partition {p}: pipeline started");
         running.insert(p, ids);
     }
     Ok(())
@@ -327,9 +327,9 @@ async fn stop(live: &Live, running: &mut BTreeMap<i32, Vec<QueryId>>, list: &[i3
             cancel(live, &ids).await;
         }
         match checkpointed {
-            true => eprintln!("vigil: partition {p}: pipeline stopped at a checkpoint"),
-            false => eprintln!(
-                "vigil: partition {p}: pipeline cancelled: it did not stop at a checkpoint within {}s",
+            true => crate::diag::note!("partition {p}: pipeline stopped at a checkpoint"),
+            false => crate::diag::note!(
+                "partition {p}: pipeline cancelled: it did not stop at a checkpoint within {}s",
                 STOP_TIMEOUT.as_secs()
             ),
         }
@@ -407,7 +407,7 @@ impl StatusWriter {
         status.updated_ms = chrono::Utc::now().timestamp_millis();
         let text = serde_json::to_string_pretty(&*status).unwrap_or_default();
         if let Err(e) = self.path.put(text.into_bytes()) {
-            eprintln!("vigil: warning: cannot write {}: {e}", self.path);
+            crate::diag::warning!("cannot write {}: {e}", self.path);
         }
     }
 

@@ -274,7 +274,7 @@ impl Live {
                 }
             });
         if let Err(e) = started {
-            eprintln!("vigil: warning: no checkpoint timer: {e}");
+            crate::diag::warning!("no checkpoint timer: {e}");
         }
     }
 
@@ -1054,15 +1054,15 @@ impl Live {
         let records = match records {
             Ok(records) => records,
             Err(e) => {
-                eprintln!("vigil: warning: stream {stream}: cannot replay its log: {e}");
+                crate::diag::warning!("stream {stream}: cannot replay its log: {e}");
                 Vec::new()
             }
         };
         if let Some((first, _)) = records.first()
             && *first > after + 1
         {
-            eprintln!(
-                "vigil: warning: stream {stream}: the log no longer holds batches {} to {}; the restored queries miss them",
+            crate::diag::warning!(
+                "stream {stream}: the log no longer holds batches {} to {}; the restored queries miss them",
                 after + 1,
                 first - 1
             );

@@ -508,8 +508,8 @@ fn set_aside(folder: &Path) -> Result<()> {
             e,
         )
     })?;
-    eprintln!(
-        "vigil: the stream's columns changed: its old write-ahead log was moved to {}",
+    crate::diag::note!(
+        "the stream's columns changed: its old write-ahead log was moved to {}",
         target.display()
     );
     Ok(())

@@ -163,7 +163,7 @@ impl Reporter {
             .is_none_or(|last| now.duration_since(*last) >= WARN_EVERY);
         if due {
             printed.insert(message.to_string(), now);
-            eprintln!("vigil: warning: {}: kafka: {message}", self.what);
+            crate::diag::warning!("{}: kafka: {message}", self.what);
         }
     }
 }

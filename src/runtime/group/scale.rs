@@ -231,7 +231,7 @@ impl Scaler {
         };
         let text = serde_json::to_vec_pretty(&verdict).unwrap_or_default();
         if let Err(e) = dir.child(VERDICT_FILE).put(text) {
-            eprintln!("vigil: warning: group {name}: cannot write its autoscale verdict: {e}");
+            crate::diag::warning!("group {name}: cannot write its autoscale verdict: {e}");
         }
     }
 
@@ -271,7 +271,7 @@ impl Scaler {
     /// Runs the hook (if there is one) for `wanted` processes, waiting for
     /// it at most [`HOOK_LIMIT`].
     fn run_hook(&mut self, name: &str, wanted: usize, processes: usize) {
-        eprintln!("vigil: group {name}: needs {wanted} processes (has {processes})");
+        crate::diag::note!("group {name}: needs {wanted} processes (has {processes})");
         self.hooked = Some(wanted);
         self.last_hook = Some(Instant::now());
         let Some(hook) = &self.settings.hook else {
@@ -289,7 +289,7 @@ impl Scaler {
             Ok(mut child) => wait_bounded(&mut child),
             Err(e) => format!("could not start: {e}"),
         };
-        eprintln!("vigil: group {name}: autoscale.hook for {wanted} processes: {outcome}");
+        crate::diag::note!("group {name}: autoscale.hook for {wanted} processes: {outcome}");
     }
 }
 
