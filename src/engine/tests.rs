@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::sql::parse_script;
 

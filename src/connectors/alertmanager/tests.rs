@@ -1,4 +1,3 @@
-
 use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::array::{Float64Array, StringArray, TimestampMillisecondArray};

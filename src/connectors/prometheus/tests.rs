@@ -1,4 +1,3 @@
-
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::get;

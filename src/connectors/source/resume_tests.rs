@@ -1,4 +1,3 @@
-
 use std::sync::mpsc;
 
 use datafusion::arrow::array::{Int64Array, TimestampMillisecondArray};

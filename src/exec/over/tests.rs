@@ -1,4 +1,3 @@
-
 use super::*;
 use datafusion::arrow::array::{Float64Array, StringArray};
 use datafusion::arrow::util::display::array_value_to_string;

@@ -1,4 +1,3 @@
-
 use super::*;
 use datafusion::arrow::array::{StringArray, TimestampMillisecondArray};
 use datafusion::arrow::datatypes::TimeUnit;

@@ -1,4 +1,3 @@
-
 use datafusion::arrow::array::{Float64Array, Int32Array};
 use datafusion::logical_expr::{cast, col, lit};
 

@@ -1,4 +1,3 @@
-
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Int64Array, StringArray};
