@@ -86,6 +86,8 @@ use crate::state::store::{QueryStore, SourceEntry};
 
 mod autoscale;
 mod change;
+mod durable;
+mod push;
 pub use autoscale::{Autoscaling, DECISIONS_KEPT, Rescales, ScaleStep};
 pub use change::{Changed, PendingChange};
 
@@ -304,16 +306,6 @@ impl Durable {
         // query's start.
         Ok(kept.iter().map(|c| position(&c.sources).unwrap_or(0)).min())
     }
-}
-
-/// The largest event time in `batch`, a batch of stream `def`'s rows (for
-/// the stream's lag in `/metrics`).
-fn latest_event_time(def: &StreamDef, batch: &RecordBatch) -> Option<i64> {
-    let column = batch.column(def.event_time?);
-    let times = column
-        .as_any()
-        .downcast_ref::<datafusion::arrow::array::TimestampMillisecondArray>()?;
-    datafusion::arrow::compute::max(times)
 }
 
 /// Appends `line` to `path` and fsyncs it.
@@ -708,78 +700,6 @@ impl Session {
         self.origins.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts a query under its stable name, restored from its checkpoint
-    /// or else reading the push streams' logs from its first start.
-    fn start_durable(
-        &self,
-        durable: &Arc<Durable>,
-        name: Option<String>,
-        graph: crate::planner::QueryGraph,
-        sink: Box<dyn Sink>,
-        label: &str,
-    ) -> Result<QueryId> {
-        let n = durable.started.fetch_add(1, Ordering::Relaxed) + 1;
-        let name = name.unwrap_or_else(|| format!("query-{n}"));
-        let mut streams: Vec<String> = graph
-            .inputs
-            .iter()
-            .filter(|i| i.stream.source.location == SourceLocation::Push)
-            .map(|i| i.stream.name.clone())
-            .collect();
-        streams.dedup();
-        let now = streams
-            .iter()
-            .map(|stream| SourceEntry {
-                stream: stream.clone(),
-                position: Some(crate::connectors::SourcePosition {
-                    rows: self.live.pushed(stream),
-                    ..Default::default()
-                }),
-                ended: false,
-                buffer: None,
-            })
-            .collect();
-        let start = durable.start_of(&name, now)?;
-        self.live.set_start_positions(&name, start);
-        let id = self
-            .live
-            .start_named(graph, sink, label, Some(name.clone()))?;
-        durable
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, (name, streams));
-        self.start_trimming(durable);
-        Ok(id)
-    }
-
-    /// Starts the task that cuts the write-ahead logs behind what the kept
-    /// checkpoints need, once per checkpoint interval; it ends with the
-    /// session.
-    fn start_trimming(&self, durable: &Arc<Durable>) {
-        if durable.trimming.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let weak = Arc::downgrade(durable);
-        let live = self.live.clone();
-        let period = durable.checkpoints.interval;
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(period);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                ticker.tick().await;
-                let Some(durable) = weak.upgrade() else {
-                    return;
-                };
-                let live = live.clone();
-                let trimmed = tokio::task::spawn_blocking(move || trim_wals(&durable, &live)).await;
-                if let Ok(Err(e)) = trimmed {
-                    crate::diag::warning!("cannot trim the write-ahead logs: {e}");
-                }
-            }
-        });
-    }
-
     /// The stable name of checkpointed query `id`, in a durable session.
     pub fn query_name(&self, id: QueryId) -> Option<String> {
         let durable = self.durable.as_ref()?;
@@ -795,260 +715,6 @@ impl Session {
         running
             .into_iter()
             .find(|id| names.get(id).is_some_and(|(n, _)| n == name))
-    }
-
-    /// Takes a savepoint of every running checkpointed query under `root`
-    /// (one folder per query), waiting at most `timeout` for them; the
-    /// names of the queries it holds. A session restores from it when
-    /// built with [`SessionBuilder::from_savepoint`].
-    pub async fn savepoint(
-        &self,
-        root: &Path,
-        timeout: std::time::Duration,
-    ) -> Result<Vec<String>> {
-        let Some(durable) = &self.durable else {
-            return Err(Error::Plan(
-                "savepoints need a session with a state directory".into(),
-            ));
-        };
-        let running: Vec<QueryId> = self.queries().iter().map(|q| q.id).collect();
-        let mut names: Vec<String> = {
-            let named = durable.running.lock().unwrap_or_else(|e| e.into_inner());
-            running
-                .iter()
-                .filter_map(|id| named.get(id).map(|(name, _)| name.clone()))
-                .collect()
-        };
-        names.sort();
-        let Some(id) = self.live.savepoint(root, false).await else {
-            return Err(Error::Plan("this session takes no checkpoints".into()));
-        };
-        let coordinator = self
-            .live
-            .coordinator()
-            .expect("a durable session checkpoints");
-        let done = coordinator.wait_for(id, names.len(), timeout).await;
-        if done < names.len() {
-            return Err(Error::Connector(format!(
-                "savepoint {}: {done} of {} queries wrote their state within {timeout:?}",
-                root.display(),
-                names.len()
-            )));
-        }
-        Ok(names)
-    }
-
-    /// What the checkpoints did (for metrics), in a durable session.
-    pub fn checkpoint_stats(&self) -> Option<Arc<CheckpointStats>> {
-        self.live.coordinator().map(|c| c.stats().clone())
-    }
-
-    /// Bytes each push stream's write-ahead log holds, by stream.
-    pub fn wal_bytes(&self) -> Vec<(String, u64)> {
-        self.live
-            .wals()
-            .into_iter()
-            .map(|(stream, wal)| (stream, wal.bytes()))
-            .collect()
-    }
-
-    /// Cuts the write-ahead logs behind what the kept checkpoints of the
-    /// queries reading them need (done on its own every checkpoint
-    /// interval).
-    pub fn trim_wals(&self) -> Result<()> {
-        match &self.durable {
-            Some(durable) => trim_wals(durable, &self.live),
-            None => Ok(()),
-        }
-    }
-
-    /// Declares a push stream from Rust: `schema`'s columns (TIMESTAMP
-    /// (ms), TEXT, DOUBLE, BIGINT or BOOLEAN), its event-time column and
-    /// watermark delay.
-    pub fn register_stream(
-        &mut self,
-        name: &str,
-        schema: SchemaRef,
-        event_time: Option<&str>,
-        delay_ms: i64,
-    ) -> Result<()> {
-        let fields: Vec<Field> = schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect();
-        let schema = Arc::new(Schema::new(fields));
-        let event_time = event_time
-            .map(|column| {
-                let i = schema.index_of(column).map_err(|_| {
-                    Error::Plan(format!(
-                        "stream {name}: no column '{column}' for event time"
-                    ))
-                })?;
-                match schema.field(i).data_type() {
-                    DataType::Timestamp(TimeUnit::Millisecond, None) => Ok(i),
-                    other => Err(Error::Plan(format!(
-                        "stream {name}: event-time column '{column}' is {other}, not TIMESTAMP"
-                    ))),
-                }
-            })
-            .transpose()?;
-        let source = SourceConfig {
-            stream: name.to_string(),
-            schema: schema.clone(),
-            connector: "push",
-            location: SourceLocation::Push,
-            format: Format::Jsonl,
-            replay: Replay::Fast,
-            event_time,
-            batch_size: 8192,
-            dead_letter: None,
-            follow: false,
-            decode_threads: 1,
-            decode: Decoding::default(),
-        };
-        self.engine.add_stream(StreamDef {
-            name: name.to_string(),
-            schema,
-            event_time,
-            delay_ms: delay_ms.max(0),
-            lateness_ms: 0,
-            idle_timeout: None,
-            source,
-            late_of: None,
-            buffer: Default::default(),
-        })?;
-        self.open_wal(name)
-    }
-
-    /// Gives push stream `stream` its write-ahead log, in a durable
-    /// session.
-    fn open_wal(&self, stream: &str) -> Result<()> {
-        let Some(durable) = &self.durable else {
-            return Ok(());
-        };
-        let Ok(def) = self.push_stream(stream) else {
-            return Ok(());
-        };
-        let wal = Wal::open(
-            &durable.wal_dir(),
-            &def.name,
-            def.schema.clone(),
-            durable.wal,
-        )?;
-        self.live.attach_wal(&def.name, Arc::new(wal));
-        Ok(())
-    }
-
-    /// Pushes rows into push stream `stream`; columns are matched by name
-    /// and cast to the stream's types.
-    pub async fn push(&self, stream: &str, batch: RecordBatch) -> Result<()> {
-        self.push_conformed(stream, batch, None).await
-    }
-
-    /// Pushes rows like [`Session::push`], waiting at most `timeout` for
-    /// the stream's queries to have room for them; then fails with
-    /// [`Error::Busy`] having pushed nothing (see [`Live::push_within`]).
-    pub async fn push_within(
-        &self,
-        stream: &str,
-        batch: RecordBatch,
-        timeout: std::time::Duration,
-    ) -> Result<()> {
-        self.push_conformed(stream, batch, Some(timeout)).await
-    }
-
-    /// Casts `batch` to the stream's columns and pushes it, waiting at most
-    /// `timeout` for room when given; then raises the stream's largest
-    /// event time.
-    async fn push_conformed(
-        &self,
-        stream: &str,
-        batch: RecordBatch,
-        timeout: Option<std::time::Duration>,
-    ) -> Result<()> {
-        let def = self.push_stream(stream)?;
-        let batch = conform(&def.schema, &batch, stream)?;
-        let latest = latest_event_time(&def, &batch);
-        match timeout {
-            Some(timeout) => self.live.push_within(stream, batch, timeout).await?,
-            None => self.live.push(stream, batch).await?,
-        }
-        if let Some(t) = latest {
-            self.live.push_stats(stream).max_event_time.raise(t);
-        }
-        Ok(())
-    }
-
-    /// Pushes rows written as JSON lines (one object per line); malformed
-    /// lines are skipped and counted (see [`Session::push_stats`]). Returns
-    /// the number of rows pushed.
-    pub async fn push_json(&self, stream: &str, text: &str) -> Result<u64> {
-        self.push_text(stream, Format::Jsonl, text).await
-    }
-
-    /// Pushes rows written as CSV with a header line; like
-    /// [`Session::push_json`].
-    pub async fn push_csv(&self, stream: &str, text: &str) -> Result<u64> {
-        self.push_text(stream, Format::Csv, text).await
-    }
-
-    async fn push_text(&self, stream: &str, format: Format, text: &str) -> Result<u64> {
-        let def = self.push_stream(stream)?;
-        let stats = self.live.push_stats(stream);
-        let parsed = SourceStats::default();
-        let mut batches = Vec::new();
-        read_bytes(&def.source, format, text.as_bytes(), &parsed, &mut |b| {
-            batches.push(b);
-            true
-        })?;
-        let bad = parsed.bad_rows.load(Ordering::Relaxed);
-        let samples =
-            std::mem::take(&mut *parsed.bad_samples.lock().unwrap_or_else(|e| e.into_inner()));
-        let unsampled = bad - samples.len() as u64;
-        for row in samples {
-            stats.record_bad(row);
-        }
-        stats.bad_rows.fetch_add(unsampled, Ordering::Relaxed);
-        let mut rows = 0;
-        for batch in batches {
-            rows += batch.num_rows() as u64;
-            self.live.push(stream, batch).await?;
-        }
-        if let Some(t) = parsed.max_event_time.get() {
-            stats.max_event_time.raise(t);
-        }
-        if bad > 0 && rows == 0 {
-            return Err(Error::Connector(format!(
-                "stream {stream}: no valid row among the {bad} pushed"
-            )));
-        }
-        Ok(rows)
-    }
-
-    /// Rows pushed into `stream` so far, and the malformed ones.
-    pub fn push_stats(&self, stream: &str) -> Arc<SourceStats> {
-        self.live.push_stats(stream)
-    }
-
-    fn push_stream(&self, stream: &str) -> Result<Arc<StreamDef>> {
-        let def = self
-            .engine
-            .catalog()
-            .stream(stream)
-            .cloned()
-            .ok_or_else(|| Error::Plan(format!("unknown stream '{stream}'")))?;
-        if def.source.location != SourceLocation::Push {
-            return Err(Error::Plan(format!(
-                "stream {stream} reads its own input; only streams with connector = 'push' take pushed rows"
-            )));
-        }
-        Ok(def)
-    }
-
-    /// Ends push stream `stream`: its windows fire and its queries finish.
-    pub async fn end_stream(&self, stream: &str) {
-        self.live.end_stream(stream).await
     }
 
     /// Subscribes to the state changes of every alert of the session.
@@ -1101,31 +767,6 @@ impl Session {
     }
 }
 
-/// Cuts each push stream's log behind the oldest position the running
-/// checkpointed queries reading it may need; a stream nobody reads keeps
-/// only its last segment.
-fn trim_wals(durable: &Durable, live: &Live) -> Result<()> {
-    // A query being changed is between runs: its next run restores under
-    // the same name and replays the log from its checkpoint.
-    let running: std::collections::HashSet<QueryId> =
-        live.running_or_restarting().into_iter().collect();
-    let readers: Vec<(String, Vec<String>)> = {
-        let mut named = durable.running.lock().unwrap_or_else(|e| e.into_inner());
-        named.retain(|id, _| running.contains(id));
-        named.values().cloned().collect()
-    };
-    for (stream, wal) in live.wals() {
-        let mut through = live.pushed(&stream);
-        for (name, streams) in &readers {
-            if streams.contains(&stream) {
-                through = through.min(durable.needed(name, &stream)?.unwrap_or(0));
-            }
-        }
-        wal.truncate_through(through)?;
-    }
-    Ok(())
-}
-
 /// True if the plan's top node is an alert.
 fn is_alert(plan: &LogicalPlan) -> bool {
     matches!(plan, LogicalPlan::Extension(ext)
@@ -1146,24 +787,6 @@ fn statement_text(sql: &str, line: u64) -> String {
         words.push_str("...");
     }
     words
-}
-
-/// `batch` with the columns of `schema`, matched by name and cast.
-fn conform(schema: &SchemaRef, batch: &RecordBatch, stream: &str) -> Result<RecordBatch> {
-    let columns = schema
-        .fields()
-        .iter()
-        .map(|field| {
-            let column = batch.column_by_name(field.name()).ok_or_else(|| {
-                Error::Connector(format!(
-                    "stream {stream}: the pushed rows have no column '{}'",
-                    field.name()
-                ))
-            })?;
-            Ok(cast(column, field.data_type())?)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
 /// Sends results to a [`QueryHandle`].
