@@ -724,6 +724,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_group_shows_the_processes_it_needs_and_has() {
+        let verdict = crate::runtime::group::scale::GroupScale {
+            wanted: 3,
+            processes: 1,
+            offered: 9000.0,
+            capacity: Some(4000.0),
+            why: String::new(),
+            decided_ms: 0,
+            hooked: Some(3),
+        };
+        let mut out = String::new();
+        group_scale(&mut out, "cpu", &verdict);
+        assert!(
+            out.contains("# TYPE vigil_group_processes_wanted gauge"),
+            "{out}"
+        );
+        assert!(
+            out.contains("vigil_group_processes_wanted{group=\"cpu\"} 3"),
+            "{out}"
+        );
+        assert!(
+            out.contains("vigil_group_processes{group=\"cpu\"} 1"),
+            "{out}"
+        );
+    }
+
+    #[test]
     fn a_scaled_query_shows_its_parallelism_wish_and_rescales() {
         use crate::runtime::autoscale::{AutoscaleSettings, Verdict};
         let scaled = crate::session::Autoscaling {
