@@ -248,18 +248,7 @@ impl WindowAggregateOp {
                 &GroupOrdering::None,
             )?)
         };
-        let accumulators = self
-            .spec
-            .aggregates
-            .iter()
-            .map(|a| new_accumulator(&a.function))
-            .collect::<Result<_>>()?;
-        Ok(Groups {
-            keys,
-            rows_seen: false,
-            accumulators,
-            ids: Vec::new(),
-        })
+        Groups::new(keys, &self.spec.aggregates)
     }
 
     fn pane_ms(&self) -> i64 {

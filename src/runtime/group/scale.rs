@@ -181,6 +181,9 @@ pub(super) struct Scaler {
     ends: Option<(Instant, i64)>,
     hooked: Option<usize>,
     last_hook: Option<Instant>,
+    /// The client that reads the topic's end offsets, kept from step to
+    /// step.
+    ends_client: Option<rdkafka::consumer::BaseConsumer>,
 }
 
 impl Scaler {
@@ -192,6 +195,7 @@ impl Scaler {
             ends: None,
             hooked: None,
             last_hook: None,
+            ends_client: None,
         }
     }
 
@@ -244,7 +248,11 @@ impl Scaler {
         member: &MemberStatus,
         loads: &[MemberLoad],
     ) -> Option<(f64, usize)> {
-        let ends: BTreeMap<i32, i64> = super::status::high_watermarks(member);
+        if self.ends_client.is_none() {
+            self.ends_client = super::status::ends_client(member);
+        }
+        let ends: BTreeMap<i32, i64> =
+            super::status::end_offsets(self.ends_client.as_ref()?, &member.topic);
         if ends.is_empty() {
             return None;
         }

@@ -252,16 +252,27 @@ pub(super) fn last_checkpoints(dir: &Location) -> Result<BTreeMap<i32, LastCheck
 /// The end offset of every partition of the member's topic; empty when
 /// the brokers do not answer.
 pub(super) fn high_watermarks(member: &MemberStatus) -> BTreeMap<i32, i64> {
+    match ends_client(member) {
+        Some(consumer) => end_offsets(&consumer, &member.topic),
+        None => BTreeMap::new(),
+    }
+}
+
+/// A client of the member's brokers that reads end offsets.
+pub(super) fn ends_client(member: &MemberStatus) -> Option<BaseConsumer> {
     let endpoint = Endpoint {
         bootstrap: member.bootstrap.clone(),
         topic: member.topic.clone(),
         properties: Vec::new(),
     };
-    let Ok(consumer) = endpoint.client_config(&[]).create::<BaseConsumer>() else {
-        return BTreeMap::new();
-    };
+    endpoint.client_config(&[]).create::<BaseConsumer>().ok()
+}
+
+/// The end offset of every partition of `topic`, through `consumer`;
+/// empty when the brokers do not answer.
+pub(super) fn end_offsets(consumer: &BaseConsumer, topic: &str) -> BTreeMap<i32, i64> {
     let timeout = Duration::from_secs(3);
-    let Ok(metadata) = consumer.fetch_metadata(Some(&member.topic), timeout) else {
+    let Ok(metadata) = consumer.fetch_metadata(Some(topic), timeout) else {
         return BTreeMap::new();
     };
     let partitions: Vec<i32> = metadata
@@ -272,7 +283,7 @@ pub(super) fn high_watermarks(member: &MemberStatus) -> BTreeMap<i32, i64> {
     partitions
         .into_iter()
         .filter_map(|p| {
-            let (_, high) = consumer.fetch_watermarks(&member.topic, p, timeout).ok()?;
+            let (_, high) = consumer.fetch_watermarks(topic, p, timeout).ok()?;
             Some((p, high))
         })
         .collect()
