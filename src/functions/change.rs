@@ -227,6 +227,39 @@ mod tests {
         );
     }
 
+    /// A frame that slides by retracting its oldest rows scores as the same
+    /// frame built afresh, NULLs and all; retracting more rows than the frame
+    /// holds is an error.
+    #[test]
+    fn a_sliding_frame_scores_as_a_fresh_one() {
+        let values: Vec<Option<f64>> = (0..40)
+            .map(|i| (i % 7 != 3).then_some(((i * 37) % 11) as f64 + i as f64 / 5.0))
+            .collect();
+        let width = 9;
+        let mut sliding = FrameAccumulator::new("change_score", score_frame, 2);
+        assert!(sliding.supports_retract_batch());
+        for (i, value) in values.iter().enumerate() {
+            let row: ArrayRef = Arc::new(Float64Array::from(vec![*value]));
+            sliding.update_batch(&[row]).unwrap();
+            if i >= width {
+                let old: ArrayRef = Arc::new(Float64Array::from(vec![values[i - width]]));
+                sliding.retract_batch(&[old]).unwrap();
+            }
+            let frame = &values[i.saturating_sub(width - 1)..=i];
+            let mut fresh = FrameAccumulator::new("change_score", score_frame, 2);
+            fresh
+                .update_batch(&[Arc::new(Float64Array::from(frame.to_vec()))])
+                .unwrap();
+            assert_eq!(
+                sliding.evaluate().unwrap(),
+                fresh.evaluate().unwrap(),
+                "row {i}"
+            );
+        }
+        let too_many: ArrayRef = Arc::new(Float64Array::from(vec![1.0; width + 1]));
+        assert!(sliding.retract_batch(&[too_many]).is_err());
+    }
+
     #[test]
     fn one_state_restores_and_two_are_refused() {
         let fresh = || FrameAccumulator::new("change_score", score_frame, 2);

@@ -6,6 +6,7 @@
 //! window's own rows), not across a `HOP`'s panes. A checkpointed frame
 //! restores its one state into an empty accumulator.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Float64Array, ListArray};
@@ -92,13 +93,16 @@ impl AggregateUDFImpl for FrameScore {
     }
 }
 
-/// Every row's value so far, NULLs included, in row order.
+/// The frame's values, NULLs included, in row order. It slides: rows join
+/// at the back and leave from the front (`retract_batch`), so a `ROWS
+/// BETWEEN n PRECEDING` frame costs each row one push and one pop rather
+/// than gathering the whole frame again.
 #[derive(Debug)]
 pub(super) struct FrameAccumulator {
     name: &'static str,
     score: Score,
     count: usize,
-    pub(super) values: Vec<Option<f64>>,
+    pub(super) values: VecDeque<Option<f64>>,
 }
 
 impl FrameAccumulator {
@@ -108,7 +112,7 @@ impl FrameAccumulator {
             name,
             score,
             count,
-            values: Vec::new(),
+            values: VecDeque::new(),
         }
     }
 }
@@ -121,7 +125,26 @@ impl Accumulator for FrameAccumulator {
     }
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
-        Ok(ScalarValue::Float64((self.score)(&self.values, self.count)))
+        let frame = self.values.make_contiguous();
+        Ok(ScalarValue::Float64((self.score)(frame, self.count)))
+    }
+
+    /// Frames only ever lose their oldest rows, in the order they came.
+    fn supports_retract_batch(&self) -> bool {
+        true
+    }
+
+    fn retract_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let leaving = values[0].len();
+        if leaving > self.values.len() {
+            return exec_err!(
+                "{}: {leaving} rows leave a frame of {}",
+                self.name,
+                self.values.len()
+            );
+        }
+        self.values.drain(..leaving);
+        Ok(())
     }
 
     fn size(&self) -> usize {
@@ -129,7 +152,7 @@ impl Accumulator for FrameAccumulator {
     }
 
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        let values = Float64Array::from(self.values.clone());
+        let values = Float64Array::from_iter(self.values.iter().copied());
         Ok(vec![values_state(values)])
     }
 
