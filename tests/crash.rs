@@ -1,5 +1,5 @@
 //! The crash test of `vigil run` checkpoints: one script with a query per
-//! stateful feature over 2M rows, killed with SIGKILL at least 20 times
+//! stateful feature over 600k rows (about 7 hours of event time), killed with SIGKILL at least 20 times
 //! (at named crash points, and by the test once the run's checkpoints show
 //! it went a random share of its input further) and restarted each time
 //! from its checkpoints; at the end every sink file must equal, byte for
@@ -16,13 +16,18 @@ use std::time::{Duration, Instant};
 
 use crate::support::{self, Guarded};
 
-const METRIC_ROWS: usize = 2_000_000;
+const METRIC_ROWS: usize = 600_000;
+/// The event-time steps of `metrics.csv` and `net.csv`: sparse enough that
+/// 600k rows span about 7 hours (hundreds of windows per query), dense
+/// enough that every host has dozens of rows in each minute.
+const METRIC_STEP_MS: i64 = 33;
+const NET_STEP_MS: i64 = 300;
 const HOSTS: u64 = 50;
 /// The first event time, in epoch milliseconds.
 const T0: i64 = 1_700_000_000_000;
 const KILLS: usize = 20;
 /// The longest one run may take, to its end or to its kill; a straight
-/// run reads all 2M rows on a loaded two-core machine well within it.
+/// run reads all its rows on a loaded two-core machine well within it.
 const RUN_LIMIT: Duration = Duration::from_secs(600);
 /// The checkpoint interval of the crash runs.
 const INTERVAL_MS: u64 = 200;
@@ -133,16 +138,16 @@ fn jitter(rng: &mut Rng, t: i64) -> i64 {
     }
 }
 
-/// Writes `metrics.csv` (2M rows; each host is silent 2 minutes in 10, so
+/// Writes `metrics.csv` (`METRIC_ROWS` rows; each host is silent 2 minutes in 10, so
 /// that sessions end; cpu follows a slow wave per host so that alerts fire
-/// and resolve) and `net.csv` (a row every 100 ms over the same span).
+/// and resolve) and `net.csv` (a row every `NET_STEP_MS` over the same span).
 fn write_inputs(dir: &Path) {
     let mut rng = Rng(12345);
     let mut metrics = String::with_capacity(METRIC_ROWS * 32);
     metrics.push_str("ts,host,cpu,mem\n");
     let (mut rows, mut t) = (0, T0);
     while rows < METRIC_ROWS {
-        t += 10;
+        t += METRIC_STEP_MS;
         let host = rng.next() % HOSTS;
         let second = (t - T0) / 1000;
         if (second + host as i64 * 37) % 600 < 120 {
@@ -162,7 +167,7 @@ fn write_inputs(dir: &Path) {
     let mut net = String::from("ts,host,bytes\n");
     let mut t = T0;
     while t < end {
-        t += 100;
+        t += NET_STEP_MS;
         let host = rng.next() % HOSTS;
         let ts = jitter(&mut rng, t);
         writeln!(net, "{ts},h{host:02},{}", rng.range(0, 100_000)).unwrap();
@@ -239,7 +244,7 @@ enum Kill {
 /// The crash points and the range their hit number is drawn from: small
 /// enough that each run dies well before its input ends.
 const POINTS: [(&str, u64, u64); 5] = [
-    ("read", 3, 40),
+    ("read", 3, 20),
     ("fire", 10, 300),
     ("checkpoint-write", 1, 25),
     ("before-manifest", 1, 25),
