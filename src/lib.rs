@@ -12,6 +12,7 @@
 pub mod analyze;
 pub mod cli;
 pub mod connectors;
+pub mod crashpoint;
 pub mod diag;
 pub mod engine;
 pub mod error;
@@ -25,4 +26,5 @@ pub mod service;
 pub mod session;
 pub mod sql;
 pub mod state;
+pub mod timestamp;
 pub mod types;

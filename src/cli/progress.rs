@@ -15,8 +15,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::analyze::thousands;
-use crate::connectors::timestamp::format_timestamp_ms;
 use crate::runtime::RunReport;
+use crate::timestamp::format_timestamp_ms;
 
 /// How often the line is redrawn.
 const TICK: Duration = Duration::from_millis(250);

@@ -523,7 +523,7 @@ fn text_column(column: &ArrayRef) -> Result<ArrayRef> {
                 .map(|i| {
                     column
                         .is_valid(i)
-                        .then(|| super::timestamp::format_timestamp_ms(ms[i]))
+                        .then(|| crate::timestamp::format_timestamp_ms(ms[i]))
                 })
                 .collect();
             Ok(std::sync::Arc::new(text))

@@ -24,9 +24,9 @@ use super::registry::{
     Columns, OptionSpec, OptionType, Reader, SourceConnector, SourceRead, StreamDecl,
 };
 use super::source::pause;
-use super::timestamp::parse_timestamp_ms;
 use super::{SourceConfig, SourcePosition, SourceStats};
 use crate::error::{Error, Result};
+use crate::timestamp::parse_timestamp_ms;
 
 /// The bundled series, `timestamp,value` with a header line.
 const DATA: &str = include_str!("../../queries/data/nab/machine_temperature_system_failure.csv");
@@ -270,9 +270,9 @@ mod tests {
 
     use super::super::catalogue::full_schema;
     use super::super::options::DEFAULT_BATCH_SIZE;
-    use super::super::timestamp::parse_timestamp_ms;
     use super::super::{Format, Replay, SourceLocation};
     use super::*;
+    use crate::timestamp::parse_timestamp_ms;
 
     fn config(schema: Arc<Schema>, speed: f64, limit: Option<u64>) -> SourceConfig {
         SourceConfig {

@@ -187,7 +187,7 @@ impl CommittedFile {
         if reached <= state.done {
             return;
         }
-        crate::runtime::crashpoint::hit("sink-flush");
+        crate::crashpoint::hit("sink-flush");
         if state.failed.is_none()
             && let Err(e) = state.file.sync_data()
         {

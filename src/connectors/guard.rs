@@ -17,7 +17,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::TsUnit;
-use super::timestamp::{format_timestamp_ms, plausible_ms};
+use crate::timestamp::{format_timestamp_ms, plausible_ms};
 
 /// How many consecutive rows ahead of the reference, close to each other,
 /// show that the stream jumped forward rather than carried outliers.

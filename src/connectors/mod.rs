@@ -28,7 +28,6 @@ pub mod source;
 pub mod table;
 #[cfg(test)]
 mod test_server;
-pub mod timestamp;
 pub mod webhook;
 
 use std::path::PathBuf;
@@ -37,6 +36,7 @@ use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::datatypes::SchemaRef;
 
+pub use crate::timestamp::TsUnit;
 pub use options::parse_output_format;
 pub use registry::{Opener, Reader};
 pub use sink::{
@@ -45,7 +45,6 @@ pub use sink::{
 pub use source::{
     MessageOrigin, dead_letter_line, read_bytes, read_messages, read_source, read_source_from,
 };
-pub use timestamp::TsUnit;
 
 /// Where a source reads from.
 #[derive(Debug, Clone, PartialEq)]

@@ -2,7 +2,7 @@
 //!
 //! Every format prints timestamps as `1970-01-01T00:00:10` (UTC, no zone),
 //! with a `.250`-style fraction only when the milliseconds are non-zero (see
-//! [`format_timestamp_ms`](super::timestamp::format_timestamp_ms)). CSV writes
+//! [`format_timestamp_ms`](crate::timestamp::format_timestamp_ms)). CSV writes
 //! one header line before the first row (nothing at all if no row ever
 //! comes), NULL as an empty field and floats in shortest round-trip form
 //! (`1.5`, `2.0`). JSONL writes one object per row with every column present
@@ -43,9 +43,9 @@ use serde_json::Value;
 
 use super::file_commit::{CommittedFile, FileWriter};
 use super::table::Table;
-use super::timestamp::write_timestamp_ms;
 use super::{OutputFormat, SinkConfig, SinkTarget};
 use crate::error::{Error, Result};
+use crate::timestamp::write_timestamp_ms;
 
 /// A destination for query results.
 pub trait Sink: Send {

@@ -50,12 +50,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::guard::{Admit, FutureGuard, GuardState, JUMP_ROWS, UnitCheck, UnitState};
-use super::timestamp::{is_epoch_number, parse_timestamp};
 use super::{
     BadRow, Decoding, Format, Replay, SourceConfig, SourceLocation, SourcePosition, SourceStats,
     TsUnit,
 };
 use crate::error::{Error, Result};
+use crate::timestamp::{is_epoch_number, parse_timestamp};
 
 mod driver;
 use driver::*;

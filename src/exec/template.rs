@@ -10,8 +10,8 @@ use datafusion::arrow::datatypes::{DataType, Float64Type, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 
-use crate::connectors::timestamp::format_timestamp_ms;
 use crate::error::{Error, Result};
+use crate::timestamp::format_timestamp_ms;
 
 /// A parsed message template.
 #[derive(Debug, Clone, PartialEq)]

@@ -578,7 +578,7 @@ impl Operator for WindowAggregateOp {
             self.pending.remove(&start);
             if let Some(batch) = self.fire(start)? {
                 out.push(Message::Batch(batch));
-                crate::runtime::crashpoint::hit("fire");
+                crate::crashpoint::hit("fire");
             }
             if self.spec.lateness_ms > 0 {
                 self.fired.insert(start);

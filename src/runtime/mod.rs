@@ -13,7 +13,6 @@ pub mod autoscale;
 pub mod buffer;
 pub mod channel;
 pub mod checkpoint;
-pub mod crashpoint;
 mod exchange;
 mod frames;
 pub mod group;
@@ -365,7 +364,7 @@ fn run_source(
         }
         let waited = blocked_ns(&subscribers) - before;
         stats.blocked_ns.fetch_add(waited, Ordering::Relaxed);
-        crashpoint::hit("read");
+        crate::crashpoint::hit("read");
         if let Some(barriers) = &mut barriers
             && barriers.send_due(stats, &subscribers)
         {
@@ -525,11 +524,11 @@ fn run_sink(
                 if let Some(checkpoints) = &checkpoints {
                     sink.sources_at_barrier(&checkpoints.source_positions(id))?;
                     let commit = sink.checkpoint()?;
-                    crashpoint::hit("before-manifest");
+                    crate::crashpoint::hit("before-manifest");
                     if checkpoints.complete(id, commit) {
-                        crashpoint::hit("after-manifest");
+                        crate::crashpoint::hit("after-manifest");
                         sink.committed()?;
-                        crashpoint::hit("committed");
+                        crate::crashpoint::hit("committed");
                     }
                 }
             }

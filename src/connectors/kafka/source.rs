@@ -62,7 +62,6 @@ use super::super::registry::{
     OptionSpec, OptionType, Reader, SourceConnector, SourceRead, StreamDecl,
 };
 use super::super::source::{Pacer, pause};
-use super::super::timestamp::format_timestamp_ms;
 use super::super::{
     Format, MessageOrigin, Replay, SourceConfig, SourceLocation, SourcePosition, SourceStats,
     dead_letter_line, read_messages,
@@ -70,6 +69,7 @@ use super::super::{
 use super::align::Alignment;
 use super::{BOOTSTRAP, CALL_TIMEOUT, Endpoint, PROPERTIES, Reporter, TOPIC, kafka_error};
 use crate::error::{Error, Result};
+use crate::timestamp::format_timestamp_ms;
 
 /// How long one poll waits for a message; also the longest the source goes
 /// without an empty batch while it waits.

@@ -389,7 +389,7 @@ fn a_followed_file_resumes_where_it_waited() {
             reason: format!(
                 "column ts: event time too far ahead: {} is more than 1 day after \
                      1970-01-01T00:00:02, the largest event time so far (max_future)",
-                super::super::timestamp::format_timestamp_ms(TEN_YEARS)
+                crate::timestamp::format_timestamp_ms(TEN_YEARS)
             ),
         }]
     );

@@ -20,7 +20,7 @@ pub(super) fn write_checkpoint(dir: &Location, checkpoint: &Checkpoint) -> Resul
         .enumerate()
         .map(|(i, op)| write_operator(dir, i, op))
         .collect::<Result<Vec<_>>>()?;
-    crate::runtime::crashpoint::hit("checkpoint-write");
+    crate::crashpoint::hit("checkpoint-write");
     let manifest = Manifest {
         version: MANIFEST_VERSION,
         id: checkpoint.id,
