@@ -66,9 +66,10 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use serde::{Deserialize, Serialize};
 
+use super::SinkCommit;
 use super::options::Options;
 use super::registry::{Opener, OptionSpec, OptionType, SinkConnector, SinkOpen};
-use super::sink::{Sink, SinkCommit};
+use super::sink::Sink;
 use super::webhook::{self, Batch, DeliveryThread, Schedule, WebhookConfig};
 use super::{OutputFormat, SinkConfig, SinkTarget};
 use crate::error::{Error, Result};

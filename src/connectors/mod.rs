@@ -36,12 +36,11 @@ use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::datatypes::SchemaRef;
 
+pub use crate::state::position::{SinkCommit, SourcePosition};
 pub use crate::timestamp::TsUnit;
 pub use options::parse_output_format;
 pub use registry::{Opener, Reader};
-pub use sink::{
-    Destination, Sink, SinkCommit, make_labelled_sink, make_sink, make_sink_to, open_sink,
-};
+pub use sink::{Destination, Sink, make_labelled_sink, make_sink, make_sink_to, open_sink};
 pub use source::{
     MessageOrigin, dead_letter_line, read_bytes, read_messages, read_source, read_source_from,
 };
@@ -190,45 +189,6 @@ pub struct BadRow {
     pub line: u64,
     /// Why the row was rejected, e.g. "column cpu: cannot parse 'abc' as DOUBLE".
     pub reason: String,
-}
-
-/// Where a source stands, as a checkpoint records it: reading again from
-/// here (see [`source::read_source_from`]) gives exactly the rows after
-/// those already emitted. What the fields mean depends on the source; a
-/// source that cannot be read again (stdin, a pipe, `host`, pushed rows)
-/// has no position.
-///
-/// - A file (CSV or JSON lines): `offset` and `line` are the byte offset
-///   just past the last line consumed and that line's number (lines of a
-///   CSV record still open are not consumed yet; bad lines are); `rows` and
-///   `bad_rows` the counters; `extra` the decoder state the next rows
-///   depend on: the `max_future` guard's reference (`guard`), the
-///   `ts_unit` check's samples (`unit_check`), the rows consumed but not
-///   yet emitted (`held` by the guard, or `accepted` and still to be
-///   batched), the largest event time emitted (`max_event_time`) and, when
-///   following, the file's identity (`file`: device and inode).
-/// - `demo`: `rows` is the number of rows of the series emitted; the other
-///   fields are zero and `extra` null.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct SourcePosition {
-    /// File sources: the byte offset just past the last line consumed.
-    #[serde(default)]
-    pub offset: u64,
-    /// File sources: the number of the last line consumed, so that bad-row
-    /// line numbers go on from it.
-    #[serde(default)]
-    pub line: u64,
-    /// Rows emitted so far (the `demo` source resumes from this).
-    #[serde(default)]
-    pub rows: u64,
-    /// Bad rows met so far.
-    #[serde(default)]
-    pub bad_rows: u64,
-    /// Decoder state that later rows depend on (the `max_future` guard's
-    /// reference time, rows held back, a followed file's identity);
-    /// source-specific, null when there is none.
-    #[serde(default)]
-    pub extra: serde_json::Value,
 }
 
 /// Counters a source updates while it runs; read for the run summary.

@@ -43,7 +43,7 @@ use serde_json::Value;
 
 use super::file_commit::{CommittedFile, FileWriter};
 use super::table::Table;
-use super::{OutputFormat, SinkConfig, SinkTarget};
+use super::{OutputFormat, SinkCommit, SinkConfig, SinkTarget};
 use crate::error::{Error, Result};
 use crate::timestamp::write_timestamp_ms;
 
@@ -130,9 +130,6 @@ pub trait Sink: Send {
         None
     }
 }
-
-/// What a checkpoint records of a sink: opaque to everyone but the sink.
-pub type SinkCommit = serde_json::Value;
 
 /// Creates a sink writing `format` to `out`.
 pub fn make_sink(format: OutputFormat, out: Box<dyn Write + Send>) -> Box<dyn Sink> {

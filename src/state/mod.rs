@@ -19,6 +19,7 @@
 //! - a fresh operator's snapshot has every table, empty, with its schema, so
 //!   the restore can tell a changed state schema before reading anything.
 
+pub mod position;
 pub mod store;
 
 use std::sync::Arc;

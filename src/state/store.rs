@@ -52,8 +52,8 @@ use datafusion::arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
 
 use super::{KEY_GROUPS, OperatorState, StateTable, key_groups};
-use crate::connectors::{SinkCommit, SourcePosition};
 use crate::error::{Error, Result};
+use crate::state::position::{SinkCommit, SourcePosition};
 
 pub mod backend;
 mod files;
