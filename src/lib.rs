@@ -11,6 +11,7 @@
 
 pub mod analyze;
 pub mod cli;
+pub mod connector;
 pub mod connectors;
 pub mod crashpoint;
 pub mod diag;

@@ -823,7 +823,11 @@ impl Sink for AlertTee {
         self.inner.write(batch)
     }
 
-    fn write_changes(&mut self, batch: &RecordBatch, kind: crate::exec::RowKind) -> Result<()> {
+    fn write_changes(
+        &mut self,
+        batch: &RecordBatch,
+        kind: crate::connector::RowKind,
+    ) -> Result<()> {
         if batch.num_rows() > 0 {
             let _ = self.alerts.send(batch.clone());
         }

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use datafusion::sql::sqlparser::tokenizer::Location;
 
+use crate::connector::{SinkTarget, SourceLocation};
 use crate::connectors::sink::{check_same_columns, column_names};
-use crate::connectors::{SinkTarget, SourceLocation};
 use crate::engine::{Engine, Outcome, PreparedQuery, script_dir};
 use crate::sql::{Statement, StatementKind, parse_statements, render_error, split_rendered};
 

@@ -8,9 +8,10 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::{RunArgs, Stopper, checkpoint_config, prepare_queries};
+use crate::connector::OutputFormat;
 use crate::connectors::kafka::exchange::{ExchangeReader, ExchangeSink, Route, ensure_topic};
 use crate::connectors::kafka::{Endpoint, KafkaSource};
-use crate::connectors::{OutputFormat, make_labelled_sink, open_sink};
+use crate::connectors::{make_labelled_sink, open_sink};
 use crate::engine::PreparedQuery;
 use crate::error::{Error, Result};
 use crate::plan::StreamDef;
@@ -387,7 +388,7 @@ fn query_sink(
     args: &RunArgs,
     q: &PreparedQuery,
     label: &str,
-) -> Result<Box<dyn crate::connectors::Sink>> {
+) -> Result<Box<dyn crate::connector::Sink>> {
     let format = args.format.map_or(OutputFormat::Csv, OutputFormat::from);
     match &q.sink {
         Some(config) => open_sink(config, &q.graph.schema),

@@ -17,7 +17,8 @@ use std::sync::atomic::Ordering;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::connectors::{Destination, OutputFormat, Sink, SinkTarget, make_sink_to, open_sink};
+use crate::connector::{OutputFormat, Sink, SinkTarget};
+use crate::connectors::{Destination, make_sink_to, open_sink};
 use crate::engine::{Engine, Outcome, PreparedQuery, drop_routed_alerts, script_dir};
 use crate::error::{Error, Result};
 use crate::plan::listing::{Listing, QUERY_COLUMNS, listing_text};
@@ -217,9 +218,9 @@ fn checkpoint_config(dir: &Location, args: &CheckpointArgs) -> CheckpointConfig 
 }
 
 /// Parses a duration the way `WITH` options and `SET` read one (`10s`,
-/// `500ms`, `2m`, `1.5 hours`: see [`crate::connectors::options::parse_duration`]).
+/// `500ms`, `2m`, `1.5 hours`: see [`crate::connector::options::parse_duration`]).
 fn parse_duration(text: &str) -> std::result::Result<std::time::Duration, String> {
-    crate::connectors::options::parse_duration(text).ok_or_else(|| {
+    crate::connector::options::parse_duration(text).ok_or_else(|| {
         format!(
             "'{text}' is not a duration such as 10s, 500ms or 2m (a number and a unit from ms to w)"
         )

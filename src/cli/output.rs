@@ -16,8 +16,9 @@ use std::sync::{Arc, Mutex, Weak};
 use serde_json::{Value, json};
 
 use super::progress::StatusLine;
+use crate::connector::{SinkCommit, SourceStats};
+use crate::connectors::Destination;
 use crate::connectors::file_commit::{CommittedFile, FileWriter};
-use crate::connectors::{Destination, SinkCommit, SourceStats};
 use crate::error::{Error, Result};
 use crate::runtime::RunReport;
 
@@ -445,7 +446,8 @@ mod tests {
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use datafusion::arrow::record_batch::RecordBatch;
 
-    use crate::connectors::{OutputFormat, Sink, make_sink_to};
+    use crate::connector::{OutputFormat, Sink};
+    use crate::connectors::make_sink_to;
 
     fn rows(values: &[i64]) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));

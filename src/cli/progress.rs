@@ -233,7 +233,7 @@ fn render(report: &RunReport, rate: &mut Rate, blocked: &mut Blocked) -> String 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connectors::SourceStats;
+    use crate::connector::SourceStats;
     use crate::exec::QueryStats;
 
     #[test]

@@ -219,7 +219,7 @@ fn group_member(args: &ServeArgs, name: &str) -> Result<service::Member> {
 
 /// A size such as `16MiB`, `512KiB`, `10MB` or `1048576` (bytes).
 fn parse_size(text: &str) -> std::result::Result<usize, String> {
-    crate::connectors::options::parse_size(text)
+    crate::connector::options::parse_size(text)
         .and_then(|n| usize::try_from(n).ok())
         .ok_or_else(|| {
             format!(

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use crate::connectors::SourceStats;
+use crate::connector::SourceStats;
 use crate::runtime::RunReport;
 
 #[derive(Default)]

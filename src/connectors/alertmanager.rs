@@ -66,12 +66,12 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use serde::{Deserialize, Serialize};
 
+use super::Sink;
 use super::SinkCommit;
 use super::options::Options;
-use super::registry::{Opener, OptionSpec, OptionType, SinkConnector, SinkOpen};
-use super::sink::Sink;
 use super::webhook::{self, Batch, DeliveryThread, Schedule, WebhookConfig};
 use super::{OutputFormat, SinkConfig, SinkTarget};
+use crate::connector::{Opener, OptionSpec, OptionType, SinkConnector, SinkOpen};
 use crate::error::{Error, Result};
 use crate::exec::MessageTemplate;
 use crate::plan::columns::{self, Role};

@@ -8,11 +8,11 @@ use super::options::{
     DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, MAX_RECORD_SIZE_LIMIT, Options, format_from_extension,
     parse_max_future, parse_output_format, parse_source_format,
 };
-use super::registry::{OptionSpec, OptionType, SinkConnector, SourceConnector, StreamDecl};
 use super::{
     Decoding, Format, OutputFormat, Replay, SinkConfig, SinkTarget, SourceConfig, SourceLocation,
     TsUnit,
 };
+use crate::connector::{OptionSpec, OptionType, SinkConnector, SourceConnector, StreamDecl};
 use crate::error::{Error, Result};
 
 const FORMATS: &[&str] = &["csv", "jsonl", "json", "ndjson"];

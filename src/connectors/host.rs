@@ -20,11 +20,11 @@ use sysinfo::{DiskRefreshKind, Disks, Networks, ProcessRefreshKind, ProcessesToU
 
 use super::catalogue::{CatalogueColumn, match_columns};
 use super::options::Options;
-use super::registry::{
-    Columns, OptionSpec, OptionType, Reader, SourceConnector, SourceRead, StreamDecl,
-};
 use super::source::pause;
 use super::{Decoding, Format, Replay, SourceConfig, SourceLocation, SourcePosition, SourceStats};
+use crate::connector::{
+    Columns, OptionSpec, OptionType, Reader, SourceConnector, SourceRead, StreamDecl,
+};
 use crate::error::{Error, Result};
 
 /// Default sampling interval.
@@ -198,7 +198,7 @@ impl SourceRead for Host {
         format!(
             "host, every {} ms, {}",
             self.interval.as_millis(),
-            super::registry::NOT_REPLAYABLE
+            crate::connector::NOT_REPLAYABLE
         )
     }
     fn live_because(&self) -> &'static str {

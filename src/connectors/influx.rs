@@ -38,9 +38,9 @@ use datafusion::arrow::record_batch::RecordBatch;
 use influxdb_line_protocol::{FieldValue, ParsedLine};
 
 use super::options::Options;
-use super::registry::{OptionSpec, SourceConnector, StreamDecl};
 use super::remote_write::push_config;
 use super::{BadRow, SourceConfig};
+use crate::connector::{OptionSpec, SourceConnector, StreamDecl};
 use crate::error::{Error, Result};
 use crate::types::{LabelsBuilder, labels_type};
 

@@ -36,9 +36,9 @@ use opentelemetry_proto::tonic::metrics::v1::{
 
 use super::catalogue::{CatalogueColumn, full_schema};
 use super::options::Options;
-use super::registry::{Columns, OptionSpec, SourceConnector, StreamDecl};
 use super::remote_write::push_config;
 use super::{BadRow, SourceConfig};
+use crate::connector::{Columns, OptionSpec, SourceConnector, StreamDecl};
 use crate::error::Result;
 use crate::types::{LabelsBuilder, labels_type};
 

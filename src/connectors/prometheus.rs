@@ -35,12 +35,12 @@ use regex::Regex;
 use super::catalogue::{CatalogueColumn, match_columns};
 use super::host::{limit, live_config};
 use super::options::Options;
-use super::registry::{
+use super::source::POLL;
+use super::{BadRow, SourceConfig, SourcePosition, SourceStats};
+use crate::connector::{
     Columns, NOT_REPLAYABLE, OptionSpec, OptionType, Reader, SourceConnector, SourceRead,
     StreamDecl,
 };
-use super::source::POLL;
-use super::{BadRow, SourceConfig, SourcePosition, SourceStats};
 use crate::error::{Error, Result};
 use crate::types::{LabelsBuilder, labels_type};
 

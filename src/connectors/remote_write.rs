@@ -38,13 +38,13 @@ use datafusion::arrow::record_batch::RecordBatch;
 use super::catalogue::{CatalogueColumn, full_schema};
 use super::file::APPEND_ONLY;
 use super::options::Options;
-use super::registry::{
-    Columns, Opener, OptionSpec, OptionType, SinkConnector, SinkOpen, SourceConnector, StreamDecl,
-};
 use super::webhook::{self, WebhookConfig, WebhookSink};
 use super::{
     BadRow, Decoding, Format, OutputFormat, Replay, Sink, SinkConfig, SinkTarget, SourceConfig,
     SourceLocation,
+};
+use crate::connector::{
+    Columns, Opener, OptionSpec, OptionType, SinkConnector, SinkOpen, SourceConnector, StreamDecl,
 };
 use crate::error::{Error, Result};
 use crate::types::{LabelsBuilder, labels_type};

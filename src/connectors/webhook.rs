@@ -85,12 +85,13 @@ use datafusion::arrow::json::writer::{JsonArray, LineDelimited};
 use datafusion::arrow::record_batch::RecordBatch;
 use ureq::http::{HeaderName, HeaderValue};
 
+use super::Sink;
 use super::SinkCommit;
 use super::file::APPEND_ONLY;
 use super::options::Options;
-use super::registry::{Opener, OptionSpec, OptionType, SinkConnector, SinkOpen};
-use super::sink::{Sink, write_json_rows};
+use super::sink::write_json_rows;
 use super::{OutputFormat, SinkConfig, SinkTarget};
+use crate::connector::{Opener, OptionSpec, OptionType, SinkConnector, SinkOpen};
 use crate::error::{Error, Result};
 use crate::plan::columns::Role;
 

@@ -242,7 +242,8 @@ pub(super) mod testing {
 
     use datafusion::arrow::record_batch::RecordBatch;
 
-    use crate::connectors::{SourceStats, read_source};
+    use crate::connector::SourceStats;
+    use crate::connectors::read_source;
     use crate::engine::{Engine, Outcome};
     use crate::exec::Operator;
     use crate::sql::parse_script;

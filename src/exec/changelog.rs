@@ -19,7 +19,8 @@ use datafusion::physical_plan::aggregates::order::GroupOrdering;
 use super::aggregate::{
     self, AggregateInputs, AggregateSpec, checked_table, evaluate_all, int64s, sorted_by,
 };
-use super::{Message, Operator, RowKind};
+use super::{Message, Operator};
+use crate::connector::RowKind;
 use crate::error::Result;
 use crate::state::OperatorState;
 

@@ -4,7 +4,8 @@ use datafusion::arrow::array::{ArrayRef, BooleanArray, StringArray};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 
-use super::{Message, Operator, RowKind};
+use super::{Message, Operator};
+use crate::connector::RowKind;
 use crate::error::Result;
 use crate::plan::EmitPolicy;
 

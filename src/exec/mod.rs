@@ -61,6 +61,7 @@ pub use window_aggregate::{
 };
 pub use window_assign::WindowAssignOp;
 
+use crate::connector::RowKind;
 use crate::error::Result;
 
 /// What flows between operators.
@@ -85,17 +86,6 @@ pub enum Message {
     /// the result does not depend on thread timing. Operators never see
     /// it: a [`Chain`] hands it on after what the rows before it produced.
     Epoch,
-}
-
-/// What a batch of result rows is, under an emit policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RowKind {
-    /// A new result: the first value of a key, or a window's final row.
-    Insert,
-    /// A new value for a result emitted before.
-    Update,
-    /// An early, partial result of a window that has not closed.
-    Early,
 }
 
 /// The watermark that marks the end of input: every open window fires.
@@ -198,9 +188,9 @@ pub struct QueryStats {
     /// The counters of the streams it reads, set by the runtime once it
     /// has started their sources: its load shedder counts its dropped rows
     /// in their `shed_rows` too.
-    pub sources: std::sync::OnceLock<Vec<std::sync::Arc<crate::connectors::SourceStats>>>,
+    pub sources: std::sync::OnceLock<Vec<std::sync::Arc<crate::connector::SourceStats>>>,
     /// The errors its sink's client met and retried, when the sink counts
-    /// them (see [`Sink::client_errors`](crate::connectors::Sink::client_errors)):
+    /// them (see [`Sink::client_errors`](crate::connector::Sink::client_errors)):
     /// set by the runtime when it starts the query.
     pub sink_errors: std::sync::OnceLock<std::sync::Arc<AtomicU64>>,
 }

@@ -17,7 +17,8 @@ use datafusion::arrow::array::{Array, AsArray, Int8Array, Int64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Int8Type, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 
-use super::{Message, Operator, RowKind};
+use super::{Message, Operator};
+use crate::connector::RowKind;
 use crate::error::{Error, Result};
 
 /// The column of a watermark row: the watermark, in epoch milliseconds.

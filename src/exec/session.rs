@@ -17,7 +17,8 @@ use super::aggregate::{
     self, AggregateInputs, AggregateSpec, checked_table, evaluate_all, time_scalar,
 };
 use super::window_aggregate::{Frozen, GroupSlot, Groups};
-use super::{LateRows, Message, Operator, QueryStats, RowKind, send_late};
+use super::{LateRows, Message, Operator, QueryStats, send_late};
+use crate::connector::RowKind;
 use crate::error::{Error, Result};
 use crate::state::OperatorState;
 

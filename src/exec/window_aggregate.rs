@@ -18,7 +18,8 @@ use datafusion::physical_plan::aggregates::order::GroupOrdering;
 
 use super::aggregate::{self, AggregateInputs, AggregateSpec, evaluate_all, new_accumulator};
 use super::shed::{ShedOutput, scale_up};
-use super::{Message, Operator, RowKind};
+use super::{Message, Operator};
+use crate::connector::RowKind;
 use crate::error::Result;
 use crate::plan::WindowSpec;
 use crate::state::OperatorState;

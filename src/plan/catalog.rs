@@ -9,7 +9,8 @@ use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::logical_expr::{LogicalPlan, TableSource};
 
-use crate::connectors::{SinkConfig, SourceConfig, catalogue, registry};
+use crate::connector::{SinkConfig, SourceConfig, catalogue};
+use crate::connectors::registry;
 use crate::error::{Error, Result};
 use crate::sql::{CreateSink, CreateStream};
 use crate::types;
@@ -310,7 +311,7 @@ impl BufferSetting {
                 });
             }
             _ => {
-                let bytes = crate::connectors::options::parse_size(value)
+                let bytes = crate::connector::options::parse_size(value)
                     .filter(|&n| n >= MIN_BUFFER_MAX)
                     .ok_or_else(|| bad("a size of at least 1MiB, such as '512MiB' or '2GiB'"))?;
                 self.max_bytes = Some(bytes);
@@ -467,9 +468,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::connector::{Reader, SourceLocation};
     use crate::connectors::demo::Demo;
     use crate::connectors::host::Host;
-    use crate::connectors::{Reader, SourceLocation};
     use crate::engine::{Engine, Outcome};
     use crate::sql::parse_script;
 

@@ -11,7 +11,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 
 use super::catalog::StreamDef;
-use crate::connectors::{Format, OutputFormat, SinkConfig, SinkTarget, SourceLocation};
+use crate::connector::{Format, OutputFormat, SinkConfig, SinkTarget, SourceLocation};
 use crate::error::Result;
 
 /// Rows of text under named columns, with lines that say what the rows

@@ -15,7 +15,7 @@ use datafusion::logical_expr::{LogicalPlan, TableScan};
 use datafusion::prelude::SessionConfig;
 
 use super::{ExecutionMode, QueryGraph, QueryInput, Stages};
-use crate::connectors::SourceLocation;
+use crate::connector::SourceLocation;
 use crate::error::{Error, Result};
 use crate::exec::{BatchInput, BatchOp, Operator, QueryStats};
 use crate::plan::{EmitNode, StreamDef, StreamSource, WatermarkNode};

@@ -3,8 +3,8 @@
 use std::fmt::Write;
 
 use super::{QueryGraph, Stages};
-use crate::connectors::SourceLocation;
-use crate::connectors::registry::NOT_REPLAYABLE;
+use crate::connector::NOT_REPLAYABLE;
+use crate::connector::SourceLocation;
 use crate::plan::StreamDef;
 
 /// Describes the graph one task per line, in data-flow order.

@@ -7,8 +7,9 @@ use std::path::Path;
 
 use super::helper::{Completeness, completeness, split_background};
 use super::{Flow, Repl};
+use crate::connector::OutputFormat;
+use crate::connectors::parse_output_format;
 use crate::connectors::table::{draw, expanded, widest_line};
-use crate::connectors::{OutputFormat, parse_output_format};
 use crate::engine::Dropped;
 use crate::plan::listing::Listing;
 use crate::runtime::group::status::status_text;

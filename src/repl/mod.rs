@@ -66,7 +66,7 @@ use rustyline::error::ReadlineError;
 use rustyline::history::FileHistory;
 use rustyline::{Editor, ExternalPrinter};
 
-use crate::connectors::{OutputFormat, SourceLocation};
+use crate::connector::{OutputFormat, SourceLocation};
 use crate::engine::Outcome;
 use crate::error::{Error, Result};
 use crate::runtime::live::QueryId;

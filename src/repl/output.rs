@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use datafusion::arrow::record_batch::RecordBatch;
 use rustyline::ExternalPrinter;
 
+use crate::connector::{OutputFormat, Sink};
+use crate::connectors::make_sink;
 use crate::connectors::table::Table;
-use crate::connectors::{OutputFormat, Sink, make_sink};
 use crate::error::Result;
 
 /// How long table rows wait for more before they are drawn: a query that

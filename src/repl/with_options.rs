@@ -2,7 +2,8 @@
 //! from the connector registry: connector names after `connector = '`,
 //! and elsewhere the options of the statement's connector.
 
-use crate::connectors::registry::{self, OptionSpec};
+use crate::connector::OptionSpec;
+use crate::connectors::registry;
 
 /// What to complete at the end of `before` (the statement typed so far),
 /// if it is inside a `WITH (...)` list.

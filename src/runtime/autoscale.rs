@@ -138,7 +138,7 @@ impl AutoscaleSettings {
                     .ok_or_else(|| bad("a factor from 1 to 10"))?;
             }
             "autoscale.interval" | "autoscale.cooldown" => {
-                let time = crate::connectors::options::parse_duration(value)
+                let time = crate::connector::options::parse_duration(value)
                     .ok_or_else(|| bad("a duration such as '10s'"))?;
                 if name == "autoscale.interval" {
                     self.interval = time.max(Duration::from_millis(100));

@@ -49,7 +49,7 @@ use super::channel::{Closed, Reservation, Sender};
 use super::checkpoint::QueryCheckpoints;
 use super::frames::safe_name;
 use super::spill::{Record, Spill, SpillOptions};
-use crate::connectors::SourceStats;
+use crate::connector::SourceStats;
 use crate::error::{Error, Result};
 use crate::exec::Message;
 use crate::state::store::{SourceEntry, folder_name};
@@ -508,7 +508,7 @@ mod tests {
     use datafusion::arrow::record_batch::RecordBatch;
 
     use super::*;
-    use crate::connectors::SourcePosition;
+    use crate::connector::SourcePosition;
 
     fn batch(n: i64) -> Message {
         let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));

@@ -25,8 +25,9 @@ use std::time::{Duration, Instant};
 use datafusion::arrow::record_batch::RecordBatch;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError, mpsc};
 
+use crate::connector::RowKind;
+use crate::exec::Message;
 use crate::exec::metrics::QueueGauge;
-use crate::exec::{Message, RowKind};
 
 /// Messages a channel holds before its sender waits.
 pub const CHANNEL_MESSAGES: usize = 16;

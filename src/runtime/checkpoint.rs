@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::connectors::{Sink, SinkCommit, SourcePosition};
+use crate::connector::{Sink, SinkCommit, SourcePosition};
 use crate::error::{Error, Result};
 use crate::exec::{Chain, Operator, QueryStats};
 use crate::planner::QueryGraph;

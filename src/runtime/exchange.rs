@@ -28,8 +28,9 @@ use datafusion::physical_expr::PhysicalExpr;
 
 use super::channel::{Receiver, Sender};
 
+use crate::connector::RowKind;
 use crate::error::{Error, Result};
-use crate::exec::{Message, RowKind};
+use crate::exec::Message;
 use crate::state::{instance_of, key_groups_of};
 
 /// Where a task reads its messages from.

@@ -31,7 +31,7 @@ use super::wal::Wal;
 use super::{
     RunnableQuery, Subscriber, Wiring, merge, run_late_source, run_sink, run_source, spawn_stages,
 };
-use crate::connectors::{Sink, SourceLocation, SourcePosition, SourceStats};
+use crate::connector::{Sink, SourceLocation, SourcePosition, SourceStats};
 use crate::error::{Error, Result};
 use crate::exec::{END_OF_INPUT, LateRows, Message, QueryStats};
 use crate::plan::StreamDef;

@@ -28,9 +28,8 @@ use datafusion::arrow::record_batch::RecordBatch;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::connectors::{
-    Sink, SourceConfig, SourceLocation, SourcePosition, SourceStats, read_source_from,
-};
+use crate::connector::{Sink, SourceConfig, SourceLocation, SourcePosition, SourceStats};
+use crate::connectors::read_source_from;
 use crate::error::{Error, Result};
 use crate::exec::metrics::QueueGauge;
 use crate::exec::{Chain, END_OF_INPUT, Message, QueryStats};

@@ -41,8 +41,9 @@ use super::frames::{
     HEADER, Segment, create_segment, decode_batch, encode_batch, open_append, parse_header,
     read_prefix, record_header, scan_log, scan_records, segment_path, sync,
 };
+use crate::connector::RowKind;
 use crate::error::{Error, Result};
-use crate::exec::{Message, RowKind};
+use crate::exec::Message;
 
 /// How messages name this kind of log.
 const WHAT: &str = "disk buffer";

@@ -22,8 +22,9 @@ use tokio::sync::watch;
 
 use super::feed::Update;
 use super::{AppState, metrics};
+use crate::connector::{BadRow, Format, SourceLocation, SourceStats};
+use crate::connectors::read_bytes;
 use crate::connectors::sink::write_json_rows;
-use crate::connectors::{BadRow, Format, SourceLocation, SourceStats, read_bytes};
 use crate::runtime::group::status::group_status as read_group_status;
 use crate::runtime::live::{QueryId, QueryInfo};
 use crate::state::store::Location;

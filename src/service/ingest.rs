@@ -40,9 +40,10 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{
 use serde_json::{Value, json};
 
 use super::AppState;
+use crate::connector::BadRow;
 use crate::connectors::influx::{self, Precision};
 use crate::connectors::otlp::{self, Encoding};
-use crate::connectors::{BadRow, remote_write};
+use crate::connectors::remote_write;
 use crate::error::Error;
 use crate::plan::catalog::StreamDef;
 use crate::session::Session;
@@ -174,7 +175,7 @@ fn streams_of(
     let catalog = session.engine().catalog();
     let takes = |def: &StreamDef| {
         def.source.connector == connector
-            && def.source.location == crate::connectors::SourceLocation::Push
+            && def.source.location == crate::connector::SourceLocation::Push
     };
     if let Some(name) = pick {
         let def = catalog

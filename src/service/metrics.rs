@@ -21,7 +21,7 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-use crate::connectors::{SourceLocation, SourceStats};
+use crate::connector::{SourceLocation, SourceStats};
 use crate::exec::metrics::{LATENCY_BUCKETS_MS, LatencyHistogram};
 use crate::runtime::live::{Live, QueryId, QueryInfo};
 use crate::session::{QueryState, Session};

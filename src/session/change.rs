@@ -19,7 +19,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use tokio::sync::mpsc;
 
 use super::Session;
-use crate::connectors::Sink;
+use crate::connector::Sink;
 use crate::engine::{Change, ChangeTarget};
 use crate::error::{Error, Result};
 use crate::planner::QueryGraph;

@@ -27,7 +27,7 @@ impl Session {
             .iter()
             .map(|stream| SourceEntry {
                 stream: stream.clone(),
-                position: Some(crate::connectors::SourcePosition {
+                position: Some(crate::connector::SourcePosition {
                     rows: self.live.pushed(stream),
                     ..Default::default()
                 }),

@@ -59,16 +59,17 @@ use rdkafka::message::{Headers, Message as _, OwnedMessage};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde_json::{Value, json};
 
-use super::super::registry::{Reader, SourceRead};
 use super::super::{
     Decoding, Format, Replay, Sink, SinkCommit, SourceConfig, SourceLocation, SourcePosition,
     SourceStats,
 };
 use super::txn::{Producing, Record};
 use super::{CALL_TIMEOUT, Endpoint, Reporter, kafka_error};
+use crate::connector::RowKind;
+use crate::connector::{Reader, SourceRead};
 use crate::error::{Error, Result};
+use crate::exec::END_OF_INPUT;
 use crate::exec::remote::{kind_code, kind_of, remote_schema, result_rows, watermark_row};
-use crate::exec::{END_OF_INPUT, RowKind};
 use crate::state::{instance_of, key_groups_of};
 
 /// The header naming the partition whose part wrote a message.

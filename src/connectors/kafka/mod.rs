@@ -31,7 +31,7 @@ use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::KafkaError;
 
 use super::options::Options;
-use super::registry::{OptionSpec, OptionType};
+use crate::connector::{OptionSpec, OptionType};
 use crate::error::{Error, Result};
 
 pub use sink::{KafkaSink, KafkaSinkConnector};

@@ -40,11 +40,11 @@ use datafusion::arrow::record_batch::RecordBatch;
 
 use super::super::file::APPEND_ONLY;
 use super::super::options::Options;
-use super::super::registry::{Opener, OptionSpec, OptionType, SinkConnector, SinkOpen};
 use super::super::sink::render_rows;
 use super::super::{OutputFormat, Sink, SinkCommit, SinkConfig, SinkTarget};
 use super::txn::{Producing, Record};
 use super::{BOOTSTRAP, Endpoint, PROPERTIES, TOPIC};
+use crate::connector::{Opener, OptionSpec, OptionType, SinkConnector, SinkOpen};
 use crate::error::{Error, Result};
 
 const OPTIONS: &[OptionSpec] = &[

@@ -58,9 +58,6 @@ use serde_json::{Value, json};
 
 use super::super::file::{TEXT_OPTIONS, batch_size, decoding};
 use super::super::options::Options;
-use super::super::registry::{
-    OptionSpec, OptionType, Reader, SourceConnector, SourceRead, StreamDecl,
-};
 use super::super::source::{Pacer, pause};
 use super::super::{
     Format, MessageOrigin, Replay, SourceConfig, SourceLocation, SourcePosition, SourceStats,
@@ -68,6 +65,7 @@ use super::super::{
 };
 use super::align::Alignment;
 use super::{BOOTSTRAP, CALL_TIMEOUT, Endpoint, PROPERTIES, Reporter, TOPIC, kafka_error};
+use crate::connector::{OptionSpec, OptionType, Reader, SourceConnector, SourceRead, StreamDecl};
 use crate::error::{Error, Result};
 use crate::timestamp::format_timestamp_ms;
 

@@ -1,6 +1,6 @@
 //! The `WITH (...)` options of `CREATE STREAM` / `CREATE SINK`: checked
 //! against the options a connector declares (see
-//! [`registry`](super::registry)), and the value parsers every connector
+//! [`SourceConnector::options`](super::SourceConnector::options)), and the value parsers every connector
 //! shares (durations, sizes, URLs, formats).
 //!
 //! Keys arrive lower-cased. Unknown keys, repeated keys and bad values are
@@ -9,8 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::registry::{OptionSpec, OptionType};
 use super::{Format, OutputFormat};
+use super::{OptionSpec, OptionType};
 use crate::error::{Error, Result};
 
 /// Default number of rows per batch a source emits.
@@ -334,6 +334,3 @@ pub fn parse_url(text: &str) -> std::result::Result<String, String> {
     }
     Ok(url.to_string())
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,14 +1,20 @@
+//! `WITH (...)` options resolved through the registry into source and
+//! sink configurations, and the option value parsers.
+
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
-use super::super::demo::Demo;
-use super::super::host::Host;
-use super::super::{
-    Decoding, Reader, Replay, SinkConfig, SinkTarget, SourceConfig, SourceLocation, TsUnit,
+use super::demo::Demo;
+use super::host::Host;
+use super::{
+    Decoding, Format, OutputFormat, Reader, Replay, SinkConfig, SinkTarget, SourceConfig,
+    SourceLocation, TsUnit,
 };
-use super::*;
+use crate::connector::options::*;
+use crate::error::{Error, Result};
 
 fn host(interval: Duration, limit: Option<u64>) -> SourceLocation {
     SourceLocation::Connector(Reader(Arc::new(Host { interval, limit })))
