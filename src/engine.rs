@@ -21,6 +21,7 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
 use crate::connectors::SinkConfig;
+use crate::connectors::registry::Registry;
 use crate::error::{Error, Result};
 use crate::exec::{ShedConfig, ShedPolicy, ShedSettings};
 use crate::plan::StreamDef;
@@ -196,7 +197,7 @@ pub fn check_parallelism(instances: usize) -> Result<usize> {
 }
 
 /// Holds the declared streams and sinks and plans queries against them.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Engine {
     planner: SqlPlanner,
     catalog: Catalog,
@@ -234,10 +235,35 @@ pub struct Engine {
     kafka_partition: Option<i32>,
 }
 
+impl Default for Engine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Engine {
-    /// An engine with no streams.
+    /// An engine with no streams but the built-in ones, whose connectors
+    /// (like those of every stream and sink declared later) it resolves
+    /// through the registry.
     pub fn new() -> Self {
-        Self::default()
+        Engine {
+            planner: Default::default(),
+            catalog: Catalog::new(&Registry),
+            mode: Default::default(),
+            inputs: Default::default(),
+            follow: Default::default(),
+            batch_size: Default::default(),
+            query_name: Default::default(),
+            parallelism: Default::default(),
+            autoscale_on: Default::default(),
+            autoscale: Default::default(),
+            stream_shed: Default::default(),
+            shed: Default::default(),
+            buffer: Default::default(),
+            derived: Default::default(),
+            plan_only: Default::default(),
+            kafka_partition: Default::default(),
+        }
     }
 
     /// The declared streams and sinks.
@@ -339,7 +365,7 @@ impl Engine {
                         partition,
                     );
                 }
-                self.catalog.add_sink(&create, base_dir)?;
+                self.catalog.add_sink(&create, base_dir, &Registry)?;
                 Ok(Outcome::Done)
             }
             StatementKind::Explain {
@@ -505,5 +531,7 @@ pub fn script_dir(path: &Path) -> PathBuf {
     }
 }
 
+#[cfg(test)]
+mod catalog_tests;
 #[cfg(test)]
 mod tests;

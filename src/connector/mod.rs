@@ -51,8 +51,8 @@ pub use config::{
 };
 pub use sink::{RowKind, Sink};
 pub use spec::{
-    Columns, NOT_REPLAYABLE, Opener, OptionSpec, OptionType, Reader, SinkConnector, SinkOpen,
-    SourceConnector, SourceRead, StreamDecl,
+    Columns, Connectors, NOT_REPLAYABLE, Opener, OptionSpec, OptionType, Reader, SinkConnector,
+    SinkOpen, SourceConnector, SourceRead, StreamDecl,
 };
 pub use stats::{BAD_ROW_SAMPLES, BadRow, MaxEventTime, SourceStats};
 

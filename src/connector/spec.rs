@@ -192,3 +192,20 @@ impl PartialEq for Opener {
         format!("{:?}", self.0) == format!("{:?}", other.0)
     }
 }
+
+/// How `connector = '...'` is resolved: the one list of connectors, as the
+/// catalog sees it. The engine hands the catalog the registry
+/// (`connectors::registry::Registry`) through this, so that the planner
+/// never names a connector.
+pub trait Connectors: Sync {
+    /// The configuration of stream `decl.stream` from its connector
+    /// options (`connector` among them; `file` when it is missing).
+    fn source(&self, decl: &StreamDecl<'_>, options: &[(String, String)]) -> Result<SourceConfig>;
+
+    /// The configuration of sink `name` from its `WITH` options.
+    fn sink(&self, name: &str, options: &[(String, String)], base_dir: &Path)
+    -> Result<SinkConfig>;
+
+    /// The fixed columns of source connector `connector`, if it has them.
+    fn catalogue(&self, connector: &str) -> Option<&'static [CatalogueColumn]>;
+}

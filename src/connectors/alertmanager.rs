@@ -73,8 +73,8 @@ use super::webhook::{self, Batch, DeliveryThread, Schedule, WebhookConfig};
 use super::{OutputFormat, SinkConfig, SinkTarget};
 use crate::connector::{Opener, OptionSpec, OptionType, SinkConnector, SinkOpen};
 use crate::error::{Error, Result};
-use crate::exec::MessageTemplate;
 use crate::plan::columns::{self, Role};
+use crate::plan::template::MessageTemplate;
 
 /// The API path alerts are posted to, under the sink's `url`.
 pub const ALERTS_PATH: &str = "/api/v2/alerts";

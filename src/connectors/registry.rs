@@ -35,8 +35,8 @@ use datafusion::arrow::datatypes::SchemaRef;
 use crate::connector::catalogue::{CatalogueColumn, match_columns};
 use crate::connector::options::Options;
 use crate::connector::{
-    Columns, OptionSpec, OptionType, SinkConfig, SinkConnector, SourceConfig, SourceConnector,
-    StreamDecl,
+    Columns, Connectors, OptionSpec, OptionType, SinkConfig, SinkConnector, SourceConfig,
+    SourceConnector, StreamDecl,
 };
 use crate::error::{Error, Result};
 
@@ -158,6 +158,36 @@ impl SinkConfig {
         };
         let opts = Options::new(what, options, connector.options())?;
         connector.configure(name, &opts, base_dir)
+    }
+}
+
+/// The registry as the catalog resolves `connector = '...'` through it:
+/// the engine hands it over (see [`Connectors`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Registry;
+
+impl Connectors for Registry {
+    fn source(&self, decl: &StreamDecl<'_>, options: &[(String, String)]) -> Result<SourceConfig> {
+        SourceConfig::from_options(
+            decl.stream,
+            decl.schema.clone(),
+            decl.event_time,
+            options,
+            decl.base_dir,
+        )
+    }
+
+    fn sink(
+        &self,
+        name: &str,
+        options: &[(String, String)],
+        base_dir: &Path,
+    ) -> Result<SinkConfig> {
+        SinkConfig::from_options(name, options, base_dir)
+    }
+
+    fn catalogue(&self, connector: &str) -> Option<&'static [CatalogueColumn]> {
+        catalogue(connector)
     }
 }
 

@@ -30,7 +30,7 @@ impl Engine {
                     .all_streams()
                     .map(|s| {
                         let mut source = listing::source_text(s);
-                        if Catalog::is_builtin(s) {
+                        if self.catalog.is_builtin(s) {
                             source.push_str(" (built in)");
                         }
                         vec![

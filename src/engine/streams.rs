@@ -60,7 +60,7 @@ impl Engine {
         if let Some(partition) = self.kafka_partition {
             crate::connectors::kafka::stream_for_partition(&mut create.options, partition);
         }
-        let def = stream_def(&create, timing, base_dir)?;
+        let def = stream_def(&create, timing, base_dir, &Registry)?;
         self.shed_config(&def, &shed)?;
         self.catalog.add_stream(def)?;
         self.stream_shed.insert(create.name.clone(), shed);

@@ -30,9 +30,9 @@ use datafusion::arrow::datatypes::{
 };
 use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
 
-use super::template::MessageTemplate;
 use super::{END_OF_INPUT, Message, Operator};
 use crate::error::{Error, Result};
+use crate::plan::template::MessageTemplate;
 use crate::plan::{AlertHold, AlertRule, AlertSpec};
 use crate::state::OperatorState;
 

@@ -12,12 +12,12 @@ use datafusion::sql::sqlparser::ast;
 use super::alert_node::{
     AlertHold, AlertNode, AlertRule, AlertSpec, columns, key_columns, window_step_ms,
 };
+use super::template::MessageTemplate;
 use super::{
     Catalog, Provider, SqlPlanner, StreamSource, WINDOW_END, WatermarkNode, parser_options,
     plan_error,
 };
 use crate::error::{Error, Result};
-use crate::exec::MessageTemplate;
 use crate::sql::{AlertClause, AlertCondition, Hold};
 
 const WHEN_COLUMN: &str = "__alert_when";

@@ -3,14 +3,13 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::logical_expr::{LogicalPlan, TableSource};
 
-use crate::connector::{SinkConfig, SourceConfig, catalogue};
-use crate::connectors::registry;
+use crate::connector::{Connectors, SinkConfig, SourceConfig, StreamDecl, catalogue};
 use crate::error::{Error, Result};
 use crate::sql::{CreateSink, CreateStream};
 use crate::types;
@@ -59,18 +58,40 @@ impl StreamDef {
 }
 
 /// Streams and sinks by name.
+/// The default catalog has no built-in streams; [`Catalog::new`] resolves
+/// them through the connectors it is given.
 #[derive(Debug, Default, Clone)]
 pub struct Catalog {
     streams: BTreeMap<String, Arc<StreamDef>>,
     views: BTreeMap<String, Arc<ViewSource>>,
     sinks: BTreeMap<String, SinkConfig>,
+    /// The built-in streams ([`BUILTIN_STREAMS`]), defined once: every
+    /// query over one reads the same definition, so they share a source.
+    builtins: Arc<Vec<Arc<StreamDef>>>,
 }
 
 impl Catalog {
-    /// Looks up a stream: a declared one, else a built-in one (see
-    /// [`builtin_stream`]).
+    /// An empty catalog with the built-in streams, their connectors
+    /// resolved through `connectors`.
+    pub fn new(connectors: &dyn Connectors) -> Catalog {
+        let builtins = BUILTIN_STREAMS
+            .iter()
+            .map(|(name, connector)| Arc::new(builtin_def(name, connector, connectors)))
+            .collect();
+        Catalog {
+            builtins: Arc::new(builtins),
+            ..Catalog::default()
+        }
+    }
+
+    /// Looks up a stream: a declared one, else a built-in one.
     pub fn stream(&self, name: &str) -> Option<&Arc<StreamDef>> {
-        self.streams.get(name).or_else(|| builtin_stream(name))
+        self.streams.get(name).or_else(|| self.builtin(name))
+    }
+
+    /// The built-in stream `name`, if there is one.
+    fn builtin(&self, name: &str) -> Option<&Arc<StreamDef>> {
+        self.builtins.iter().find(|b| b.name == name)
     }
 
     /// All streams, by name.
@@ -128,18 +149,17 @@ impl Catalog {
     /// The declared streams, then the built-in ones that no declared
     /// stream or view hides.
     pub fn all_streams(&self) -> impl Iterator<Item = &Arc<StreamDef>> {
-        let builtin = BUILTIN_STREAMS
+        let builtin = self
+            .builtins
             .iter()
-            .filter(|(name, _)| {
-                !self.streams.contains_key(*name) && !self.views.contains_key(*name)
-            })
-            .filter_map(|(name, _)| builtin_stream(name));
+            .filter(|b| !self.streams.contains_key(&b.name) && !self.views.contains_key(&b.name));
         self.streams.values().chain(builtin)
     }
 
     /// True for a built-in stream (not a declared one of the same name).
-    pub fn is_builtin(stream: &Arc<StreamDef>) -> bool {
-        builtin_stream(&stream.name).is_some_and(|b| Arc::ptr_eq(b, stream))
+    pub fn is_builtin(&self, stream: &Arc<StreamDef>) -> bool {
+        self.builtin(&stream.name)
+            .is_some_and(|b| Arc::ptr_eq(b, stream))
     }
 
     /// True if `name` is a stream declared in this catalog (not a
@@ -198,15 +218,21 @@ impl Catalog {
         names
     }
 
-    /// Adds a sink from its statement.
-    pub fn add_sink(&mut self, create: &CreateSink, base_dir: &Path) -> Result<()> {
+    /// Adds a sink from its statement, its connector resolved through
+    /// `connectors`.
+    pub fn add_sink(
+        &mut self,
+        create: &CreateSink,
+        base_dir: &Path,
+        connectors: &dyn Connectors,
+    ) -> Result<()> {
         if self.sinks.contains_key(&create.name) {
             return Err(Error::Plan(format!(
                 "sink '{name}' already exists (CREATE OR REPLACE SINK {name} replaces it, DROP SINK {name} removes it)",
                 name = create.name
             )));
         }
-        let config = SinkConfig::from_options(&create.name, &create.options, base_dir)?;
+        let config = connectors.sink(&create.name, &create.options, base_dir)?;
         self.sinks.insert(create.name.clone(), config);
         Ok(())
     }
@@ -229,26 +255,19 @@ pub const BUILTIN_STREAMS: &[(&str, &str)] = &[("host_metrics", "host"), ("demo"
 /// `WATERMARK FOR ts AS ts`, the connector's default options (`host_metrics`
 /// samples this machine every second, `demo` replays the bundled NAB series
 /// at 1000 rows per second).
-pub fn builtin_stream(name: &str) -> Option<&'static Arc<StreamDef>> {
-    static STREAMS: OnceLock<Vec<Arc<StreamDef>>> = OnceLock::new();
-    let index = BUILTIN_STREAMS.iter().position(|(n, _)| *n == name)?;
-    STREAMS
-        .get_or_init(|| {
-            BUILTIN_STREAMS
-                .iter()
-                .map(|(name, connector)| Arc::new(builtin_def(name, connector)))
-                .collect()
-        })
-        .get(index)
-}
-
-fn builtin_def(name: &str, connector: &str) -> StreamDef {
-    let schema = catalogue::full_schema(registry::catalogue(connector).unwrap_or_default());
+fn builtin_def(name: &str, connector: &str, connectors: &dyn Connectors) -> StreamDef {
+    let schema = catalogue::full_schema(connectors.catalogue(connector).unwrap_or_default());
     let event_time = schema.index_of("ts").ok();
     let options = [("connector".to_string(), connector.to_string())];
-    let source =
-        SourceConfig::from_options(name, schema.clone(), event_time, &options, Path::new("."))
-            .expect("the options of a built-in stream are valid");
+    let decl = StreamDecl {
+        stream: name,
+        schema: schema.clone(),
+        event_time,
+        base_dir: Path::new("."),
+    };
+    let source = connectors
+        .source(&decl, &options)
+        .expect("the options of a built-in stream are valid");
     StreamDef {
         name: name.to_string(),
         schema,
@@ -283,7 +302,7 @@ pub const MIN_BUFFER_MAX: u64 = 1 << 20;
 
 /// What a query does with a stream's rows while it is behind: by default
 /// the stream waits for it (back-pressure); with a disk buffer the rows
-/// wait on disk instead, up to a bound (see [`crate::runtime::buffer`]).
+/// wait on disk instead, up to a bound (the runtime's `buffer` module keeps them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BufferSetting {
     /// `buffer`: `Some(true)` for `'disk'`, `Some(false)` for `'none'`,
@@ -348,11 +367,13 @@ pub struct StreamTiming {
     pub idle_timeout: Option<std::time::Duration>,
 }
 
-/// Builds a stream definition from its statement and its evaluated timing.
+/// Builds a stream definition from its statement and its evaluated timing,
+/// its connector resolved through `connectors`.
 pub fn stream_def(
     create: &CreateStream,
     timing: StreamTiming,
     base_dir: &Path,
+    connectors: &dyn Connectors,
 ) -> Result<StreamDef> {
     let mut fields = Vec::with_capacity(create.columns.len());
     for column in &create.columns {
@@ -389,13 +410,13 @@ pub fn stream_def(
             _ => connector_options.push((key.clone(), value.clone())),
         }
     }
-    let source = SourceConfig::from_options(
-        &create.name,
-        schema.clone(),
+    let decl = StreamDecl {
+        stream: &create.name,
+        schema: schema.clone(),
         event_time,
-        &connector_options,
         base_dir,
-    )?;
+    };
+    let source = connectors.source(&decl, &connector_options)?;
     Ok(StreamDef {
         name: create.name.clone(),
         schema,
@@ -460,158 +481,5 @@ impl TableSource for ViewSource {
 
     fn get_logical_plan(&self) -> Option<Cow<'_, LogicalPlan>> {
         Some(Cow::Borrowed(&self.plan))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-    use crate::connector::{Reader, SourceLocation};
-    use crate::connectors::demo::Demo;
-    use crate::connectors::host::Host;
-    use crate::engine::{Engine, Outcome};
-    use crate::sql::parse_script;
-
-    fn run(engine: &mut Engine, sql: &str) -> Result<Outcome> {
-        let mut last = Ok(Outcome::Done);
-        for statement in parse_script(sql).unwrap() {
-            last = Ok(engine.execute(&statement, Path::new("."))?);
-        }
-        last
-    }
-
-    #[test]
-    fn builtin_streams() {
-        let host = builtin_stream("host_metrics").unwrap();
-        let names: Vec<&str> = host
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.name().as_str())
-            .collect();
-        assert_eq!(names[..3], ["ts", "host", "cpu"]);
-        assert!(names.contains(&"processes") && names.contains(&"net_tx_bytes"));
-        assert_eq!(host.event_time, Some(0));
-        assert_eq!(host.delay_ms, 0);
-        assert_eq!(
-            host.source.location,
-            SourceLocation::Connector(Reader(Arc::new(Host {
-                interval: Duration::from_secs(1),
-                limit: None
-            })))
-        );
-        let demo = builtin_stream("demo").unwrap();
-        assert_eq!(demo.schema.fields().len(), 4);
-        assert_eq!(demo.event_time, Some(0));
-        assert_eq!(
-            demo.source.location,
-            SourceLocation::Connector(Reader(Arc::new(Demo {
-                speed: 1000.0,
-                limit: None
-            })))
-        );
-        assert!(builtin_stream("metrics").is_none());
-        // The same definition every time, so that queries share one source.
-        assert!(Arc::ptr_eq(host, builtin_stream("host_metrics").unwrap()));
-    }
-
-    #[test]
-    fn builtin_streams_need_no_ddl_and_declared_ones_hide_them() {
-        let catalog = Catalog::default();
-        assert!(catalog.stream("host_metrics").is_some());
-        assert!(catalog.stream("demo").is_some());
-
-        let mut engine = Engine::new();
-        let outcome = run(
-            &mut engine,
-            "SELECT window_end, host, avg(cpu) AS avg_cpu
-             FROM TUMBLE(host_metrics, ts, INTERVAL '10' SECOND)
-             GROUP BY window_end, host
-             ALERT WHEN avg_cpu > 80 FOR INTERVAL '30' SECOND;",
-        )
-        .unwrap();
-        assert!(matches!(outcome, Outcome::Query(_)));
-        let outcome = run(
-            &mut engine,
-            "EXPLAIN SELECT ts, value FROM demo WHERE value < 50;",
-        )
-        .unwrap();
-        let Outcome::Explain(text) = outcome else {
-            panic!("not an explain")
-        };
-        assert!(text.contains("source demo (demo, 1000 rows/s)"), "{text}");
-
-        run(
-            &mut engine,
-            "CREATE STREAM demo (ts TIMESTAMP, value DOUBLE) WITH (connector = 'demo', limit = '5');",
-        )
-        .unwrap();
-        let demo = engine.catalog().stream("demo").unwrap();
-        assert_eq!(demo.schema.fields().len(), 2);
-        assert_eq!(
-            demo.source.location,
-            SourceLocation::Connector(Reader(Arc::new(Demo {
-                speed: 1000.0,
-                limit: Some(5)
-            })))
-        );
-    }
-
-    #[test]
-    fn host_stream_columns_are_checked_when_declared() {
-        let mut engine = Engine::new();
-        let e = run(
-            &mut engine,
-            "CREATE STREAM h (ts TIMESTAMP, host TEXT, cpu BIGINT, WATERMARK FOR ts AS ts)
-             WITH (connector = 'host');",
-        )
-        .err()
-        .unwrap()
-        .to_string();
-        assert!(
-            e.contains("'cpu'")
-                && e.contains("is DOUBLE, not BIGINT")
-                && e.contains("mem_used_bytes BIGINT"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn reads_names_streams_and_views_but_not_aliases() {
-        let mut engine = Engine::new();
-        run(
-            &mut engine,
-            "CREATE STREAM m (ts TIMESTAMP, cpu DOUBLE) WITH (path = 'm.csv');
-             CREATE VIEW hot AS SELECT ts, cpu FROM m WHERE cpu > 1;",
-        )
-        .unwrap();
-        let catalog = engine.catalog();
-        let planner = crate::plan::SqlPlanner::new();
-        let reads = |sql: &str| {
-            let statement = parse_script(sql).unwrap().remove(0);
-            let crate::sql::StatementKind::Query { query, .. } = statement.kind else {
-                panic!("not a query")
-            };
-            catalog.reads(&planner.plan_raw(catalog, &query).unwrap())
-        };
-        assert_eq!(reads("SELECT * FROM hot"), ["hot", "m"]);
-        assert_eq!(
-            reads(
-                "SELECT window_end, count(*) FROM TUMBLE(hot, ts, INTERVAL '1' SECOND) GROUP BY window_end"
-            ),
-            ["hot", "m"]
-        );
-        // An alias named like the view is not the view.
-        assert_eq!(reads("SELECT * FROM m AS hot"), ["m"]);
-        assert_eq!(reads("SELECT * FROM late(m)"), ["m"]);
-        assert_eq!(reads("SELECT * FROM host_metrics"), ["host_metrics"]);
-
-        let mut catalog = catalog.clone();
-        assert!(catalog.remove_view("hot") && !catalog.remove_view("hot"));
-        assert!(catalog.remove_stream("m") && !catalog.has_stream("m"));
-        assert!(!catalog.remove_stream("host_metrics"));
-        assert!(catalog.stream("host_metrics").is_some());
     }
 }

@@ -1,5 +1,5 @@
 //! The `Control` logical node: a stream's rows as a control stream changes
-//! them while the query runs (see [`crate::exec::ControlFilter`]). Planned
+//! them while the query runs (the executor's `ControlFilter` runs it). Planned
 //! from `CONTROLLED(stream, control_stream, key_column)` (blocks and
 //! unblocks keys) and `PARAMS(stream, control_stream, 'name', default,
 //! ...)` (parameters the rows carry as columns) in `FROM`.

@@ -15,6 +15,7 @@ mod invariant;
 pub mod invariant_node;
 pub mod listing;
 mod relation;
+pub mod template;
 pub mod watermark_node;
 pub mod window_node;
 

@@ -181,7 +181,7 @@ fn plan_window(
 
 /// `CONTROLLED(stream, control_stream, key_column)`: the rows of `stream`
 /// whose `key_column` the control stream does not block at their event
-/// time (see [`crate::exec::ControlFilter`]). The control stream has an
+/// time (the executor's `ControlFilter` applies it). The control stream has an
 /// event time, a `key` column, and optionally `action` (`block` or
 /// `unblock`; without it every row blocks) and `until` (a TIMESTAMP at
 /// which a block ends).
