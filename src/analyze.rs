@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use datafusion::arrow::record_batch::RecordBatch;
 
-use crate::connectors::Sink;
+use crate::connector::Sink;
 use crate::error::{Error, Result};
 use crate::exec::QueryStats;
 use crate::exec::metrics::{LatencyHistogram, QueryMetrics};

@@ -115,7 +115,7 @@ pub enum Outcome {
     /// them (with the columns of [`listing::QUERY_COLUMNS`]).
     ShowQueries,
     /// `ALTER ALERT` or `ALTER QUERY`: a change to a running query, for
-    /// whoever runs it to make ([`crate::session::Session::change`]). The
+    /// whoever runs it to make (a session's `change`). The
     /// catalog already has the changed alert; a change not made puts
     /// [`Change::undo`] back.
     Change(Box<Change>),
@@ -531,6 +531,10 @@ pub fn script_dir(path: &Path) -> PathBuf {
     }
 }
 
+#[cfg(test)]
+mod aggregate_tests;
+#[cfg(test)]
+mod alert_roles_tests;
 #[cfg(test)]
 mod catalog_tests;
 #[cfg(test)]

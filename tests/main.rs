@@ -16,6 +16,7 @@ mod group_autoscale;
 mod import_rules;
 mod ingest;
 mod kafka;
+mod layers;
 mod library;
 mod limits;
 mod overload;

@@ -17,7 +17,7 @@ pub enum SourceLocation {
     /// The process's standard input.
     Stdin,
     /// Rows pushed by the program that embeds vigil, or posted to
-    /// `vigil serve`; see [`crate::session::Session::push`].
+    /// `vigil serve`; see the session's `push`.
     Push,
     /// A connector that reads by itself (`host`, `demo`, ...); see
     /// [`registry::SourceRead`].

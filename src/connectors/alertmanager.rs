@@ -257,18 +257,18 @@ fn wall_clock_ms() -> i64 {
 /// Where the parts of an alert are in the rows a sink is given.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Layout {
-    alert: usize,
-    state: usize,
-    event_time: usize,
-    since: usize,
-    severity: Option<usize>,
-    message: Option<usize>,
+    pub(crate) alert: usize,
+    pub(crate) state: usize,
+    pub(crate) event_time: usize,
+    pub(crate) since: usize,
+    pub(crate) severity: Option<usize>,
+    pub(crate) message: Option<usize>,
     /// Key columns, with their names.
-    keys: Vec<(usize, String)>,
+    pub(crate) keys: Vec<(usize, String)>,
     /// `LABELS` columns, with the label names.
-    labels: Vec<(usize, String)>,
+    pub(crate) labels: Vec<(usize, String)>,
     /// `ANNOTATIONS` columns, with the annotation names.
-    annotations: Vec<(usize, String)>,
+    pub(crate) annotations: Vec<(usize, String)>,
 }
 
 impl Layout {

@@ -6,14 +6,9 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema};
 use datafusion::datasource::MemTable;
 use datafusion::execution::SessionStateBuilder;
-use datafusion::logical_expr::{LogicalPlanBuilder, lit};
 use datafusion::prelude::SessionContext;
-use datafusion::sql::sqlparser::ast::Statement;
-use datafusion::sql::sqlparser::dialect::GenericDialect;
-use datafusion::sql::sqlparser::parser::Parser;
 
 use super::*;
-use crate::plan::{Catalog, SqlPlanner};
 
 /// A session with vigil's functions, as `SqlPlanner` builds its state,
 /// and a table `t(g, host, v)`: partition `a` is the 1-D example of
@@ -359,41 +354,4 @@ async fn bad_history_function_arguments_fail_with_clear_errors() {
         let message = error(sql).await;
         assert!(message.contains(expected), "{sql}: {message}");
     }
-}
-
-#[test]
-fn vigils_planner_knows_the_window_functions() {
-    let mut catalog = Catalog::default();
-    let rows = LogicalPlanBuilder::values(vec![vec![lit("a"), lit("h1"), lit(1.0)]])
-        .unwrap()
-        .project(vec![
-            datafusion::logical_expr::col("column1").alias("g"),
-            datafusion::logical_expr::col("column2").alias("host"),
-            datafusion::logical_expr::col("column3").alias("v"),
-        ])
-        .unwrap()
-        .build()
-        .unwrap();
-    catalog.add_view("t", rows).unwrap();
-    let sql = "SELECT host, dbscan(0.5, 2, v) OVER (PARTITION BY g) AS c, \
-                   robust_z(v) OVER (PARTITION BY g) AS z FROM t";
-    let Statement::Query(query) = Parser::parse_sql(&GenericDialect {}, sql)
-        .unwrap()
-        .remove(0)
-    else {
-        panic!("not a query")
-    };
-    let plan = SqlPlanner::new().plan_query(&catalog, &query).unwrap();
-    let schema = plan.schema();
-    assert_eq!(
-        schema.field_with_unqualified_name("c").unwrap().data_type(),
-        &DataType::Int64
-    );
-    assert_eq!(
-        schema.field_with_unqualified_name("z").unwrap().data_type(),
-        &DataType::Float64
-    );
-    let text = plan.display_indent().to_string();
-    assert!(text.contains("dbscan("), "{text}");
-    assert!(text.contains("robust_z("), "{text}");
 }

@@ -404,7 +404,13 @@ impl ContextProvider for Provider<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::one_line;
+    use datafusion::arrow::datatypes::DataType;
+    use datafusion::logical_expr::{LogicalPlanBuilder, lit};
+    use datafusion::sql::sqlparser::ast::Statement;
+    use datafusion::sql::sqlparser::dialect::GenericDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
+    use super::{Catalog, SqlPlanner, one_line};
 
     #[test]
     fn datafusion_errors_become_one_line() {
@@ -427,5 +433,42 @@ mod tests {
             one_line("Error during planning: table 'datafusion.public.x' not found"),
             "table 'x' not found"
         );
+    }
+
+    #[test]
+    fn vigils_planner_knows_the_window_functions() {
+        let mut catalog = Catalog::default();
+        let rows = LogicalPlanBuilder::values(vec![vec![lit("a"), lit("h1"), lit(1.0)]])
+            .unwrap()
+            .project(vec![
+                datafusion::logical_expr::col("column1").alias("g"),
+                datafusion::logical_expr::col("column2").alias("host"),
+                datafusion::logical_expr::col("column3").alias("v"),
+            ])
+            .unwrap()
+            .build()
+            .unwrap();
+        catalog.add_view("t", rows).unwrap();
+        let sql = "SELECT host, dbscan(0.5, 2, v) OVER (PARTITION BY g) AS c, \
+                       robust_z(v) OVER (PARTITION BY g) AS z FROM t";
+        let Statement::Query(query) = Parser::parse_sql(&GenericDialect {}, sql)
+            .unwrap()
+            .remove(0)
+        else {
+            panic!("not a query")
+        };
+        let plan = SqlPlanner::new().plan_query(&catalog, &query).unwrap();
+        let schema = plan.schema();
+        assert_eq!(
+            schema.field_with_unqualified_name("c").unwrap().data_type(),
+            &DataType::Int64
+        );
+        assert_eq!(
+            schema.field_with_unqualified_name("z").unwrap().data_type(),
+            &DataType::Float64
+        );
+        let text = plan.display_indent().to_string();
+        assert!(text.contains("dbscan("), "{text}");
+        assert!(text.contains("robust_z("), "{text}");
     }
 }
