@@ -27,5 +27,6 @@ pub mod service;
 pub mod session;
 pub mod sql;
 pub mod state;
+pub mod text;
 pub mod timestamp;
 pub mod types;

@@ -20,12 +20,12 @@ use datafusion::arrow::record_batch::RecordBatch;
 use super::catalogue::{CatalogueColumn, match_columns};
 use super::host::{LIMIT, limit, live_config};
 use super::options::Options;
-use super::source::pause;
 use super::{SourceConfig, SourcePosition, SourceStats};
 use crate::connector::{
     Columns, OptionSpec, OptionType, Reader, SourceConnector, SourceRead, StreamDecl,
 };
 use crate::error::{Error, Result};
+use crate::text::pause;
 use crate::timestamp::parse_timestamp_ms;
 
 /// The bundled series, `timestamp,value` with a header line.

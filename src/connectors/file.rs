@@ -1,5 +1,5 @@
 //! The text connectors: sources `file`, `stdin` and `push` (CSV or JSON
-//! lines, decoded by [`source`](super::source)), and sinks `file` and
+//! lines, decoded by the text kit, [`crate::text`]), and sinks `file` and
 //! `stdout` (table, CSV or JSON lines, rendered by [`sink`](super::sink)).
 
 use std::path::Path;

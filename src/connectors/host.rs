@@ -20,12 +20,12 @@ use sysinfo::{DiskRefreshKind, Disks, Networks, ProcessRefreshKind, ProcessesToU
 
 use super::catalogue::{CatalogueColumn, match_columns};
 use super::options::Options;
-use super::source::pause;
 use super::{Decoding, Format, Replay, SourceConfig, SourceLocation, SourcePosition, SourceStats};
 use crate::connector::{
     Columns, OptionSpec, OptionType, Reader, SourceConnector, SourceRead, StreamDecl,
 };
 use crate::error::{Error, Result};
+use crate::text::pause;
 
 /// Default sampling interval.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);

@@ -17,7 +17,6 @@ mod config_tests;
 pub mod demo;
 pub mod file;
 pub mod file_commit;
-mod guard;
 pub mod host;
 pub mod influx;
 pub mod kafka;
@@ -26,7 +25,6 @@ pub mod prometheus;
 pub mod registry;
 pub mod remote_write;
 pub mod sink;
-pub mod source;
 pub mod table;
 #[cfg(test)]
 mod test_server;
@@ -34,8 +32,8 @@ pub mod webhook;
 
 pub use crate::connector::options::parse_output_format;
 pub use crate::connector::*;
-pub use crate::timestamp::TsUnit;
-pub use sink::{Destination, make_labelled_sink, make_sink, make_sink_to, open_sink};
-pub use source::{
+pub use crate::text::{
     MessageOrigin, dead_letter_line, read_bytes, read_messages, read_source, read_source_from,
 };
+pub use crate::timestamp::TsUnit;
+pub use sink::{Destination, make_labelled_sink, make_sink, make_sink_to, open_sink};

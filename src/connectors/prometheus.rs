@@ -35,13 +35,13 @@ use regex::Regex;
 use super::catalogue::{CatalogueColumn, match_columns};
 use super::host::{limit, live_config};
 use super::options::Options;
-use super::source::POLL;
 use super::{BadRow, SourceConfig, SourcePosition, SourceStats};
 use crate::connector::{
     Columns, NOT_REPLAYABLE, OptionSpec, OptionType, Reader, SourceConnector, SourceRead,
     StreamDecl,
 };
 use crate::error::{Error, Result};
+use crate::text::POLL;
 use crate::types::{LabelsBuilder, labels_type};
 
 /// Default time between two scrapes of a target.

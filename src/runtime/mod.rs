@@ -29,11 +29,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::connector::{Sink, SourceConfig, SourceLocation, SourcePosition, SourceStats};
-use crate::connectors::read_source_from;
 use crate::error::{Error, Result};
 use crate::exec::metrics::QueueGauge;
 use crate::exec::{Chain, END_OF_INPUT, Message, QueryStats};
 use crate::planner::{QueryGraph, Stages};
+use crate::text::read_source_from;
 use channel::{Receiver, Sender};
 use checkpoint::{Coordinator, QueryCheckpoints};
 use exchange::{Inbox, Outbox};

@@ -4,7 +4,7 @@
 //! connectors fill them in and read them back.
 
 /// Where a source stands, as a checkpoint records it: reading again from
-/// here (see `connectors::source::read_source_from`) gives exactly the rows after
+/// here (see `text::read_source_from`) gives exactly the rows after
 /// those already emitted. What the fields mean depends on the source; a
 /// source that cannot be read again (stdin, a pipe, `host`, pushed rows)
 /// has no position.

@@ -58,7 +58,6 @@ use serde_json::{Value, json};
 
 use super::super::file::{TEXT_OPTIONS, batch_size, decoding};
 use super::super::options::Options;
-use super::super::source::{Pacer, pause};
 use super::super::{
     Format, MessageOrigin, Replay, SourceConfig, SourceLocation, SourcePosition, SourceStats,
     dead_letter_line, read_messages,
@@ -67,6 +66,7 @@ use super::align::Alignment;
 use super::{BOOTSTRAP, CALL_TIMEOUT, Endpoint, PROPERTIES, Reporter, TOPIC, kafka_error};
 use crate::connector::{OptionSpec, OptionType, Reader, SourceConnector, SourceRead, StreamDecl};
 use crate::error::{Error, Result};
+use crate::text::{Pacer, pause};
 use crate::timestamp::format_timestamp_ms;
 
 /// How long one poll waits for a message; also the longest the source goes

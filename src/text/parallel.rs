@@ -482,7 +482,7 @@ pub(super) mod tests {
         Decoding, Format, Replay, SourceConfig, SourceLocation, SourcePosition, SourceStats,
         read_source_from,
     };
-    use crate::connectors::BadRow;
+    use crate::connector::BadRow;
 
     thread_local! {
         /// The chunk size of the sources a test opens on this thread.

@@ -1,5 +1,7 @@
-//! Reading a stream's rows from a CSV or JSONL file (or stdin) into Arrow
-//! batches.
+//! The text kit: reading a stream's rows from a CSV or JSONL file (or
+//! stdin, or bytes a connector received) into Arrow batches. The file,
+//! stdin and push connectors, Kafka and the scrapers decode through it, and
+//! the runtime reads file and stdin streams with it.
 //!
 //! Every emitted batch has exactly the stream's declared schema. Rows are
 //! all-or-nothing: a row is parsed completely before anything is appended, so
@@ -49,15 +51,16 @@ use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::guard::{Admit, FutureGuard, GuardState, JUMP_ROWS, UnitCheck, UnitState};
-use super::{
+use crate::connector::{
     BadRow, Decoding, Format, Replay, SourceConfig, SourceLocation, SourcePosition, SourceStats,
-    TsUnit,
 };
 use crate::error::{Error, Result};
+use crate::timestamp::TsUnit;
 use crate::timestamp::{is_epoch_number, parse_timestamp};
+use guard::{Admit, FutureGuard, GuardState, JUMP_ROWS, UnitCheck, UnitState};
 
 mod driver;
+mod guard;
 use driver::*;
 mod follow;
 use follow::*;
@@ -102,7 +105,7 @@ const MAX_QUOTED_CHARS: usize = 40;
 /// the dead-letter file.
 ///
 /// A connector that reads by itself (`host`, `demo`, ...) is read by its
-/// own module, through [`SourceRead`](super::registry::SourceRead).
+/// own module, through [`SourceRead`](crate::connector::SourceRead).
 pub fn read_source(
     config: &SourceConfig,
     stats: &SourceStats,

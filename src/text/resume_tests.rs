@@ -189,7 +189,7 @@ fn resume_everywhere(format: Format, text: &str, batch_size: usize) -> Vec<Sourc
         );
         let later: Vec<BadRow> = bad[done..]
             .iter()
-            .take(super::super::BAD_ROW_SAMPLES)
+            .take(crate::connector::BAD_ROW_SAMPLES)
             .cloned()
             .collect();
         assert_eq!(bad_rows(&resumed.stats), later, "{context}");
