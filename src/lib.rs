@@ -19,6 +19,7 @@ pub mod engine;
 pub mod error;
 pub mod exec;
 pub mod functions;
+pub mod group;
 pub mod plan;
 pub mod planner;
 pub mod repl;

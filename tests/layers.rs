@@ -2,11 +2,8 @@
 //! layer or below, never above (`docs/architecture.md`, "Layers"). Every
 //! `crate::NAME` path and every `super::` chain that reaches the crate root
 //! counts, in code, tests and comments alike, so a doc link up the layers
-//! fails too. The few upward imports still to remove are listed below with
-//! why; the test also fails once one of them is gone, so the list only
-//! shrinks.
+//! fails too.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The layers, lowest first; the modules of one layer may name each other.
@@ -22,6 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["planner"],
     &["runtime"],
     &["connectors"],
+    &["group"],
     &["analyze"],
     &["engine"],
     &["session"],
@@ -29,14 +27,6 @@ const LAYERS: &[&[&str]] = &[
     &["repl"],
     &["cli"],
     &["lib", "main"],
-];
-
-/// Upward imports not yet removed: `(file, module it names)`. Kafka
-/// scale-out (`runtime/group*`) still lives in the runtime instead of
-/// beside the engine (issue 40, step 2).
-const NOT_YET: &[(&str, &str)] = &[
-    ("runtime/group.rs", "connectors"),
-    ("runtime/group/status.rs", "connectors"),
 ];
 
 fn layer(module: &str) -> Option<usize> {
@@ -112,7 +102,6 @@ fn no_module_names_a_layer_above_its_own() {
     sources(&src, &src, &mut files);
     files.sort();
     let mut upward = Vec::new();
-    let mut still_needed = BTreeSet::new();
     for file in &files {
         let path = module_path(file);
         let top = &path[0];
@@ -130,11 +119,7 @@ fn no_module_names_a_layer_above_its_own() {
             if theirs <= own {
                 continue;
             }
-            let shown = file.to_string_lossy().replace('\\', "/");
-            if NOT_YET.contains(&(shown.as_str(), named.as_str())) {
-                still_needed.insert((shown, named));
-                continue;
-            }
+            let shown = file.to_string_lossy();
             upward.push(format!(
                 "src/{shown}:{line}: {top} names {named}, a layer above it"
             ));
@@ -144,14 +129,6 @@ fn no_module_names_a_layer_above_its_own() {
         upward.is_empty(),
         "imports up the layers:\n{}",
         upward.join("\n")
-    );
-    let gone: Vec<_> = NOT_YET
-        .iter()
-        .filter(|(f, m)| !still_needed.contains(&(f.to_string(), m.to_string())))
-        .collect();
-    assert!(
-        gone.is_empty(),
-        "no longer upward, remove from NOT_YET: {gone:?}"
     );
 }
 

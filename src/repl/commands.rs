@@ -11,8 +11,8 @@ use crate::connector::OutputFormat;
 use crate::connectors::parse_output_format;
 use crate::connectors::table::{draw, expanded, widest_line};
 use crate::engine::Dropped;
+use crate::group::status::status_text;
 use crate::plan::listing::Listing;
-use crate::runtime::group::status::status_text;
 use crate::sql::Show;
 use crate::state::store::Location;
 

@@ -15,7 +15,6 @@ pub mod channel;
 pub mod checkpoint;
 mod exchange;
 mod frames;
-pub mod group;
 pub mod live;
 mod merge;
 pub mod spill;

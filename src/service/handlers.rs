@@ -25,7 +25,7 @@ use super::{AppState, metrics};
 use crate::connector::{BadRow, Format, SourceLocation, SourceStats};
 use crate::connectors::read_bytes;
 use crate::connectors::sink::write_json_rows;
-use crate::runtime::group::status::group_status as read_group_status;
+use crate::group::status::group_status as read_group_status;
 use crate::runtime::live::{QueryId, QueryInfo};
 use crate::state::store::Location;
 
@@ -617,7 +617,7 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         let (dir, name) = (dir.clone(), name.clone());
         // The store may be remote.
         let verdict = tokio::task::spawn_blocking(move || {
-            let verdict = crate::runtime::group::scale::verdict(&dir, &name);
+            let verdict = crate::group::scale::verdict(&dir, &name);
             (name, verdict)
         })
         .await;

@@ -659,12 +659,8 @@ fn autoscaling(out: &mut String, scaled: &[crate::session::Autoscaling]) {
 }
 
 /// The processes group `name` needs and has, as its leader last worked
-/// them out (see [`crate::runtime::group::scale`]).
-pub(super) fn group_scale(
-    out: &mut String,
-    name: &str,
-    verdict: &crate::runtime::group::scale::GroupScale,
-) {
+/// them out (see [`crate::group::scale`]).
+pub(super) fn group_scale(out: &mut String, name: &str, verdict: &crate::group::scale::GroupScale) {
     header(
         out,
         "vigil_group_processes_wanted",
@@ -725,7 +721,7 @@ mod tests {
 
     #[test]
     fn a_group_shows_the_processes_it_needs_and_has() {
-        let verdict = crate::runtime::group::scale::GroupScale {
+        let verdict = crate::group::scale::GroupScale {
             wanted: 3,
             processes: 1,
             offered: 9000.0,

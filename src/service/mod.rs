@@ -33,7 +33,7 @@
 //! `DIR/savepoints/`.
 //!
 //! A service may also be a member of a group of processes sharing a Kafka
-//! topic (`vigil serve --group NAME`, see [`crate::runtime::group`]): the
+//! topic (`vigil serve --group NAME`, see [`crate::group`]): the
 //! [`Member`] given to [`serve_with`] runs beside the session for as long
 //! as the service does, and leaves its group when the service shuts down.
 //! `GET /groups/{name}` answers what a group's members hold.

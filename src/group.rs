@@ -40,10 +40,10 @@ use rdkafka::topic_partition_list::TopicPartitionList;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use super::autoscale::AutoscaleSettings;
-use super::live::{Live, NamedQuery, QueryId};
 use crate::connectors::kafka::{Endpoint, Reporter};
 use crate::error::{Error, Result};
+use crate::runtime::autoscale::AutoscaleSettings;
+use crate::runtime::live::{Live, NamedQuery, QueryId};
 use crate::state::store::Location;
 use scale::{LoadMeter, MemberLoad, Scaler};
 
