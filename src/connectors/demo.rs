@@ -18,7 +18,7 @@ use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use super::catalogue::{CatalogueColumn, match_columns};
-use super::host::{LIMIT, limit, live_config};
+use super::common::{LIMIT, limit, live_config};
 use super::options::Options;
 use super::{SourceConfig, SourcePosition, SourceStats};
 use crate::connector::{

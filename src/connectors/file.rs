@@ -4,18 +4,11 @@
 
 use std::path::Path;
 
-use super::options::{
-    DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, MAX_RECORD_SIZE_LIMIT, Options, format_from_extension,
-    parse_max_future, parse_output_format, parse_source_format,
-};
-use super::{
-    Decoding, Format, OutputFormat, Replay, SinkConfig, SinkTarget, SourceConfig, SourceLocation,
-    TsUnit,
-};
+use super::common::{APPEND_ONLY, TEXT_OPTIONS, batch_size, decoding};
+use super::options::{Options, format_from_extension, parse_output_format, parse_source_format};
+use super::{Format, OutputFormat, Replay, SinkConfig, SinkTarget, SourceConfig, SourceLocation};
 use crate::connector::{OptionSpec, OptionType, SinkConnector, SourceConnector, StreamDecl};
 use crate::error::{Error, Result};
-
-const FORMATS: &[&str] = &["csv", "jsonl", "json", "ndjson"];
 
 /// The options of a `file` source: those of every text source, then its
 /// own.
@@ -42,73 +35,6 @@ const FILE_OPTIONS: &[OptionSpec] = &[
         default: Some("false"),
         accepted: "true, false",
         doc: "keep reading the file as it grows (`tail -F`)",
-    },
-];
-
-/// The options of every text source (`file`, `stdin`, `push`).
-pub(super) const TEXT_OPTIONS: &[OptionSpec] = &[
-    OptionSpec {
-        name: "format",
-        ty: OptionType::Choice(FORMATS),
-        default: Some("from the path's extension, else csv"),
-        accepted: "csv, jsonl, json, ndjson",
-        doc: "how rows are encoded",
-    },
-    OptionSpec {
-        name: "replay",
-        ty: OptionType::Choice(&["fast", "realtime"]),
-        default: Some("fast"),
-        accepted: "fast, realtime",
-        doc: "as fast as possible, or paced by event time",
-    },
-    OptionSpec {
-        name: "speed",
-        ty: OptionType::Number,
-        default: Some("1"),
-        accepted: "a positive number such as 1 or 10",
-        doc: "speed-up of `replay = 'realtime'`",
-    },
-    OptionSpec {
-        name: "batch_size",
-        ty: OptionType::Count,
-        default: Some("8192"),
-        accepted: "an integer from 1 to 16777216",
-        doc: "most rows per batch",
-    },
-    OptionSpec {
-        name: "dead_letter",
-        ty: OptionType::Path,
-        default: None,
-        accepted: "a file path",
-        doc: "file that malformed rows are copied to",
-    },
-    OptionSpec {
-        name: "multiline",
-        ty: OptionType::Flag,
-        default: Some("false"),
-        accepted: "true, false",
-        doc: "a quoted CSV field may span lines",
-    },
-    OptionSpec {
-        name: "max_record_size",
-        ty: OptionType::Count,
-        default: Some("1048576"),
-        accepted: "a number of bytes from 1 to 1073741824",
-        doc: "most bytes of a line, or of a CSV record spanning lines; a longer one is a bad row",
-    },
-    OptionSpec {
-        name: "ts_unit",
-        ty: OptionType::Choice(&["s", "ms", "us", "ns"]),
-        default: Some("ms"),
-        accepted: "s, ms, us, ns",
-        doc: "unit of numeric timestamps",
-    },
-    OptionSpec {
-        name: "max_future",
-        ty: OptionType::Text,
-        default: Some("1 day"),
-        accepted: "a duration such as '1 hour', '30 minutes', '2 days', or 'none'",
-        doc: "a row further ahead of the stream than this is a bad row",
     },
 ];
 
@@ -226,55 +152,12 @@ fn text_source(
     })
 }
 
-/// The `batch_size` option, within its bounds.
-pub(super) fn batch_size(opts: &Options<'_>) -> Result<usize> {
-    match opts.count("batch_size")? {
-        None => Ok(DEFAULT_BATCH_SIZE),
-        Some(n) if (1..=MAX_BATCH_SIZE as u64).contains(&n) => Ok(n as usize),
-        Some(_) => Err(opts.bad_value("batch_size", opts.get("batch_size").unwrap_or(""))),
-    }
-}
-
 fn connector_of(location: &SourceLocation) -> &'static str {
     match location {
         SourceLocation::Stdin => "stdin",
         SourceLocation::Push => "push",
         _ => "file",
     }
-}
-
-/// The decoding options of a text source.
-pub(super) fn decoding(opts: &Options<'_>, format: Format) -> Result<Decoding> {
-    let defaults = Decoding::default();
-    let multiline = opts.flag("multiline")?;
-    if multiline && format != Format::Csv {
-        return Err(Error::Plan(format!(
-            "{}: option 'multiline' is for CSV (a JSON Lines row is always one line)",
-            opts.what()
-        )));
-    }
-    let max_record_size = match opts.count("max_record_size")? {
-        None => defaults.max_record_size,
-        Some(n) if (1..=MAX_RECORD_SIZE_LIMIT as u64).contains(&n) => n as usize,
-        Some(_) => {
-            let v = opts.get("max_record_size").unwrap_or("");
-            return Err(opts.bad_value("max_record_size", v));
-        }
-    };
-    let ts_unit = match opts.choice("ts_unit")? {
-        None => defaults.ts_unit,
-        Some(v) => TsUnit::parse(v).unwrap_or(defaults.ts_unit),
-    };
-    let max_future_ms = match opts.get("max_future") {
-        None => defaults.max_future_ms,
-        Some(v) => parse_max_future(v).ok_or_else(|| opts.bad_value("max_future", v))?,
-    };
-    Ok(Decoding {
-        multiline,
-        max_record_size,
-        ts_unit,
-        max_future_ms,
-    })
 }
 
 /// The options of a `file` sink.
@@ -299,15 +182,6 @@ const OUTPUT_FORMAT: OptionSpec = OptionSpec {
     default: Some("from the path's extension, else csv"),
     accepted: "csv, jsonl, table",
     doc: "how rows are written",
-};
-
-/// `append_only`, which every sink takes.
-pub(super) const APPEND_ONLY: OptionSpec = OptionSpec {
-    name: "append_only",
-    ty: OptionType::Flag,
-    default: Some("false"),
-    accepted: "true, false",
-    doc: "take final rows only: queries emitting updates or early results are rejected",
 };
 
 /// `connector = 'file'` in `CREATE SINK`: a file, shared by the queries

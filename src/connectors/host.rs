@@ -19,8 +19,9 @@ use datafusion::arrow::record_batch::RecordBatch;
 use sysinfo::{DiskRefreshKind, Disks, Networks, ProcessRefreshKind, ProcessesToUpdate, System};
 
 use super::catalogue::{CatalogueColumn, match_columns};
+use super::common::{LIMIT, limit, live_config};
 use super::options::Options;
-use super::{Decoding, Format, Replay, SourceConfig, SourceLocation, SourcePosition, SourceStats};
+use super::{SourceConfig, SourcePosition, SourceStats};
 use crate::connector::{
     Columns, OptionSpec, OptionType, Reader, SourceConnector, SourceRead, StreamDecl,
 };
@@ -100,15 +101,6 @@ pub const COLUMNS: &[CatalogueColumn] = &[
     },
 ];
 
-/// `limit`, as `host` and `demo` take it.
-pub(super) const LIMIT: OptionSpec = OptionSpec {
-    name: "limit",
-    ty: OptionType::Count,
-    default: None,
-    accepted: "a positive integer such as 10",
-    doc: "stop after this many rows",
-};
-
 const OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         name: "interval",
@@ -148,36 +140,6 @@ impl SourceConnector for HostSource {
             "host",
             Reader(Arc::new(Host { interval, limit })),
         ))
-    }
-}
-
-/// The `limit` option: a positive count.
-pub(super) fn limit(opts: &Options<'_>) -> Result<Option<u64>> {
-    match opts.count("limit")? {
-        Some(0) => Err(opts.bad_value("limit", opts.get("limit").unwrap_or(""))),
-        n => Ok(n),
-    }
-}
-
-/// The configuration of a source that makes its rows itself.
-pub(super) fn live_config(
-    decl: &StreamDecl<'_>,
-    connector: &'static str,
-    reader: Reader,
-) -> SourceConfig {
-    SourceConfig {
-        stream: decl.stream.to_string(),
-        schema: decl.schema.clone(),
-        connector,
-        location: SourceLocation::Connector(reader),
-        format: Format::Csv,
-        replay: Replay::Fast,
-        event_time: decl.event_time,
-        batch_size: super::options::DEFAULT_BATCH_SIZE,
-        dead_letter: None,
-        follow: false,
-        decode_threads: super::default_decode_threads(),
-        decode: Decoding::default(),
     }
 }
 

@@ -37,8 +37,8 @@ use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use influxdb_line_protocol::{FieldValue, ParsedLine};
 
+use super::common::push_config;
 use super::options::Options;
-use super::remote_write::push_config;
 use super::{BadRow, SourceConfig};
 use crate::connector::{OptionSpec, SourceConnector, StreamDecl};
 use crate::error::{Error, Result};

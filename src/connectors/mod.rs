@@ -12,6 +12,7 @@
 pub mod alertmanager;
 #[cfg(test)]
 mod catalogue_tests;
+mod common;
 #[cfg(test)]
 mod config_tests;
 pub mod demo;

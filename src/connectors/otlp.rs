@@ -35,8 +35,8 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 
 use super::catalogue::{CatalogueColumn, full_schema};
+use super::common::push_config;
 use super::options::Options;
-use super::remote_write::push_config;
 use super::{BadRow, SourceConfig};
 use crate::connector::{Columns, OptionSpec, SourceConnector, StreamDecl};
 use crate::error::Result;

@@ -33,7 +33,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use regex::Regex;
 
 use super::catalogue::{CatalogueColumn, match_columns};
-use super::host::{limit, live_config};
+use super::common::{limit, live_config};
 use super::options::Options;
 use super::{BadRow, SourceConfig, SourcePosition, SourceStats};
 use crate::connector::{

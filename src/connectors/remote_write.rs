@@ -36,13 +36,11 @@ use datafusion::arrow::datatypes::{DataType, Float64Type, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use super::catalogue::{CatalogueColumn, full_schema};
-use super::file::APPEND_ONLY;
+use super::common::APPEND_ONLY;
+use super::common::push_config;
 use super::options::Options;
 use super::webhook::{self, WebhookConfig, WebhookSink};
-use super::{
-    BadRow, Decoding, Format, OutputFormat, Replay, Sink, SinkConfig, SinkTarget, SourceConfig,
-    SourceLocation,
-};
+use super::{BadRow, OutputFormat, Sink, SinkConfig, SinkTarget, SourceConfig};
 use crate::connector::{
     Columns, Opener, OptionSpec, OptionType, SinkConnector, SinkOpen, SourceConnector, StreamDecl,
 };
@@ -515,25 +513,6 @@ impl SourceConnector for RemoteWriteSource {
     }
     fn configure(&self, decl: &StreamDecl<'_>, _: &Options<'_>) -> Result<SourceConfig> {
         Ok(push_config(decl, "remote_write"))
-    }
-}
-
-/// The configuration of a stream fed by one of the service's push
-/// protocols (`remote_write`, `otlp`, `influx`).
-pub(super) fn push_config(decl: &StreamDecl<'_>, connector: &'static str) -> SourceConfig {
-    SourceConfig {
-        stream: decl.stream.to_string(),
-        schema: decl.schema.clone(),
-        connector,
-        location: SourceLocation::Push,
-        format: Format::Jsonl,
-        replay: Replay::Fast,
-        event_time: decl.event_time,
-        batch_size: super::options::DEFAULT_BATCH_SIZE,
-        dead_letter: None,
-        follow: false,
-        decode_threads: 1,
-        decode: Decoding::default(),
     }
 }
 

@@ -87,7 +87,7 @@ use ureq::http::{HeaderName, HeaderValue};
 
 use super::Sink;
 use super::SinkCommit;
-use super::file::APPEND_ONLY;
+use super::common::APPEND_ONLY;
 use super::options::Options;
 use super::sink::write_json_rows;
 use super::{OutputFormat, SinkConfig, SinkTarget};

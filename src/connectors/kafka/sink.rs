@@ -38,7 +38,7 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 
-use super::super::file::APPEND_ONLY;
+use super::super::common::APPEND_ONLY;
 use super::super::options::Options;
 use super::super::sink::render_rows;
 use super::super::{OutputFormat, Sink, SinkCommit, SinkConfig, SinkTarget};

@@ -56,7 +56,7 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde_json::{Value, json};
 
-use super::super::file::{TEXT_OPTIONS, batch_size, decoding};
+use super::super::common::{TEXT_OPTIONS, batch_size, decoding};
 use super::super::options::Options;
 use super::super::{
     Format, MessageOrigin, Replay, SourceConfig, SourceLocation, SourcePosition, SourceStats,
