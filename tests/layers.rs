@@ -2,7 +2,8 @@
 //! layer or below, never above (`docs/architecture.md`, "Layers"). Every
 //! `crate::NAME` path and every `super::` chain that reaches the crate root
 //! counts, in code, tests and comments alike, so a doc link up the layers
-//! fails too.
+//! fails too. Within `connectors`, a connector names only the contract and
+//! the kits, never another connector; only the registry lists them all.
 
 use std::path::{Path, PathBuf};
 
@@ -143,4 +144,77 @@ fn the_checker_sees_crate_paths_and_super_chains() {
         ["exec", "over", "tests"]
     );
     assert!(layer("engine") > layer("runtime") && layer("connector") < layer("plan"));
+}
+
+/// The connectors (`src/connectors/NAME`), each a leaf.
+const CONNECTORS: &[&str] = &[
+    "alertmanager",
+    "demo",
+    "file",
+    "host",
+    "influx",
+    "kafka",
+    "otlp",
+    "prometheus",
+    "remote_write",
+    "webhook",
+];
+
+/// What may name every connector: the registry and its tests.
+const LISTS: &[&str] = &["registry", "config_tests", "catalogue_tests"];
+
+/// The connectors `text` names: after `crate::connectors::`, and after a
+/// chain of `super::` that reaches `connectors` from `depth`.
+fn named_connectors(text: &str, depth: usize) -> Vec<(usize, String)> {
+    let mut named = Vec::new();
+    for (line, module) in named_modules(text, depth - 1) {
+        named.push((line, module));
+    }
+    for (number, line) in text.lines().enumerate() {
+        for (at, _) in line.match_indices("crate::connectors::") {
+            let rest = &line[at + "crate::connectors::".len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            named.push((number + 1, name));
+        }
+    }
+    named
+        .into_iter()
+        .filter(|(_, m)| CONNECTORS.contains(&m.as_str()))
+        .collect()
+}
+
+#[test]
+fn no_connector_names_another() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let dir = root.join("connectors");
+    let mut files = Vec::new();
+    sources(&dir, &root, &mut files);
+    files.sort();
+    let mut crossing = Vec::new();
+    for file in &files {
+        let path = module_path(file);
+        let Some(own) = path.get(1) else {
+            continue; // connectors/mod.rs
+        };
+        if LISTS.contains(&own.as_str()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(root.join(file)).expect("read a source file");
+        for (line, named) in named_connectors(&text, path.len()) {
+            if named != *own {
+                crossing.push(format!(
+                    "src/{}:{line}: {own} names connector {named}",
+                    file.display()
+                ));
+            }
+        }
+    }
+    assert!(
+        crossing.is_empty(),
+        "connectors naming each other (share through a kit instead):\n{}",
+        crossing.join("\n")
+    );
 }

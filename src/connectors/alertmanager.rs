@@ -68,8 +68,8 @@ use serde::{Deserialize, Serialize};
 
 use super::Sink;
 use super::SinkCommit;
+use super::http::{self, Batch, DeliveryThread, Schedule, WebhookConfig};
 use super::options::Options;
-use super::webhook::{self, Batch, DeliveryThread, Schedule, WebhookConfig};
 use super::{OutputFormat, SinkConfig, SinkTarget};
 use crate::connector::{Opener, OptionSpec, OptionType, SinkConnector, SinkOpen};
 use crate::error::{Error, Result};
@@ -755,21 +755,11 @@ impl SinkConnector for AlertmanagerSinkConnector {
         };
         let one_ms = Duration::from_millis(1);
         let resend = bounded("resend", DEFAULT_RESEND, MIN_RESEND, MAX_RESEND)?;
-        let backoff = bounded(
-            "backoff",
-            webhook::DEFAULT_BACKOFF,
-            one_ms,
-            webhook::MAX_BACKOFF,
-        )?;
-        let timeout = bounded(
-            "timeout",
-            webhook::DEFAULT_TIMEOUT,
-            one_ms,
-            webhook::MAX_TIMEOUT,
-        )?;
+        let backoff = bounded("backoff", http::DEFAULT_BACKOFF, one_ms, http::MAX_BACKOFF)?;
+        let timeout = bounded("timeout", http::DEFAULT_TIMEOUT, one_ms, http::MAX_TIMEOUT)?;
         let retries = match opts.count("retries")? {
-            None => webhook::DEFAULT_RETRIES,
-            Some(n) if n <= u64::from(webhook::MAX_RETRIES) => n as u32,
+            None => http::DEFAULT_RETRIES,
+            Some(n) if n <= u64::from(http::MAX_RETRIES) => n as u32,
             Some(_) => return Err(opts.bad_value("retries", opts.get("retries").unwrap_or(""))),
         };
         let generator_url = opts.text("generator_url").map(str::to_string);
@@ -783,7 +773,7 @@ impl SinkConnector for AlertmanagerSinkConnector {
                 retries,
                 backoff,
                 timeout,
-                headers: webhook::headers(name, opts)?,
+                headers: http::headers(name, opts)?,
             },
             resend,
             generator_url,

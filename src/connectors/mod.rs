@@ -19,6 +19,7 @@ pub mod demo;
 pub mod file;
 pub mod file_commit;
 pub mod host;
+pub mod http;
 pub mod influx;
 pub mod kafka;
 pub mod otlp;

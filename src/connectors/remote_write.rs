@@ -38,8 +38,8 @@ use datafusion::arrow::record_batch::RecordBatch;
 use super::catalogue::{CatalogueColumn, full_schema};
 use super::common::APPEND_ONLY;
 use super::common::push_config;
+use super::http::{self, WebhookConfig, WebhookSink};
 use super::options::Options;
-use super::webhook::{self, WebhookConfig, WebhookSink};
 use super::{BadRow, OutputFormat, Sink, SinkConfig, SinkTarget, SourceConfig};
 use crate::connector::{
     Columns, Opener, OptionSpec, OptionType, SinkConnector, SinkOpen, SourceConnector, StreamDecl,
@@ -555,10 +555,10 @@ const SINK_OPTIONS: &[OptionSpec] = &[
         accepted: "a label value",
         doc: "a label every series gets (`label_job = 'vigil'`)",
     },
-    webhook::RETRIES,
-    webhook::BACKOFF,
-    webhook::TIMEOUT,
-    webhook::HEADERS,
+    http::RETRIES,
+    http::BACKOFF,
+    http::TIMEOUT,
+    http::HEADERS,
     APPEND_ONLY,
 ];
 
@@ -584,7 +584,7 @@ impl SinkConnector for RemoteWriteSink {
         SINK_OPTIONS
     }
     fn configure(&self, name: &str, opts: &Options<'_>, _: &Path) -> Result<SinkConfig> {
-        let mut delivery = webhook::delivery_config(name, "remote_write", opts)?;
+        let mut delivery = http::delivery_config(name, "remote_write", opts)?;
         if let Some((header, _)) = delivery
             .headers
             .iter()

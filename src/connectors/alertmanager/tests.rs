@@ -370,7 +370,7 @@ fn options_and_their_errors() {
     let c = settings(&[("url", "http://127.0.0.1:9093")]);
     assert_eq!(c.delivery.url, "http://127.0.0.1:9093/api/v2/alerts");
     assert_eq!(c.resend, DEFAULT_RESEND);
-    assert_eq!(c.delivery.retries, webhook::DEFAULT_RETRIES);
+    assert_eq!(c.delivery.retries, http::DEFAULT_RETRIES);
     assert_eq!(c.generator_url, None);
     assert_eq!(c.describe(), "alertmanager http://127.0.0.1:9093");
     let c = settings(&[

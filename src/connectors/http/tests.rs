@@ -5,6 +5,7 @@ use datafusion::arrow::array::{Float64Array, StringArray, TimestampMillisecondAr
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 
 use super::*;
+use crate::connector::{Opener, SinkConfig, SinkTarget};
 
 fn opts(kv: &[(&str, &str)]) -> Vec<(String, String)> {
     kv.iter()
