@@ -160,30 +160,36 @@ pub(super) fn live_config(
     reader: Reader,
 ) -> SourceConfig {
     SourceConfig {
-        stream: decl.stream.to_string(),
-        schema: decl.schema.clone(),
-        connector,
-        location: SourceLocation::Connector(reader),
-        format: Format::Csv,
-        replay: Replay::Fast,
-        event_time: decl.event_time,
-        batch_size: DEFAULT_BATCH_SIZE,
-        dead_letter: None,
-        follow: false,
         decode_threads: default_decode_threads(),
-        decode: Decoding::default(),
+        ..plain_config(
+            decl,
+            connector,
+            SourceLocation::Connector(reader),
+            Format::Csv,
+        )
     }
 }
 
 /// The configuration of a stream fed by one of the service's push
 /// protocols (`remote_write`, `otlp`, `influx`).
 pub(super) fn push_config(decl: &StreamDecl<'_>, connector: &'static str) -> SourceConfig {
+    plain_config(decl, connector, SourceLocation::Push, Format::Jsonl)
+}
+
+/// A source of `decl` at `location` with every setting at its default: no
+/// dead letters, no pacing, one decoding thread.
+fn plain_config(
+    decl: &StreamDecl<'_>,
+    connector: &'static str,
+    location: SourceLocation,
+    format: Format,
+) -> SourceConfig {
     SourceConfig {
         stream: decl.stream.to_string(),
         schema: decl.schema.clone(),
         connector,
-        location: SourceLocation::Push,
-        format: Format::Jsonl,
+        location,
+        format,
         replay: Replay::Fast,
         event_time: decl.event_time,
         batch_size: DEFAULT_BATCH_SIZE,
